@@ -1,0 +1,59 @@
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
+#include "recops/jagged/kernels/cumsum.h"
+#include "recops/jagged/ops.h"
+
+namespace recops::jagged {
+namespace {
+
+template <typename Fn>
+void dispatch_cumsum_dtype(const at::Tensor& t, Fn&& fn) {
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "recops_cumsum", [&] {
+    fn(TypeTag<scalar_t>{}, TypeTag<at::opmath_type<scalar_t>>{});
+  });
+}
+
+template <bool kInclusive>
+at::Tensor flat_cumsum(const at::Tensor& t_in) {
+  check_cpu(t_in, "t_in");
+  const at::Tensor in = t_in.contiguous();
+  at::Tensor out = at::empty_like(in);
+  dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
+    using scalar_t = typename decltype(scalar_tag)::type;
+    using acc_t = typename decltype(acc_tag)::type;
+    kernels::scan<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+                                     in.numel());
+  });
+  return out;
+}
+
+}  // namespace
+
+at::Tensor asynchronous_complete_cumsum(const at::Tensor& t_in) {
+  check_cpu(t_in, "t_in");
+  TORCH_CHECK(t_in.dim() == 1 || t_in.dim() == 2, "t_in must be 1-D [N] or 2-D [B, N], got shape ",
+              t_in.sizes());
+  const at::Tensor in = t_in.contiguous();
+  const int64_t rows = in.dim() == 1 ? 1 : in.size(0);
+  const int64_t n = in.size(-1);
+  at::Tensor out = in.dim() == 1 ? at::empty({n + 1}, in.options())
+                                 : at::empty({rows, n + 1}, in.options());
+  dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
+    using scalar_t = typename decltype(scalar_tag)::type;
+    using acc_t = typename decltype(acc_tag)::type;
+    kernels::complete_cumsum_rows<acc_t>(in.const_data_ptr<scalar_t>(),
+                                         out.mutable_data_ptr<scalar_t>(), rows, n);
+  });
+  return out;
+}
+
+at::Tensor asynchronous_exclusive_cumsum(const at::Tensor& t_in) { return flat_cumsum<false>(t_in); }
+
+at::Tensor asynchronous_inclusive_cumsum(const at::Tensor& t_in) { return flat_cumsum<true>(t_in); }
+
+}  // namespace recops::jagged

@@ -1,0 +1,83 @@
+// Schemas (FBGEMM's, verbatim) and kernel registrations of the jagged family in torch.ops.recops.
+// Fake kernels and autograd formulas are registered from Python (recops/jagged.py).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "recops/jagged/ops.h"
+
+namespace recops::jagged {
+namespace {
+
+// The composite entry points call their `_forward` op through the dispatcher, so autograd and
+// exported graphs see exactly one `_forward` node.
+at::Tensor jagged_to_padded_dense(const at::Tensor& values, at::TensorList offsets,
+                                  c10::SymIntArrayRef max_lengths, double padding_value) {
+  static const auto forward =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("recops::jagged_to_padded_dense_forward", "")
+          .typed<at::Tensor(const at::Tensor&, at::TensorList, c10::SymIntArrayRef, double)>();
+  return forward.call(values, offsets, max_lengths, padding_value);
+}
+
+std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged(
+    const at::Tensor& dense, at::TensorList x_offsets, std::optional<c10::SymInt> total_L) {
+  static const auto forward =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("recops::dense_to_jagged_forward", "")
+          .typed<at::Tensor(const at::Tensor&, at::TensorList, std::optional<c10::SymInt>)>();
+  return {forward.call(dense, x_offsets, std::move(total_L)), x_offsets.vec()};
+}
+
+}  // namespace
+}  // namespace recops::jagged
+
+TORCH_LIBRARY_FRAGMENT(recops, m) {
+  const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
+  m.def("asynchronous_complete_cumsum(Tensor t_in) -> Tensor", pt2);
+  m.def("asynchronous_exclusive_cumsum(Tensor t_in) -> Tensor", pt2);
+  m.def("asynchronous_inclusive_cumsum(Tensor t_in) -> Tensor", pt2);
+  m.def(
+      "jagged_to_padded_dense(Tensor values, Tensor[] offsets, SymInt[] max_lengths, "
+      "float padding_value = 0) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_to_padded_dense_forward(Tensor values, Tensor[] offsets, SymInt[] max_lengths, "
+      "float padding_value = 0) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_to_padded_dense_backward(Tensor grad_output, Tensor[] offsets, SymInt total_L) "
+      "-> Tensor",
+      pt2);
+  m.def(
+      "dense_to_jagged(Tensor dense, Tensor[] x_offsets, SymInt? total_L=None) "
+      "-> (Tensor, Tensor[])",
+      pt2);
+  m.def("dense_to_jagged_forward(Tensor dense, Tensor[] x_offsets, SymInt? total_L=None) -> Tensor",
+        pt2);
+  m.def(
+      "jagged_2d_to_dense(Tensor values, Tensor offsets, SymInt max_sequence_length) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_1d_to_dense(Tensor values, Tensor offsets, SymInt max_sequence_length, "
+      "int padding_value) -> Tensor",
+      pt2);
+  m.def("offsets_range(Tensor offsets, SymInt range_size) -> Tensor", pt2);
+
+  m.impl("jagged_to_padded_dense", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(recops::jagged::jagged_to_padded_dense));
+  m.impl("dense_to_jagged", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(recops::jagged::dense_to_jagged));
+}
+
+TORCH_LIBRARY_IMPL(recops, CPU, m) {
+  using namespace recops::jagged;
+  m.impl("asynchronous_complete_cumsum", TORCH_FN(asynchronous_complete_cumsum));
+  m.impl("asynchronous_exclusive_cumsum", TORCH_FN(asynchronous_exclusive_cumsum));
+  m.impl("asynchronous_inclusive_cumsum", TORCH_FN(asynchronous_inclusive_cumsum));
+  m.impl("jagged_to_padded_dense_forward", TORCH_FN(jagged_to_padded_dense_forward));
+  m.impl("jagged_to_padded_dense_backward", TORCH_FN(jagged_to_padded_dense_backward));
+  m.impl("dense_to_jagged_forward", TORCH_FN(dense_to_jagged_forward));
+  m.impl("jagged_2d_to_dense", TORCH_FN(jagged_2d_to_dense));
+  m.impl("jagged_1d_to_dense", TORCH_FN(jagged_1d_to_dense));
+  m.impl("offsets_range", TORCH_FN(offsets_range));
+}

@@ -1,0 +1,25 @@
+// Schemas (FBGEMM's, verbatim) and kernel registrations of the sparse family in torch.ops.recops.
+// Fake kernels and autograd formulas are registered from Python (recops/sparse.py).
+#include <torch/library.h>
+
+#include "recops/sparse/ops.h"
+
+TORCH_LIBRARY_FRAGMENT(recops, m) {
+  const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
+  m.def(
+      "permute_2D_sparse_data(Tensor permute, Tensor lengths, Tensor values, "
+      "Tensor? weights=None, SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)",
+      pt2);
+  m.def(
+      "permute_1D_sparse_data(Tensor permute, Tensor lengths, Tensor values, "
+      "Tensor? weights=None, SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)",
+      pt2);
+  m.def("invert_permute(Tensor permute) -> Tensor", pt2);
+}
+
+TORCH_LIBRARY_IMPL(recops, CPU, m) {
+  using namespace recops::sparse;
+  m.impl("permute_2D_sparse_data", TORCH_FN(permute_2D_sparse_data));
+  m.impl("permute_1D_sparse_data", TORCH_FN(permute_1D_sparse_data));
+  m.impl("invert_permute", TORCH_FN(invert_permute));
+}

@@ -1,0 +1,23 @@
+// ATen adapters of the sparse family (OPS.md section 1): validate, allocate, dispatch to kernels/.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+
+namespace recops::sparse {
+
+using PermutedSparse = std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>>;
+
+PermutedSparse permute_2D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
+                                      const at::Tensor& values,
+                                      const std::optional<at::Tensor>& weights,
+                                      std::optional<int64_t> permuted_lengths_sum);
+PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
+                                      const at::Tensor& values,
+                                      const std::optional<at::Tensor>& weights,
+                                      std::optional<int64_t> permuted_lengths_sum);
+at::Tensor invert_permute(const at::Tensor& permute);
+
+}  // namespace recops::sparse

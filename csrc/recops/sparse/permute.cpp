@@ -1,0 +1,166 @@
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include <vector>
+
+#include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
+#include "recops/sparse/kernels/permute.h"
+#include "recops/sparse/ops.h"
+
+namespace recops::sparse {
+namespace {
+
+template <typename perm_t>
+int64_t first_out_of_range(const perm_t* permute, int64_t n, int64_t bound) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (permute[i] < 0 || permute[i] >= bound) return i;
+  }
+  return -1;
+}
+
+void check_permute_entries(const at::Tensor& permute, int64_t num_segments) {
+  const int64_t bad = dispatch_index_type(permute.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    return first_out_of_range(permute.const_data_ptr<perm_t>(), permute.numel(), num_segments);
+  });
+  TORCH_CHECK_VALUE(bad < 0, "permute entries must be in [0, ", num_segments, "), got permute[",
+                    bad, "] = ", bad < 0 ? 0 : index_at(permute, bad));
+}
+
+// Row offsets of every segment: segment t is row t of lengths viewed as [T, B].
+std::vector<int64_t> segment_offsets(const at::Tensor& lengths_2d) {
+  const int64_t num_segments = lengths_2d.size(0);
+  std::vector<int64_t> offsets(num_segments + 1, 0);
+  dispatch_index_type(lengths_2d.scalar_type(), [&](auto tag) {
+    using index_t = typename decltype(tag)::type;
+    kernels::row_sums(lengths_2d.const_data_ptr<index_t>(), num_segments, lengths_2d.size(1),
+                      offsets.data() + 1);
+  });
+  for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] += offsets[t];
+  return offsets;
+}
+
+int64_t row_bytes(const at::Tensor& t) {
+  return t.size(0) == 0 ? 0 : t.numel() / t.size(0) * t.element_size();
+}
+
+at::Tensor permute_rows_of(const at::Tensor& permute, const at::Tensor& src,
+                           const std::vector<int64_t>& src_offsets,
+                           const std::vector<int64_t>& dst_offsets, const char* name) {
+  TORCH_CHECK(src.dim() >= 1, name, " must be at least 1-D, got a scalar");
+  TORCH_CHECK(src.size(0) >= src_offsets.back(), name, " has ", src.size(0),
+              " rows but lengths sum to ", src_offsets.back());
+  const at::Tensor src_c = src.contiguous();
+  std::vector<int64_t> shape = src_c.sizes().vec();
+  shape[0] = dst_offsets.back();
+  at::Tensor dst = at::empty(shape, src_c.options());
+  dispatch_index_type(permute.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    kernels::permute_segments(permute.const_data_ptr<perm_t>(), permute.numel(),
+                              src_offsets.data(), dst_offsets.data(),
+                              static_cast<const char*>(src_c.const_data_ptr()),
+                              static_cast<char*>(dst.mutable_data_ptr()), row_bytes(src_c));
+  });
+  return dst;
+}
+
+// Both public forms: the 2-D form's segments are rows of lengths [T, B] (a feature's B bags are
+// contiguous in values), the 1-D form's segments are single entries (lengths viewed as [T, 1]).
+PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengths_2d,
+                              const at::Tensor& values, const std::optional<at::Tensor>& weights,
+                              std::optional<int64_t> permuted_lengths_sum) {
+  check_cpu(values, "values");
+  check_dim(permute, 1, "permute");
+  check_index_dtype(permute, "permute");
+  check_cpu(permute, "permute");
+  const at::Tensor permute_c = permute.contiguous();
+  check_permute_entries(permute_c, lengths_2d.size(0));
+  check_lengths_non_negative(lengths_2d, "lengths");
+  if (permuted_lengths_sum.has_value()) {
+    TORCH_CHECK_VALUE(*permuted_lengths_sum >= 0, "permuted_lengths_sum must be >= 0, got ",
+                      *permuted_lengths_sum);
+  }
+
+  const int64_t num_out = permute_c.numel();
+  const std::vector<int64_t> src_offsets = segment_offsets(lengths_2d);
+  std::vector<int64_t> dst_offsets(num_out + 1, 0);
+  for (int64_t i = 0; i < num_out; ++i) {
+    const int64_t p = index_at(permute_c, i);
+    dst_offsets[i + 1] = dst_offsets[i] + src_offsets[p + 1] - src_offsets[p];
+  }
+  if (permuted_lengths_sum.has_value()) {
+    TORCH_CHECK(*permuted_lengths_sum == dst_offsets.back(), "permuted_lengths_sum = ",
+                *permuted_lengths_sum, " does not match the sum of the permuted lengths, ",
+                dst_offsets.back());
+  }
+
+  at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
+  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    kernels::permute_rows(permute_c.const_data_ptr<perm_t>(), num_out,
+                          static_cast<const char*>(lengths_2d.const_data_ptr()),
+                          static_cast<char*>(permuted_lengths.mutable_data_ptr()),
+                          row_bytes(lengths_2d));
+  });
+  at::Tensor permuted_values = permute_rows_of(permute_c, values, src_offsets, dst_offsets, "values");
+  std::optional<at::Tensor> permuted_weights;
+  if (weights.has_value()) {
+    check_cpu(*weights, "weights");
+    permuted_weights = permute_rows_of(permute_c, *weights, src_offsets, dst_offsets, "weights");
+  }
+  return {permuted_lengths, permuted_values, permuted_weights};
+}
+
+at::Tensor checked_lengths(const at::Tensor& lengths, int64_t dim) {
+  check_cpu(lengths, "lengths");
+  check_dim(lengths, dim, "lengths");
+  check_index_dtype(lengths, "lengths");
+  return lengths.contiguous();
+}
+
+}  // namespace
+
+PermutedSparse permute_2D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
+                                      const at::Tensor& values,
+                                      const std::optional<at::Tensor>& weights,
+                                      std::optional<int64_t> permuted_lengths_sum) {
+  return permute_sparse(permute, checked_lengths(lengths, 2), values, weights,
+                        permuted_lengths_sum);
+}
+
+PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
+                                      const at::Tensor& values,
+                                      const std::optional<at::Tensor>& weights,
+                                      std::optional<int64_t> permuted_lengths_sum) {
+  const at::Tensor lengths_2d = checked_lengths(lengths, 1).view({-1, 1});
+  auto [permuted_lengths, permuted_values, permuted_weights] =
+      permute_sparse(permute, lengths_2d, values, weights, permuted_lengths_sum);
+  return {permuted_lengths.view({-1}), permuted_values, permuted_weights};
+}
+
+at::Tensor invert_permute(const at::Tensor& permute) {
+  check_cpu(permute, "permute");
+  check_dim(permute, 1, "permute");
+  check_index_dtype(permute, "permute");
+  const at::Tensor permute_c = permute.contiguous();
+  const int64_t n = permute_c.numel();
+  check_permute_entries(permute_c, n);
+  // A repeated entry would leave some inverse slot unwritten.
+  std::vector<bool> seen(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = index_at(permute_c, i);
+    TORCH_CHECK_VALUE(!seen[p], "permute must be a permutation, but ", p,
+                      " appears twice (again at permute[", i, "])");
+    seen[p] = true;
+  }
+  at::Tensor inverse = at::empty_like(permute_c);
+  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    kernels::invert_permutation(permute_c.const_data_ptr<perm_t>(), n,
+                                inverse.mutable_data_ptr<perm_t>());
+  });
+  return inverse;
+}
+
+}  // namespace recops::sparse

@@ -1,0 +1,134 @@
+"""Fake kernels and autograd of the jagged family (kernels live in csrc/recops/jagged)."""
+
+import torch
+from torch.library import register_autograd, register_fake
+
+ops = torch.ops.recops
+
+
+def _check_max_lengths(offsets, max_lengths):
+    torch._check(
+        len(max_lengths) == len(offsets),
+        lambda: f"max_lengths must have one entry per jagged dim ({len(offsets)})",
+    )
+
+
+# --------------------------------------------------------------------------- cumsum
+@register_fake("recops::asynchronous_complete_cumsum")
+def _complete_cumsum_fake(t_in):
+    torch._check(t_in.dim() in (1, 2), lambda: "t_in must be 1-D [N] or 2-D [B, N]")
+    if t_in.dim() == 1:
+        return t_in.new_empty(t_in.shape[0] + 1)
+    return t_in.new_empty(t_in.shape[0], t_in.shape[1] + 1)
+
+
+@register_fake("recops::asynchronous_exclusive_cumsum")
+def _exclusive_cumsum_fake(t_in):
+    return torch.empty_like(t_in, memory_format=torch.contiguous_format)
+
+
+@register_fake("recops::asynchronous_inclusive_cumsum")
+def _inclusive_cumsum_fake(t_in):
+    return torch.empty_like(t_in, memory_format=torch.contiguous_format)
+
+
+# --------------------------------------------------------------------------- jagged <-> dense
+@register_fake("recops::jagged_to_padded_dense_forward")
+def _jagged_to_padded_dense_forward_fake(values, offsets, max_lengths, padding_value=0.0):
+    _check_max_lengths(offsets, max_lengths)
+    batch = offsets[0].shape[0] - 1
+    return values.new_empty((batch, *max_lengths, *values.shape[1:]))
+
+
+@register_fake("recops::jagged_to_padded_dense_backward")
+def _jagged_to_padded_dense_backward_fake(grad_output, offsets, total_L):
+    return grad_output.new_empty((total_L, *grad_output.shape[1 + len(offsets) :]))
+
+
+@register_fake("recops::dense_to_jagged_forward")
+def _dense_to_jagged_forward_fake(dense, x_offsets, total_L=None):
+    if total_L is None:
+        total_L = torch.library.get_ctx().new_dynamic_size()
+    return dense.new_empty((total_L, *dense.shape[1 + len(x_offsets) :]))
+
+
+@register_fake("recops::jagged_2d_to_dense")
+def _jagged_2d_to_dense_fake(values, offsets, max_sequence_length):
+    return values.new_empty((offsets.shape[0] - 1, max_sequence_length, values.shape[1]))
+
+
+@register_fake("recops::jagged_1d_to_dense")
+def _jagged_1d_to_dense_fake(values, offsets, max_sequence_length, padding_value):
+    return values.new_empty((offsets.shape[0] - 1, max_sequence_length))
+
+
+def _jagged_to_padded_dense_setup(ctx, inputs, output):
+    values, offsets = inputs[0], inputs[1]
+    ctx.offsets = offsets
+    ctx.total_L = values.shape[0]
+
+
+def _jagged_to_padded_dense_backward(ctx, grad_output):
+    grad_values = ops.jagged_to_padded_dense_backward(grad_output, ctx.offsets, ctx.total_L)
+    return grad_values, None, None, None
+
+
+register_autograd(
+    "recops::jagged_to_padded_dense_forward",
+    _jagged_to_padded_dense_backward,
+    setup_context=_jagged_to_padded_dense_setup,
+)
+
+
+def _dense_to_jagged_setup(ctx, inputs, output):
+    dense, x_offsets = inputs[0], inputs[1]
+    ctx.offsets = x_offsets
+    ctx.max_lengths = list(dense.shape[1 : 1 + len(x_offsets)])
+
+
+def _dense_to_jagged_backward(ctx, grad_values):
+    grad_dense = ops.jagged_to_padded_dense_forward(grad_values, ctx.offsets, ctx.max_lengths, 0.0)
+    return grad_dense, None, None
+
+
+register_autograd(
+    "recops::dense_to_jagged_forward",
+    _dense_to_jagged_backward,
+    setup_context=_dense_to_jagged_setup,
+)
+
+
+def _jagged_2d_to_dense_setup(ctx, inputs, output):
+    values, offsets = inputs[0], inputs[1]
+    ctx.offsets = offsets
+    ctx.total_L = values.shape[0]
+
+
+def _jagged_2d_to_dense_backward(ctx, grad_output):
+    grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
+    return grad_values, None, None
+
+
+register_autograd(
+    "recops::jagged_2d_to_dense",
+    _jagged_2d_to_dense_backward,
+    setup_context=_jagged_2d_to_dense_setup,
+)
+
+
+def _jagged_1d_to_dense_backward(ctx, grad_output):
+    grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
+    return grad_values, None, None, None
+
+
+register_autograd(
+    "recops::jagged_1d_to_dense",
+    _jagged_1d_to_dense_backward,
+    setup_context=_jagged_2d_to_dense_setup,
+)
+
+
+# --------------------------------------------------------------------------- offsets_range
+@register_fake("recops::offsets_range")
+def _offsets_range_fake(offsets, range_size):
+    return offsets.new_empty(range_size)

@@ -1,0 +1,65 @@
+"""Fake kernels and autograd of the sparse family (kernels live in csrc/recops/sparse)."""
+
+import torch
+from torch.library import register_autograd, register_fake
+
+ops = torch.ops.recops
+
+
+def _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, lengths_shape):
+    total = permuted_lengths_sum
+    if total is None:
+        total = torch.library.get_ctx().new_dynamic_size()
+    permuted_lengths = lengths.new_empty(lengths_shape)
+    permuted_values = values.new_empty((total, *values.shape[1:]))
+    permuted_weights = None if weights is None else weights.new_empty((total, *weights.shape[1:]))
+    return permuted_lengths, permuted_values, permuted_weights
+
+
+@register_fake("recops::permute_2D_sparse_data")
+def _permute_2d_fake(permute, lengths, values, weights=None, permuted_lengths_sum=None):
+    shape = (permute.shape[0], lengths.shape[1])
+    return _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, shape)
+
+
+@register_fake("recops::permute_1D_sparse_data")
+def _permute_1d_fake(permute, lengths, values, weights=None, permuted_lengths_sum=None):
+    shape = (permute.shape[0],)
+    return _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, shape)
+
+
+@register_fake("recops::invert_permute")
+def _invert_permute_fake(permute):
+    return torch.empty_like(permute, memory_format=torch.contiguous_format)
+
+
+def _permute_setup(ctx, inputs, output):
+    permute, lengths, values = inputs[0], inputs[1], inputs[2]
+    ctx.permute = permute
+    ctx.permuted_lengths = output[0]
+    ctx.num_values = values.shape[0]
+
+
+def _make_permute_backward(op):
+    # Valid when `permute` is a true permutation: the gradient of each output segment goes back to
+    # the input segment it came from, i.e. the same op applied with the inverse permutation.
+    def backward(ctx, grad_lengths, grad_values, grad_weights):
+        inverse = ops.invert_permute(ctx.permute)
+        grads = []
+        for grad in (grad_values, grad_weights):
+            if grad is None:
+                grads.append(None)
+                continue
+            _, restored, _ = op(inverse, ctx.permuted_lengths, grad, None, ctx.num_values)
+            grads.append(restored)
+        return None, None, grads[0], grads[1], None
+
+    return backward
+
+
+for _name in ("permute_2D_sparse_data", "permute_1D_sparse_data"):
+    register_autograd(
+        f"recops::{_name}",
+        _make_permute_backward(getattr(ops, _name)),
+        setup_context=_permute_setup,
+    )
