@@ -3,6 +3,8 @@
 import torch
 from torch.library import register_autograd, register_fake
 
+from recops._autograd import input_grads
+
 ops = torch.ops.recops
 
 
@@ -70,7 +72,7 @@ def _jagged_to_padded_dense_setup(ctx, inputs, output):
 
 def _jagged_to_padded_dense_backward(ctx, grad_output):
     grad_values = ops.jagged_to_padded_dense_backward(grad_output, ctx.offsets, ctx.total_L)
-    return grad_values, None, None, None
+    return input_grads(ctx, grad_values, [None] * len(ctx.offsets), None, None)
 
 
 register_autograd(
@@ -88,7 +90,7 @@ def _dense_to_jagged_setup(ctx, inputs, output):
 
 def _dense_to_jagged_backward(ctx, grad_values):
     grad_dense = ops.jagged_to_padded_dense_forward(grad_values, ctx.offsets, ctx.max_lengths, 0.0)
-    return grad_dense, None, None
+    return input_grads(ctx, grad_dense, [None] * len(ctx.offsets), None)
 
 
 register_autograd(
@@ -106,7 +108,7 @@ def _jagged_2d_to_dense_setup(ctx, inputs, output):
 
 def _jagged_2d_to_dense_backward(ctx, grad_output):
     grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
-    return grad_values, None, None
+    return input_grads(ctx, grad_values, None, None)
 
 
 register_autograd(
@@ -118,7 +120,7 @@ register_autograd(
 
 def _jagged_1d_to_dense_backward(ctx, grad_output):
     grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
-    return grad_values, None, None, None
+    return input_grads(ctx, grad_values, None, None, None)
 
 
 register_autograd(

@@ -3,6 +3,8 @@
 import torch
 from torch.library import register_autograd, register_fake
 
+from recops._autograd import input_grads
+
 ops = torch.ops.recops
 
 
@@ -52,7 +54,7 @@ def _make_permute_backward(op):
                 continue
             _, restored, _ = op(inverse, ctx.permuted_lengths, grad, None, ctx.num_values)
             grads.append(restored)
-        return None, None, grads[0], grads[1], None
+        return input_grads(ctx, None, None, grads[0], grads[1], None)
 
     return backward
 
