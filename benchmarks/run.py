@@ -1,0 +1,82 @@
+"""Runs every benchmark suite side by side in one process and writes one table.
+
+Usage: python benchmarks/run.py [suite ...]   (default: all suites in benchmarks/suites/)
+Results: printed as a table, and saved to benchmarks/results/latest.json and latest.md.
+"""
+
+import importlib
+import json
+import os
+import pkgutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import recops  # noqa: E402,F401
+from harness import measure_limits  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+
+
+def format_table(rows, limits):
+    lines = [
+        f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s, "
+        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}",
+        "",
+        "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) | peak MiB |",
+        "|---|---|---|---:|---|---:|---:|---:|",
+    ]
+    by_key = {(r.suite, r.case, r.impl): r for r in rows}
+    for r in rows:
+        speedups = []
+        for base in r.extra.get("compare_to", []):
+            b = by_key.get((r.suite, r.case, base))
+            if b is not None:
+                speedups.append(f"{b.seconds / r.seconds:.2f}x {base}")
+        gbps = (
+            f"{r.bytes_moved / r.seconds / 1e9:.1f} ({100 * r.bytes_moved / r.seconds / 1e9 / limits.copy_gbps:.0f}%)"
+            if r.bytes_moved
+            else ""
+        )
+        gflops = (
+            f"{r.flops / r.seconds / 1e9:.1f} ({100 * r.flops / r.seconds / 1e9 / limits.matmul_gflops:.0f}%)"
+            if r.flops
+            else ""
+        )
+        peak = f"{r.peak_bytes / 2**20:.1f}" if r.peak_bytes else ""
+        lines.append(
+            f"| {r.suite} | {r.case} | {r.impl} | {1e3 * r.seconds:.3f} | {'; '.join(speedups)} "
+            f"| {gbps} | {gflops} | {peak} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv):
+    names = argv or sorted(m.name for m in pkgutil.iter_modules([os.path.join(HERE, "suites")]))
+    limits = measure_limits()
+    print(
+        f"limits: copy {limits.copy_gbps:.1f} GB/s, matmul {limits.matmul_gflops:.1f} GFLOP/s",
+        flush=True,
+    )
+    rows = []
+    for name in names:
+        t0 = time.time()
+        suite = importlib.import_module(f"suites.{name}")
+        rows += suite.run(limits)
+        print(f"suite {name}: {time.time() - t0:.1f} s", flush=True)
+    table = format_table(rows, limits)
+    print(table)
+    os.makedirs(RESULTS, exist_ok=True)
+    suffix = "" if not argv else "_" + "_".join(names)
+    with open(os.path.join(RESULTS, f"latest{suffix}.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(RESULTS, f"latest{suffix}.json"), "w") as f:
+        json.dump({"limits": vars(limits), "rows": [r.as_dict() for r in rows]}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,26 @@
+"""Test configuration. RECOPS_HIDE_FBGEMM=1 runs the suite as if fbgemm_gpu were not installed,
+which proves that recops alone defines and serves torch.ops.fbgemm.*."""
+
+import os
+import sys
+
+if os.environ.get("RECOPS_HIDE_FBGEMM") == "1":
+    sys.modules["fbgemm_gpu"] = None  # makes `import fbgemm_gpu` fail and find_spec return None
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import recops  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def fbgemm_ops():
+    """FBGEMM's own CPU ops, for side-by-side comparison; skipped when FBGEMM is hidden/absent."""
+    if not recops.fbgemm_loaded:
+        pytest.skip("fbgemm_gpu is not loaded in this configuration")
+    return torch.ops.fbgemm
