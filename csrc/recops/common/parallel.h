@@ -2,7 +2,10 @@
 // traffic so thread start-up is amortised, but never less than one item.
 #pragma once
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace recops {
@@ -11,6 +14,25 @@ constexpr int64_t kTargetBytesPerTask = 64 * 1024;
 
 inline int64_t grain_for_bytes(int64_t bytes_per_item) {
   return std::max<int64_t>(1, kTargetBytesPerTask / std::max<int64_t>(1, bytes_per_item));
+}
+
+// Runs work(thread_state, item) for items 0..num_items-1 with dynamic scheduling: each thread
+// claims the next unprocessed item, so items of very different cost (causal attention blocks,
+// jagged sequences) balance across threads. make_state(slot) builds per-thread scratch once per
+// participating thread; slots are distinct and below at::get_num_threads(), so they can index
+// per-thread partial results. Order items by decreasing cost for the best balance.
+template <typename MakeState, typename Work>
+void parallel_for_dynamic(int64_t num_items, MakeState&& make_state, Work&& work) {
+  if (num_items <= 0) return;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> next_slot{0};
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), num_items);
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    auto state = make_state(next_slot.fetch_add(1));
+    for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
+      work(state, item);
+    }
+  });
 }
 
 }  // namespace recops

@@ -1,0 +1,46 @@
+// Element-wise passes over one [rows x keys] score tile, shared by the attention kernels. Plain
+// loops over contiguous rows that GCC vectorises (fast_exp has no libm call).
+#pragma once
+
+#include <cstdint>
+
+#include "recops/common/vec_math.h"
+
+namespace recops::attention::kernels {
+
+// HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
+template <typename T>
+void silu_scores(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+  if (bias == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const T x = alpha * s[j];
+      s[j] = x * fast_sigmoid(x) * scale * mask[j];
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const T x = alpha * s[j] + bias[j];
+      s[j] = x * fast_sigmoid(x) * scale * mask[j];
+    }
+  }
+}
+
+// HSTU backward, recomputing the forward from the raw scores s = q.k:
+//   x = alpha * s + bias, a = silu(x) * scale * mask, dx = dp * scale * mask * silu'(x).
+// Overwrites s with a and dp with dx.
+template <typename T>
+void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T x = alpha * s[j] + (bias == nullptr ? T(0) : bias[j]);
+    const T sig = fast_sigmoid(x);
+    const T m = scale * mask[j];
+    s[j] = x * sig * m;
+    dp[j] = dp[j] * m * sig * (T(1) + x * (T(1) - sig));
+  }
+}
+
+template <typename T>
+void add_into(T* acc, const T* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}
+
+}  // namespace recops::attention::kernels

@@ -1,0 +1,42 @@
+// Branch-free float math written so that GCC auto-vectorises loops calling it (no libm calls):
+// exp by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (rel. error ~2e-7).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace recops {
+
+inline float bits_to_float(int32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline float fast_exp(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick (exact for |t| < 2^22).
+  const float shift = 12582912.0f;
+  const float t = x * 1.44269504088896341f + shift;
+  const float n = t - shift;
+  int32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof(t_bits));
+  const int32_t exponent = t_bits - 0x4B400000;  // the integer n
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * bits_to_float((exponent + 127) << 23);
+}
+
+inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+
+// double keeps libm's exp: it serves float64 validation, not speed.
+inline double fast_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace recops
