@@ -15,7 +15,26 @@ extern "C" void dgemm_(const char* transa, const char* transb, const int* m, con
                        const double* b, const int* ldb, const double* beta, double* c,
                        const int* ldc);
 
+// MKL's per-thread thread count, when the BLAS is MKL (weak: absent from other BLAS builds).
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
 namespace recops {
+
+// Keeps the BLAS single-threaded on this thread while alive: recops calls it from inside its own
+// parallel regions, where BLAS threads would only oversubscribe the cores.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas()
+      : previous_(MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0) {}
+  ~SingleThreadedBlas() {
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(previous_);
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int previous_;
+};
 
 // C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, all row-major with leading dimensions
 // lda / ldb / ldc; op(X) = X^T when trans_x.

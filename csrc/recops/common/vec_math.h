@@ -6,15 +6,17 @@
 #include <cstdint>
 #include <cstring>
 
+#include "recops/common/isa.h"
+
 namespace recops {
 
-inline float bits_to_float(int32_t bits) {
+RECOPS_ALWAYS_INLINE float bits_to_float(int32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
 
-inline float fast_exp(float x) {
+RECOPS_ALWAYS_INLINE float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick (exact for |t| < 2^22).
   const float shift = 12582912.0f;
@@ -34,7 +36,7 @@ inline float fast_exp(float x) {
   return p * bits_to_float((exponent + 127) << 23);
 }
 
-inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+RECOPS_ALWAYS_INLINE float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
 // double keeps libm's exp: it serves float64 validation, not speed.
 inline double fast_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }

@@ -111,18 +111,22 @@ inline std::vector<WorkItem> make_work_items(const Sequences& seqs, int64_t chun
   return items;
 }
 
-// Per-thread tiles, each kQueryBlock x N.
+// Per-thread tiles, each kQueryBlock x N; the BLAS stays single-threaded while they live.
 template <typename T>
 struct TileScratch {
+  SingleThreadedBlas blas;
   std::vector<T> mask, bias, scores, grads, grad_sum;
   std::vector<int32_t> bucket;
-  explicit TileScratch(int64_t max_len, bool backward, bool relative_bias)
-      : mask(kQueryBlock * max_len),
+  int64_t slot;  // this thread's index into per-thread partial results
+  TileScratch(int64_t max_len, bool backward, bool relative_bias, int64_t thread_slot)
+      : blas(),
+        mask(kQueryBlock * max_len),
         bias(kQueryBlock * max_len),
         scores(kQueryBlock * max_len),
         grads(backward ? kQueryBlock * max_len : 0),
         grad_sum(backward ? kQueryBlock * max_len : 0),
-        bucket(relative_bias ? kQueryBlock * max_len : 0) {}
+        bucket(relative_bias ? kQueryBlock * max_len : 0),
+        slot(thread_slot) {}
 };
 
 // One query block of one sequence: rows [row0, row0 + rows) meet keys [key0, key0 + keys).
@@ -240,8 +244,8 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
   const std::vector<WorkItem> items = make_work_items(seqs, chunks);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
-      [&](int64_t) {
-        return TileScratch<T>(seqs.max_len, false, bias.kind == BiasKind::kRelative);
+      [&](int64_t slot) {
+        return TileScratch<T>(seqs.max_len, false, bias.kind == BiasKind::kRelative, slot);
       },
       [&](TileScratch<T>& t, int64_t index) {
         for_each_block(seqs, mask, items[index], chunks, [&](const Block& blk,
@@ -285,12 +289,10 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
-        return std::make_pair(slot, TileScratch<T>(seqs.max_len, true,
-                                                bias.kind == BiasKind::kRelative));
+        return TileScratch<T>(seqs.max_len, true, bias.kind == BiasKind::kRelative, slot);
       },
-      [&](auto& state, int64_t index) {
-        const int64_t slot = state.first;
-        TileScratch<T>& t = state.second;
+      [&](TileScratch<T>& t, int64_t index) {
+        const int64_t slot = t.slot;
         const WorkItem item = items[index];
         T* dk = grads.dk + item.chunk * grads.rows * H * dqk;
         T* dvp = grads.dv + item.chunk * grads.rows * H * dv;

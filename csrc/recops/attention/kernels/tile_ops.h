@@ -4,13 +4,14 @@
 
 #include <cstdint>
 
+#include "recops/common/isa.h"
 #include "recops/common/vec_math.h"
 
 namespace recops::attention::kernels {
 
 // HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
 template <typename T>
-void silu_scores(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
   if (bias == nullptr) {
     for (int64_t j = 0; j < n; ++j) {
       const T x = alpha * s[j];
@@ -28,7 +29,7 @@ void silu_scores(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale
 //   x = alpha * s + bias, a = silu(x) * scale * mask, dx = dp * scale * mask * silu'(x).
 // Overwrites s with a and dp with dx.
 template <typename T>
-void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
   for (int64_t j = 0; j < n; ++j) {
     const T x = alpha * s[j] + (bias == nullptr ? T(0) : bias[j]);
     const T sig = fast_sigmoid(x);
@@ -41,6 +42,21 @@ void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T al
 template <typename T>
 void add_into(T* acc, const T* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}
+
+// fp32 versions, compiled per ISA level (tile_ops.cpp).
+void silu_scores(float* s, const float* bias, const float* mask, int64_t n, float alpha,
+                 float scale);
+void silu_score_grads(float* s, float* dp, const float* bias, const float* mask, int64_t n,
+                      float alpha, float scale);
+
+inline void silu_scores(double* s, const double* bias, const double* mask, int64_t n,
+                        double alpha, double scale) {
+  silu_scores_generic(s, bias, mask, n, alpha, scale);
+}
+inline void silu_score_grads(double* s, double* dp, const double* bias, const double* mask,
+                             int64_t n, double alpha, double scale) {
+  silu_score_grads_generic(s, dp, bias, mask, n, alpha, scale);
 }
 
 }  // namespace recops::attention::kernels
