@@ -245,9 +245,9 @@ PreparedBias<T> prepare_bias(const HstuOptions& o, const PreparedSequences& ps, 
 }
 
 // Splits sequences into chunks of query blocks so that a few long sequences still give every
-// thread about four items.
+// thread about two items (each chunk adds an fp32 copy of dK and dV).
 int64_t choose_chunks(const Sequences& seqs) {
-  const int64_t wanted = 4 * at::get_num_threads();
+  const int64_t wanted = 2 * at::get_num_threads();
   return std::max<int64_t>(1, (wanted + seqs.count - 1) / std::max<int64_t>(1, seqs.count));
 }
 
