@@ -27,8 +27,8 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
                               const std::optional<at::Tensor>& seq_lengths,
                               const HstuOptions& options);
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>,
-           std::optional<at::Tensor>, std::optional<at::Tensor>>
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
+           std::optional<at::Tensor>>
 hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, const at::Tensor& seq_offsets,
                     const std::optional<at::Tensor>& seq_lengths, const HstuOptions& options);

@@ -1,0 +1,222 @@
+#include "recops/attention/attention_inputs.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "recops/common/checks.h"
+
+namespace recops::attention {
+
+using namespace kernels;
+
+namespace {
+
+// HSTU's log bucketing as generative-recommenders computes it: torch.log on float32 |dt|
+// (clamped to >= 1), divided by the divisor, truncated, clamped to [0, num_buckets].
+int64_t log_time_bucket(double abs_dt, double divisor, int64_t num_buckets) {
+  const float x = static_cast<float>(abs_dt < 1.0 ? 1.0 : abs_dt);
+  const float bucket = std::log(x) / static_cast<float>(divisor);
+  return std::clamp<int64_t>(static_cast<int64_t>(bucket), 0, num_buckets);
+}
+
+}  // namespace
+
+PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
+                                    const std::optional<at::Tensor>& seq_lengths,
+                                    int64_t max_seq_len) {
+  check_cpu(seq_offsets, "seq_offsets");
+  check_dim(seq_offsets, 1, "seq_offsets");
+  check_index_dtype(seq_offsets, "seq_offsets");
+  TORCH_CHECK(seq_offsets.numel() >= 1, "seq_offsets must have B + 1 >= 1 entries, got none");
+  TORCH_CHECK_VALUE(max_seq_len >= 0, "max_seq_len must be >= 0, got ", max_seq_len);
+  const at::Tensor offsets = seq_offsets.to(at::kLong).contiguous();
+  check_offsets_monotonic(offsets, "seq_offsets");
+  const int64_t batch = offsets.numel() - 1;
+  PreparedSequences p;
+  p.row_begin = offsets.slice(0, 0, batch).contiguous();
+  if (seq_lengths.has_value()) {
+    check_cpu(*seq_lengths, "seq_lengths");
+    check_dim(*seq_lengths, 1, "seq_lengths");
+    check_index_dtype(*seq_lengths, "seq_lengths");
+    TORCH_CHECK(seq_lengths->numel() == batch, "seq_lengths must have B = ", batch,
+                " entries, got ", seq_lengths->numel());
+    p.length = seq_lengths->to(at::kLong).contiguous();
+    check_lengths_non_negative(p.length, "seq_lengths");
+  } else {
+    const int64_t last = offsets.const_data_ptr<int64_t>()[batch];
+    TORCH_CHECK(last == rows, "seq_offsets[-1] = ", last, " must equal the number of rows of q (",
+                rows, ")");
+    p.length = at::sub(offsets.slice(0, 1), offsets.slice(0, 0, batch)).contiguous();
+  }
+  const int64_t* begin = p.row_begin.const_data_ptr<int64_t>();
+  const int64_t* length = p.length.const_data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(length[b] <= max_seq_len, "sequence ", b, " has length ", length[b],
+                " > max_seq_len = ", max_seq_len);
+    TORCH_CHECK(begin[b] + length[b] <= rows, "sequence ", b, " ends at row ", begin[b] + length[b],
+                " past the ", rows, " rows of q");
+  }
+  p.view = Sequences{batch, begin, length, max_seq_len};
+  return p;
+}
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    check_cpu(*t, name);
+    check_dim(*t, 3, name);
+    TORCH_CHECK(at::isFloatingType(t->scalar_type()), name,
+                " must be float32, bfloat16, float16 or float64, got ", t->scalar_type());
+  }
+  check_same_dtype(q, "q", k, "k");
+  check_same_dtype(q, "q", v, "v");
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0),
+              "q, k and v must have the same number of rows L, got ", q.size(0), ", ", k.size(0),
+              " and ", v.size(0));
+  TORCH_CHECK(k.size(1) == q.size(1) && v.size(1) == q.size(1),
+              "q, k and v must have the same number of heads, got ", q.size(1), ", ", k.size(1),
+              " and ", v.size(1));
+  TORCH_CHECK(k.size(2) == q.size(2), "q and k must have the same head dim, got ", q.size(2),
+              " and ", k.size(2));
+}
+
+PreparedMask prepare_mask(const HstuOptions& o, const Sequences& seqs, int64_t heads,
+                          at::ScalarType compute) {
+  PreparedMask p;
+  PreparedMask& m = p;
+  TORCH_CHECK(o.mask_type == "causal" || o.mask_type == "none" || o.mask_type == "custom",
+              "mask_type must be 'causal', 'none' or 'custom', got '", o.mask_type, "'");
+  m.kind = o.mask_type == "causal" ? MaskKind::kCausal
+           : o.mask_type == "none" ? MaskKind::kNone
+                                   : MaskKind::kCustom;
+  TORCH_CHECK_VALUE(o.contextual_seq_len >= 0, "contextual_seq_len must be >= 0, got ",
+                    o.contextual_seq_len);
+  TORCH_CHECK_VALUE(o.max_attn_len >= 0, "max_attn_len must be >= 0, got ", o.max_attn_len);
+  TORCH_CHECK_VALUE(o.target_group_size >= 1, "target_group_size must be >= 1, got ",
+                    o.target_group_size);
+  m.contextual_len = o.contextual_seq_len;
+  m.max_attn_len = o.max_attn_len;
+  m.target_group_size = o.target_group_size;
+  if (o.num_targets.has_value()) {
+    check_cpu(*o.num_targets, "num_targets");
+    check_dim(*o.num_targets, 1, "num_targets");
+    check_index_dtype(*o.num_targets, "num_targets");
+    TORCH_CHECK(o.num_targets->numel() == seqs.count, "num_targets must have B = ", seqs.count,
+                " entries, got ", o.num_targets->numel());
+    p.num_targets = o.num_targets->to(at::kLong).contiguous();
+    check_lengths_non_negative(p.num_targets, "num_targets");
+    const int64_t* t = p.num_targets.const_data_ptr<int64_t>();
+    for (int64_t b = 0; b < seqs.count; ++b) {
+      TORCH_CHECK(t[b] <= seqs.length[b], "num_targets[", b, "] = ", t[b],
+                  " exceeds the length of sequence ", b, " (", seqs.length[b], ")");
+    }
+  }
+  if (m.kind != MaskKind::kCustom) return p;
+  TORCH_CHECK(o.custom_mask.has_value(), "mask_type 'custom' needs custom_mask");
+  const at::Tensor& cm = *o.custom_mask;
+  check_cpu(cm, "custom_mask");
+  const int64_t n = seqs.max_len;
+  TORCH_CHECK(cm.dim() == 4 && (cm.size(0) == 1 || cm.size(0) == seqs.count) &&
+                  (cm.size(1) == 1 || cm.size(1) == heads) && cm.size(2) == n && cm.size(3) == n,
+              "custom_mask must have shape [B or 1, H or 1, N, N] = [", seqs.count, ", ", heads,
+              ", ", n, ", ", n, "], got ", cm.sizes());
+  p.custom = cm.to(compute).contiguous();
+  p.custom_stride_b = cm.size(0) == 1 ? 0 : p.custom.stride(0);
+  p.custom_stride_h = cm.size(1) == 1 ? 0 : p.custom.stride(1);
+  p.max_len = n;
+  return p;
+}
+
+PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const Sequences& seqs,
+                                int64_t heads, at::ScalarType compute) {
+  check_cpu(bias, name);
+  const int64_t n = seqs.max_len;
+  TORCH_CHECK(bias.dim() <= 4, name, " must be broadcastable to [B, H, N, N], got shape ",
+              bias.sizes());
+  std::vector<int64_t> shape(4 - bias.dim(), 1);
+  shape.insert(shape.end(), bias.sizes().begin(), bias.sizes().end());
+  const std::vector<int64_t> full{seqs.count, heads, n, n};
+  for (int d = 0; d < 4; ++d) {
+    TORCH_CHECK(shape[d] == 1 || shape[d] == full[d], name, " of shape ", bias.sizes(),
+                " is not broadcastable to [B, H, N, N] = ", at::IntArrayRef(full));
+  }
+  const int64_t bb = shape[0], hb = shape[1];
+  PreparedBias p;
+  p.kind = BiasKind::kDense;
+  p.dense = bias.reshape(shape).expand({bb, hb, n, n}).to(compute).contiguous();
+  p.dense_stride_b = bb == 1 ? 0 : n * n * hb;
+  p.dense_stride_h = hb == 1 ? 0 : n * n;
+  p.max_len = n;
+  return p;
+}
+
+PreparedBias prepare_relative_bias(const at::Tensor& ts, const std::optional<at::Tensor>& ts_w,
+                                   const std::optional<at::Tensor>& pos_w, bool query_time_shift,
+                                   double bucket_divisor, const PreparedSequences& ps, int64_t rows,
+                                   at::ScalarType compute) {
+  const Sequences& seqs = ps.view;
+  const int64_t n = seqs.max_len;
+  check_cpu(ts, "timestamps");
+  PreparedBias p;
+  p.kind = BiasKind::kRelative;
+  if (ts_w.has_value()) {
+    check_dim(*ts_w, 1, "ts_w");
+    TORCH_CHECK(ts_w->numel() >= 1, "ts_w must have num_buckets + 1 >= 1 entries");
+    TORCH_CHECK_VALUE(bucket_divisor > 0, "bucket_divisor must be > 0, got ", bucket_divisor);
+    p.ts_w = ts_w->to(compute).contiguous();
+    const int64_t num_buckets = ts_w->numel() - 1;
+    p.buckets = std::make_shared<TimeBucketTable>(
+        [&](double x) { return log_time_bucket(x, bucket_divisor, num_buckets); });
+  }
+  if (pos_w.has_value()) {
+    check_dim(*pos_w, 1, "pos_w");
+    TORCH_CHECK(pos_w->numel() == 2 * n - 1, "pos_w must have 2 * max_seq_len - 1 = ", 2 * n - 1,
+                " entries, got ", pos_w->numel());
+    p.pos_w = pos_w->to(compute).contiguous();
+  }
+  // Per-row key times; timestamps are [rows] aligned with q or [B, >= max length].
+  if (ts.dim() == 1) {
+    TORCH_CHECK(ts.numel() == rows, "1-D timestamps must have one entry per row of q (", rows,
+                "), got ", ts.numel());
+    p.key_time = ts.to(at::kDouble).contiguous();
+  } else {
+    TORCH_CHECK(ts.dim() == 2 && ts.size(0) == seqs.count,
+                "timestamps must be [L] or [B, N] with B = ", seqs.count, ", got shape ",
+                ts.sizes());
+    const at::Tensor dense_ts = ts.to(at::kDouble).contiguous();
+    p.key_time = at::zeros({rows}, dense_ts.options());
+    double* out = p.key_time.mutable_data_ptr<double>();
+    for (int64_t b = 0; b < seqs.count; ++b) {
+      TORCH_CHECK(seqs.length[b] <= ts.size(1), "timestamps has ", ts.size(1),
+                  " columns but sequence ", b, " has length ", seqs.length[b]);
+      std::copy_n(dense_ts.const_data_ptr<double>() + b * ts.size(1), seqs.length[b],
+                  out + seqs.row_begin[b]);
+    }
+  }
+  // Query times: the next item's time (HSTU / FuXi-alpha), the last position its own.
+  p.query_time = p.key_time.clone();
+  if (query_time_shift) {
+    double* tq = p.query_time.mutable_data_ptr<double>();
+    const double* t = p.key_time.const_data_ptr<double>();
+    for (int64_t b = 0; b < seqs.count; ++b) {
+      for (int64_t i = 0; i + 1 < seqs.length[b]; ++i) {
+        tq[seqs.row_begin[b] + i] = t[seqs.row_begin[b] + i + 1];
+      }
+    }
+  }
+  p.max_len = n;
+  return p;
+}
+
+// Splits sequences into chunks of query blocks so that a few long sequences still give every
+// thread about two items (each chunk adds an fp32 copy of dK and dV).
+int64_t choose_chunks(const Sequences& seqs) {
+  const int64_t wanted = 2 * at::get_num_threads();
+  return std::max<int64_t>(1, (wanted + seqs.count - 1) / std::max<int64_t>(1, seqs.count));
+}
+
+}  // namespace recops::attention

@@ -1,0 +1,113 @@
+// Validation and preparation of the inputs shared by the HSTU-family adapters (HSTU, FuXi-alpha):
+// sequence layout, q/k/v, mask and bias sources, converted to the kernels' compute type.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+
+#include "recops/attention/kernels/hstu_attention.h"
+#include "recops/attention/ops.h"
+#include "recops/common/dispatch.h"
+
+namespace recops::attention {
+
+// Sequence b occupies rows [row_begin[b], row_begin[b] + length[b]) of q, k, v and the output.
+struct PreparedSequences {
+  at::Tensor row_begin, length;  // int64 [B]
+  kernels::Sequences view;
+};
+
+PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
+                                    const std::optional<at::Tensor>& seq_lengths,
+                                    int64_t max_seq_len);
+
+// q, k [L, H, Dqk] and v [L, H, Dv] of one floating dtype.
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// float64 inputs compute in float64; every other floating dtype computes in fp32.
+inline at::ScalarType compute_dtype(const at::Tensor& q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Calls fn(TypeTag<T>{}) with the compute type T of q.
+template <typename Fn>
+decltype(auto) dispatch_compute_type(const at::Tensor& q, Fn&& fn) {
+  if (compute_dtype(q) == at::kDouble) return fn(TypeTag<double>{});
+  return fn(TypeTag<float>{});
+}
+
+struct PreparedMask {
+  kernels::MaskKind kind = kernels::MaskKind::kCausal;
+  int64_t contextual_len = 0, target_group_size = 1, max_attn_len = 0;
+  at::Tensor num_targets, custom;  // int64 [B]; compute-type [Bm, Hm, N, N]
+  int64_t custom_stride_b = 0, custom_stride_h = 0, max_len = 0;
+
+  template <typename T>
+  kernels::MaskSource<T> source() const {
+    kernels::MaskSource<T> m;
+    m.kind = kind;
+    m.contextual_len = contextual_len;
+    m.target_group_size = target_group_size;
+    m.max_attn_len = max_attn_len;
+    m.num_targets = num_targets.defined() ? num_targets.const_data_ptr<int64_t>() : nullptr;
+    if (custom.defined()) {
+      m.custom = custom.const_data_ptr<T>();
+      m.custom_stride_b = custom_stride_b;
+      m.custom_stride_h = custom_stride_h;
+      m.custom_stride_row = max_len;
+    }
+    return m;
+  }
+};
+
+PreparedMask prepare_mask(const HstuOptions& options, const kernels::Sequences& seqs, int64_t heads,
+                          at::ScalarType compute);
+
+// A bias source: dense [Bb, Hb, N, N] or relative (time and/or position tables).
+struct PreparedBias {
+  kernels::BiasKind kind = kernels::BiasKind::kNone;
+  at::Tensor dense;  // compute type, [Bb, Hb, N, N]
+  int64_t dense_stride_b = 0, dense_stride_h = 0, max_len = 0;
+  at::Tensor key_time, query_time, ts_w, pos_w;  // ts_w / pos_w undefined when unused
+  std::shared_ptr<kernels::TimeBucketTable> buckets;
+
+  template <typename T>
+  kernels::BiasSource<T> source() const {
+    kernels::BiasSource<T> s;
+    s.kind = kind;
+    if (dense.defined()) {
+      s.dense = dense.const_data_ptr<T>();
+      s.dense_stride_b = dense_stride_b;
+      s.dense_stride_h = dense_stride_h;
+      s.dense_stride_row = max_len;
+    }
+    if (kind == kernels::BiasKind::kRelative) {
+      s.key_time = key_time.const_data_ptr<double>();
+      s.query_time = query_time.const_data_ptr<double>();
+      s.ts_w = ts_w.defined() ? ts_w.const_data_ptr<T>() : nullptr;
+      s.pos_w = pos_w.defined() ? pos_w.const_data_ptr<T>() : nullptr;
+      s.buckets = buckets.get();
+    }
+    return s;
+  }
+};
+
+// A dense bias broadcastable to [B, H, N, N] (`name` appears in error messages).
+PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name,
+                                const kernels::Sequences& seqs, int64_t heads,
+                                at::ScalarType compute);
+
+// The relative bias of OPS.md section 3 from timestamps ([L] aligned with q, or [B, >= N]);
+// either table may be absent (FuXi-alpha's time and position channels use one each).
+PreparedBias prepare_relative_bias(const at::Tensor& timestamps,
+                                   const std::optional<at::Tensor>& ts_w,
+                                   const std::optional<at::Tensor>& pos_w, bool query_time_shift,
+                                   double bucket_divisor, const PreparedSequences& seqs,
+                                   int64_t rows, at::ScalarType compute);
+
+// Query-block chunks per sequence so that a few long sequences still keep every thread busy.
+int64_t choose_chunks(const kernels::Sequences& seqs);
+
+}  // namespace recops::attention
