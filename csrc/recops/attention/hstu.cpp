@@ -101,9 +101,11 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
         dq.mutable_data_ptr<T>(), dk.mutable_data_ptr<T>(), dv.mutable_data_ptr<T>(), rows, {}};
     at::Tensor d_dense, d_ts, d_pos;  // per-thread partial sums
     if (bias.kind == BiasKind::kDense) {
-      d_dense = at::zeros({threads, bias.dense.numel()}, opts);
+      // With a batch dim, each gradient row has one writer: no per-thread copies.
+      const bool one_copy = bias.dense_stride_b != 0;
+      d_dense = at::zeros({one_copy ? 1 : threads, bias.dense.numel()}, opts);
       grads.bias.dense = d_dense.mutable_data_ptr<T>();
-      grads.bias.dense_thread_stride = bias.dense.numel();
+      grads.bias.dense_thread_stride = one_copy ? 0 : bias.dense.numel();
     } else if (bias.kind == BiasKind::kRelative) {
       d_ts = at::zeros({threads, bias.ts_w.numel()}, opts.dtype(at::kDouble));
       d_pos = at::zeros({threads, bias.pos_w.numel()}, opts.dtype(at::kDouble));

@@ -62,8 +62,7 @@ struct StructuredMask {
     add(window_begin, same_id_begin);
     if (!causal) {
       const int64_t after_same_id = first_with_id_at_least(di + 1);
-      const int64_t window_end =
-          windowed ? first_with_id_at_least(di + max_attn_len + 1) : length;
+      const int64_t window_end = windowed ? first_with_id_at_least(di + max_attn_len + 1) : length;
       add(after_same_id, window_end);
     }
     add(i, i + 1);

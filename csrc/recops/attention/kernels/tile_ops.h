@@ -11,7 +11,8 @@ namespace recops::attention::kernels {
 
 // HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
 template <typename T>
-RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask, int64_t n,
+                                              T alpha, T scale) {
   if (bias == nullptr) {
     for (int64_t j = 0; j < n; ++j) {
       const T x = alpha * s[j];
@@ -29,7 +30,8 @@ RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask
 //   x = alpha * s + bias, a = silu(x) * scale * mask, dx = dp * scale * mask * silu'(x).
 // Overwrites s with a and dp with dx.
 template <typename T>
-RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask,
+                                                   int64_t n, T alpha, T scale) {
   for (int64_t j = 0; j < n; ++j) {
     const T x = alpha * s[j] + (bias == nullptr ? T(0) : bias[j]);
     const T sig = fast_sigmoid(x);
@@ -50,8 +52,8 @@ void silu_scores(float* s, const float* bias, const float* mask, int64_t n, floa
 void silu_score_grads(float* s, float* dp, const float* bias, const float* mask, int64_t n,
                       float alpha, float scale);
 
-inline void silu_scores(double* s, const double* bias, const double* mask, int64_t n,
-                        double alpha, double scale) {
+inline void silu_scores(double* s, const double* bias, const double* mask, int64_t n, double alpha,
+                        double scale) {
   silu_scores_generic(s, bias, mask, n, alpha, scale);
 }
 inline void silu_score_grads(double* s, double* dp, const double* bias, const double* mask,

@@ -21,8 +21,8 @@ class TimeBucketTable {
 
   // bucket_of(x) must be non-decreasing in x for x >= 1.
   template <typename BucketFn>
-  explicit TimeBucketTable(BucketFn&& bucket_of) : base_(kOctaves * kCellsPerOctave),
-                                                    split_(kOctaves * kCellsPerOctave) {
+  explicit TimeBucketTable(BucketFn&& bucket_of)
+      : base_(kOctaves * kCellsPerOctave), split_(kOctaves * kCellsPerOctave) {
     for (int cell = 0; cell < kOctaves * kCellsPerOctave; ++cell) {
       const double lo = cell_start(cell);
       const double hi = cell_start(cell + 1);  // exclusive
@@ -50,8 +50,8 @@ class TimeBucketTable {
     const double x = abs_dt < 1.0 ? 1.0 : abs_dt;
     const uint64_t x_bits = bits(x);
     int64_t octave = static_cast<int64_t>(x_bits >> 52) - 1023;
-    int64_t cell = (octave << kCellBits) | static_cast<int64_t>((x_bits >> (52 - kCellBits)) &
-                                                                (kCellsPerOctave - 1));
+    int64_t cell = (octave << kCellBits) |
+                   static_cast<int64_t>((x_bits >> (52 - kCellBits)) & (kCellsPerOctave - 1));
     if (octave >= kOctaves) cell = kOctaves * kCellsPerOctave - 1;
     return base_[cell] + (x >= split_[cell] ? 1 : 0);
   }
