@@ -1,7 +1,9 @@
 #include "recops/attention/attention_inputs.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/sub.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -154,15 +156,16 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const 
   return p;
 }
 
-PreparedBias prepare_relative_bias(const at::Tensor& ts, const std::optional<at::Tensor>& ts_w,
+PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
+                                   const std::optional<at::Tensor>& ts_w,
                                    const std::optional<at::Tensor>& pos_w, bool query_time_shift,
                                    double bucket_divisor, const PreparedSequences& ps, int64_t rows,
                                    at::ScalarType compute) {
   const Sequences& seqs = ps.view;
   const int64_t n = seqs.max_len;
-  check_cpu(ts, "timestamps");
   PreparedBias p;
   p.kind = BiasKind::kRelative;
+  p.max_len = n;
   if (ts_w.has_value()) {
     check_dim(*ts_w, 1, "ts_w");
     TORCH_CHECK(ts_w->numel() >= 1, "ts_w must have num_buckets + 1 >= 1 entries");
@@ -178,6 +181,10 @@ PreparedBias prepare_relative_bias(const at::Tensor& ts, const std::optional<at:
                 " entries, got ", pos_w->numel());
     p.pos_w = pos_w->to(compute).contiguous();
   }
+  if (!ts_w.has_value()) return p;
+  TORCH_CHECK(timestamps.has_value(), "ts_w needs timestamps");
+  const at::Tensor& ts = *timestamps;
+  check_cpu(ts, "timestamps");
   // Per-row key times; timestamps are [rows] aligned with q or [B, >= max length].
   if (ts.dim() == 1) {
     TORCH_CHECK(ts.numel() == rows, "1-D timestamps must have one entry per row of q (", rows,
@@ -208,8 +215,45 @@ PreparedBias prepare_relative_bias(const at::Tensor& ts, const std::optional<at:
       }
     }
   }
-  p.max_len = n;
   return p;
+}
+
+BiasGradBuffers allocate_bias_grads(const PreparedBias& bias, at::ScalarType compute) {
+  BiasGradBuffers b;
+  const int64_t threads = at::get_num_threads();
+  const auto options = at::TensorOptions().dtype(compute);
+  if (bias.kind == BiasKind::kDense) {
+    const bool one_copy = bias.dense_stride_b != 0;
+    b.dense = at::zeros({one_copy ? 1 : threads, bias.dense.numel()}, options);
+  } else if (bias.kind == BiasKind::kRelative) {
+    const auto f64 = options.dtype(at::kDouble);
+    if (bias.ts_w.defined()) b.ts_w = at::zeros({threads, bias.ts_w.numel()}, f64);
+    if (bias.pos_w.defined()) b.pos_w = at::zeros({threads, bias.pos_w.numel()}, f64);
+  }
+  return b;
+}
+
+at::Tensor reduce_dense_bias_grad(const BiasGradBuffers& buffers, const PreparedBias& bias,
+                                  const at::Tensor& original) {
+  const at::Tensor summed = buffers.dense.sum(0).view(bias.dense.sizes());
+  return at::sum_to(summed, original.sizes()).to(original.scalar_type());
+}
+
+at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) {
+  return buffer.sum(0).to(table.scalar_type());
+}
+
+QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks) {
+  const int64_t rows = q.size(0), heads = q.size(1);
+  dq = at::zeros({rows, heads, q.size(2)}, q.options());
+  dk = at::zeros({chunks, rows, heads, q.size(2)}, q.options());
+  dv = at::zeros({chunks, rows, heads, v.size(2)}, q.options());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::Tensor& q,
+                                                                      const at::Tensor& k,
+                                                                      const at::Tensor& v) const {
+  return {dq.to(q.scalar_type()), dk.sum(0).to(k.scalar_type()), dv.sum(0).to(v.scalar_type())};
 }
 
 // Splits sequences into chunks of query blocks so that a few long sequences still give every

@@ -84,8 +84,8 @@ struct PreparedBias {
       s.dense_stride_row = max_len;
     }
     if (kind == kernels::BiasKind::kRelative) {
-      s.key_time = key_time.const_data_ptr<double>();
-      s.query_time = query_time.const_data_ptr<double>();
+      s.key_time = key_time.defined() ? key_time.const_data_ptr<double>() : nullptr;
+      s.query_time = query_time.defined() ? query_time.const_data_ptr<double>() : nullptr;
       s.ts_w = ts_w.defined() ? ts_w.const_data_ptr<T>() : nullptr;
       s.pos_w = pos_w.defined() ? pos_w.const_data_ptr<T>() : nullptr;
       s.buckets = buckets.get();
@@ -100,12 +100,77 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name,
                                 at::ScalarType compute);
 
 // The relative bias of OPS.md section 3 from timestamps ([L] aligned with q, or [B, >= N]);
-// either table may be absent (FuXi-alpha's time and position channels use one each).
-PreparedBias prepare_relative_bias(const at::Tensor& timestamps,
+// either table may be absent (FuXi-alpha's time and position channels use one each), and
+// timestamps are needed only with ts_w.
+PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
                                    const std::optional<at::Tensor>& ts_w,
                                    const std::optional<at::Tensor>& pos_w, bool query_time_shift,
                                    double bucket_divisor, const PreparedSequences& seqs,
                                    int64_t rows, at::ScalarType compute);
+
+// Gradient buffers of one bias source: per-thread partial sums (or one shared copy for a dense
+// bias with a batch dim, whose gradient rows each have one writer), reduced afterwards.
+struct BiasGradBuffers {
+  at::Tensor dense, ts_w, pos_w;  // [copies, numel]; ts_w / pos_w in float64
+
+  template <typename T>
+  kernels::BiasGrads<T> sinks() const {
+    kernels::BiasGrads<T> g;
+    if (dense.defined()) {
+      g.dense = dense.mutable_data_ptr<T>();
+      g.dense_thread_stride = dense.size(0) == 1 ? 0 : dense.size(1);
+    }
+    if (ts_w.defined()) {
+      g.ts_w = ts_w.mutable_data_ptr<double>();
+      g.ts_thread_stride = ts_w.size(1);
+    }
+    if (pos_w.defined()) {
+      g.pos_w = pos_w.mutable_data_ptr<double>();
+      g.pos_thread_stride = pos_w.size(1);
+    }
+    return g;
+  }
+};
+
+BiasGradBuffers allocate_bias_grads(const PreparedBias& bias, at::ScalarType compute);
+
+// The summed gradient of a dense bias in the shape and dtype of `original`.
+at::Tensor reduce_dense_bias_grad(const BiasGradBuffers& buffers, const PreparedBias& bias,
+                                  const at::Tensor& original);
+
+// The summed gradient of a table (ts_w / pos_w buffer) in the dtype of `table`.
+at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table);
+
+// q, k, v converted to the compute type T, contiguous.
+template <typename T>
+struct ComputeInputs {
+  at::Tensor q, k, v;
+  ComputeInputs(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in)
+      : q(q_in.to(c10::CppTypeToScalarType<T>::value).contiguous()),
+        k(k_in.to(c10::CppTypeToScalarType<T>::value).contiguous()),
+        v(v_in.to(c10::CppTypeToScalarType<T>::value).contiguous()) {}
+  kernels::HstuTensors<T> view() const {
+    return {q.const_data_ptr<T>(), k.const_data_ptr<T>(), v.const_data_ptr<T>()};
+  }
+  kernels::HstuShape<T> shape(const HstuOptions& o) const {
+    return {q.size(1), q.size(2), v.size(2), static_cast<T>(o.alpha), static_cast<T>(o.silu_scale)};
+  }
+};
+
+// dQ, and dK / dV as per-chunk partials, in the compute type.
+struct QkvGradBuffers {
+  at::Tensor dq, dk, dv;
+  QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks);
+  template <typename T>
+  void bind(T** dq_out, T** dk_out, T** dv_out) const {
+    *dq_out = dq.mutable_data_ptr<T>();
+    *dk_out = dk.mutable_data_ptr<T>();
+    *dv_out = dv.mutable_data_ptr<T>();
+  }
+  // (dq, dk, dv) summed over chunks, in the dtypes of q, k, v.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> reduce(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v) const;
+};
 
 // Query-block chunks per sequence so that a few long sequences still keep every thread busy.
 int64_t choose_chunks(const kernels::Sequences& seqs);

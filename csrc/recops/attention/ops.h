@@ -33,4 +33,22 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
                     const at::Tensor& v, const at::Tensor& seq_offsets,
                     const std::optional<at::Tensor>& seq_lengths, const HstuOptions& options);
 
+// FuXi-alpha: HSTU's options (attn_bias unused) plus the two bias channels and the layout.
+struct FuxiOptions {
+  HstuOptions base;
+  std::optional<at::Tensor> ts_bias, pos_bias;  // dense [B, N, N] / [1, N, N]
+  bool reference_layout;  // per head [position, time, semantic] instead of channel-major
+};
+
+at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& seq_offsets,
+                                   const std::optional<at::Tensor>& seq_lengths,
+                                   const FuxiOptions& options);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
+           std::optional<at::Tensor>, std::optional<at::Tensor>>
+hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const at::Tensor& seq_offsets,
+                         const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
+
 }  // namespace recops::attention
