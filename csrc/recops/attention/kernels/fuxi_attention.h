@@ -62,8 +62,7 @@ void build_fuxi_tiles(const MaskSource<T>& mask, const BiasSource<T>& time,
 template <typename T>
 void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
                   const MaskSource<T>& mask, const BiasSource<T>& time,
-                  const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout,
-                  T* out) {
+                  const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const std::vector<WorkItem> items = make_work_items(seqs, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
@@ -73,29 +72,29 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
         return TileArena<T>(kFuxiForwardTiles, seqs.max_len, with_buckets, slot);
       },
       [&](TileArena<T>& t, int64_t index) {
-        for_each_block(seqs, mask, items[index], chunks, [&](const Block& blk,
-                                                             const StructuredMask& sm) {
-          const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-          const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-          for (int64_t h = 0; h < H; ++h) {
-            build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
-            const T* v = in.v + (key0 * H + h) * dv;
-            T* s = t.tile(kFuxiScores);
-            gemm(false, true, blk.rows, blk.keys, dqk, T(1), in.q + (row0 * H + h) * dqk,
-                 H * dqk, in.k + (key0 * H + h) * dqk, H * dqk, T(0), s, blk.keys);
-            silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                        blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-            const std::pair<FuxiChannel, const T*> weights[3] = {
-                {FuxiChannel::kSemantic, s},
-                {FuxiChannel::kTime, t.tile(kFuxiTime)},
-                {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
-            for (const auto& [channel, a] : weights) {
-              if (!layout.has(channel)) continue;
-              gemm(false, false, blk.rows, dv, blk.keys, T(1), a, blk.keys, v, H * dv, T(0),
-                   out + layout.at(row0, h, channel), layout.row_stride);
-            }
-          }
-        });
+        for_each_block(
+            seqs, mask, items[index], chunks, [&](const Block& blk, const StructuredMask& sm) {
+              const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+              const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
+              for (int64_t h = 0; h < H; ++h) {
+                build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
+                const T* v = in.v + (key0 * H + h) * dv;
+                T* s = t.tile(kFuxiScores);
+                gemm(false, true, blk.rows, blk.keys, dqk, T(1), in.q + (row0 * H + h) * dqk,
+                     H * dqk, in.k + (key0 * H + h) * dqk, H * dqk, T(0), s, blk.keys);
+                silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                            blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+                const std::pair<FuxiChannel, const T*> weights[3] = {
+                    {FuxiChannel::kSemantic, s},
+                    {FuxiChannel::kTime, t.tile(kFuxiTime)},
+                    {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
+                for (const auto& [channel, a] : weights) {
+                  if (!layout.has(channel)) continue;
+                  gemm(false, false, blk.rows, dv, blk.keys, T(1), a, blk.keys, v, H * dv, T(0),
+                       out + layout.at(row0, h, channel), layout.row_stride);
+                }
+              }
+            });
       });
 }
 
@@ -145,19 +144,19 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
             const T* go = grad_out + layout.at(row0, h, FuxiChannel::kSemantic);
             gemm(false, true, blk.rows, blk.keys, dqk, T(1), q, H * dqk, k, H * dqk, T(0), s,
                  blk.keys);
-            gemm(false, true, blk.rows, blk.keys, dv, T(1), go, layout.row_stride, v, H * dv,
-                 T(0), ds, blk.keys);
+            gemm(false, true, blk.rows, blk.keys, dv, T(1), go, layout.row_stride, v, H * dv, T(0),
+                 ds, blk.keys);
             silu_score_grads(s, ds, static_cast<const T*>(nullptr), t.tile(kFuxiMask), tile,
                              shape.alpha, shape.silu_scale);
-            gemm(false, false, blk.rows, dqk, blk.keys, shape.alpha, ds, blk.keys, k, H * dqk,
-                 T(0), grads.dq + (row0 * H + h) * dqk, H * dqk);
+            gemm(false, false, blk.rows, dqk, blk.keys, shape.alpha, ds, blk.keys, k, H * dqk, T(0),
+                 grads.dq + (row0 * H + h) * dqk, H * dqk);
             gemm(true, false, blk.keys, dqk, blk.rows, shape.alpha, ds, blk.keys, q, H * dqk, T(1),
                  dk + (key0 * H + h) * dqk, H * dqk);
             gemm(true, false, blk.keys, dv, blk.rows, T(1), s, blk.keys, go, layout.row_stride,
                  T(1), dvp + (key0 * H + h) * dv, H * dv);
             // Bias channels: dV += (M * bias)^T dO_c; dbias += M * (dO_c V^T) (s as scratch).
-            const std::pair<FuxiChannel, int> weights[2] = {{FuxiChannel::kTime, kFuxiTime},
-                                                            {FuxiChannel::kPosition, kFuxiPosition}};
+            const std::pair<FuxiChannel, int> weights[2] = {
+                {FuxiChannel::kTime, kFuxiTime}, {FuxiChannel::kPosition, kFuxiPosition}};
             for (int c = 0; c < 2; ++c) {
               const FuxiChannel channel = weights[c].first;
               if (!layout.has(channel)) continue;

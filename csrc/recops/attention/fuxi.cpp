@@ -1,0 +1,145 @@
+#include <ATen/ops/zeros.h>
+
+#include "recops/attention/attention_inputs.h"
+#include "recops/attention/kernels/fuxi_attention.h"
+#include "recops/attention/ops.h"
+#include "recops/common/checks.h"
+
+namespace recops::attention {
+namespace {
+
+using namespace kernels;
+
+// The time and position channels' sources: dense ts_bias [B, N, N] / pos_bias [1, N, N], or the
+// fused tables; an absent source drops its channel.
+struct FuxiBiases {
+  PreparedBias time, position;
+};
+
+PreparedBias prepare_channel_bias(const std::optional<at::Tensor>& dense, const char* dense_name,
+                                  const char* table_name, const std::optional<at::Tensor>& table,
+                                  bool is_time, const FuxiOptions& o, const PreparedSequences& seqs,
+                                  int64_t rows, at::ScalarType compute) {
+  TORCH_CHECK(!(dense.has_value() && table.has_value()), "pass either ", dense_name, " or ",
+              table_name, ", not both");
+  if (dense.has_value()) {
+    TORCH_CHECK(dense->dim() == 3, dense_name, " must be 3-D [B or 1, N, N], got shape ",
+                dense->sizes());
+    return prepare_dense_bias(dense->unsqueeze(1), dense_name, seqs.view, 1, compute);
+  }
+  if (!table.has_value()) return PreparedBias{};
+  const HstuOptions& b = o.base;
+  return is_time ? prepare_relative_bias(b.timestamps, table, std::nullopt, b.query_time_shift,
+                                         b.bucket_divisor, seqs, rows, compute)
+                 : prepare_relative_bias(std::nullopt, std::nullopt, table, b.query_time_shift,
+                                         b.bucket_divisor, seqs, rows, compute);
+}
+
+FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& seqs, int64_t rows,
+                               at::ScalarType compute) {
+  TORCH_CHECK(!o.base.attn_bias.has_value(),
+              "FuXi-alpha attention takes ts_bias / pos_bias or "
+              "ts_w / pos_w, not attn_bias");
+  return {
+      prepare_channel_bias(o.ts_bias, "ts_bias", "ts_w", o.base.ts_w, true, o, seqs, rows, compute),
+      prepare_channel_bias(o.pos_bias, "pos_bias", "pos_w", o.base.pos_w, false, o, seqs, rows,
+                           compute)};
+}
+
+// Channel-major [semantic | time | position] (each H * Dv), or per head [position, time,
+// semantic] (the FuXi-alpha reference); absent channels take no space.
+FuxiLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, bool reference) {
+  const bool present[3] = {true, biases.time.kind != BiasKind::kNone,
+                           biases.position.kind != BiasKind::kNone};
+  const int64_t channels = present[0] + present[1] + present[2];
+  FuxiLayout layout;
+  layout.row_stride = channels * heads * dv;
+  layout.head_stride = reference ? channels * dv : dv;
+  const int order[3] = {2, 1, 0};  // reference order: position, time, semantic
+  int64_t slot = 0;
+  for (int k = 0; k < 3; ++k) {
+    const int c = reference ? order[k] : k;
+    layout.channel_offset[c] = present[c] ? (reference ? slot * dv : slot * heads * dv) : -1;
+    slot += present[c];
+  }
+  return layout;
+}
+
+}  // namespace
+
+at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& seq_offsets,
+                                   const std::optional<at::Tensor>& seq_lengths,
+                                   const FuxiOptions& options) {
+  check_qkv(q, k, v);
+  const int64_t rows = q.size(0), heads = q.size(1);
+  const PreparedSequences seqs =
+      prepare_sequences(rows, seq_offsets, seq_lengths, options.base.max_seq_len);
+  const PreparedMask mask = prepare_mask(options.base, seqs.view, heads, compute_dtype(q));
+  const FuxiBiases biases = prepare_fuxi_biases(options, seqs, rows, compute_dtype(q));
+  const FuxiLayout layout = make_layout(biases, heads, v.size(2), options.reference_layout);
+  return dispatch_compute_type(q, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const ComputeInputs<T> in(q, k, v);
+    at::Tensor out = at::zeros({rows, layout.row_stride}, in.q.options());
+    fuxi_forward(seqs.view, in.shape(options.base), in.view(), mask.source<T>(),
+                 biases.time.source<T>(), biases.position.source<T>(), choose_chunks(seqs.view),
+                 layout, out.mutable_data_ptr<T>());
+    return out.to(q.scalar_type());
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
+           std::optional<at::Tensor>, std::optional<at::Tensor>>
+hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v, const at::Tensor& seq_offsets,
+                         const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options) {
+  check_qkv(q, k, v);
+  check_cpu(grad_output, "grad_output");
+  const int64_t rows = q.size(0), heads = q.size(1);
+  const PreparedSequences seqs =
+      prepare_sequences(rows, seq_offsets, seq_lengths, options.base.max_seq_len);
+  const PreparedMask mask = prepare_mask(options.base, seqs.view, heads, compute_dtype(q));
+  const FuxiBiases biases = prepare_fuxi_biases(options, seqs, rows, compute_dtype(q));
+  const FuxiLayout layout = make_layout(biases, heads, v.size(2), options.reference_layout);
+  TORCH_CHECK(grad_output.dim() == 2 && grad_output.size(0) == rows &&
+                  grad_output.size(1) == layout.row_stride,
+              "grad_output must have the output's shape [L, channels * H * Dv] = [", rows, ", ",
+              layout.row_stride, "], got ", grad_output.sizes());
+  const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, compute_dtype(q));
+  const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, compute_dtype(q));
+  return dispatch_compute_type(q, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const ComputeInputs<T> in(q, k, v);
+    const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
+    const int64_t chunks = choose_chunks(seqs.view);
+    const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
+    FuxiGrads<T> grads;
+    grads.rows = rows;
+    qkv_grads.bind(&grads.dq, &grads.dk, &grads.dv);
+    grads.time = time_grads.sinks<T>();
+    grads.position = position_grads.sinks<T>();
+    fuxi_backward(seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
+                  mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(), chunks,
+                  layout, grads);
+
+    auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
+    std::optional<at::Tensor> d_ts_bias, d_pos_bias, d_ts_w, d_pos_w;
+    if (options.ts_bias.has_value()) {
+      d_ts_bias =
+          reduce_dense_bias_grad(time_grads, biases.time, options.ts_bias->unsqueeze(1)).squeeze(1);
+    } else if (options.base.ts_w.has_value()) {
+      d_ts_w = reduce_table_grad(time_grads.ts_w, *options.base.ts_w);
+    }
+    if (options.pos_bias.has_value()) {
+      d_pos_bias =
+          reduce_dense_bias_grad(position_grads, biases.position, options.pos_bias->unsqueeze(1))
+              .squeeze(1);
+    } else if (options.base.pos_w.has_value()) {
+      d_pos_w = reduce_table_grad(position_grads.pos_w, *options.base.pos_w);
+    }
+    return std::make_tuple(dq, dk, dv, d_ts_bias, d_pos_bias, d_ts_w, d_pos_w);
+  });
+}
+
+}  // namespace recops::attention
