@@ -19,5 +19,16 @@ fbgemm_bindings = _fbgemm.bind()
 
 ops = torch.ops.recops
 
-__all__ = ["attention", "fbgemm_bindings", "hstu_attention", "fuxi", "fuxi_attention", "fbgemm_loaded", "jagged", "library_path", "ops", "sparse"]
+__all__ = [
+    "attention",
+    "fbgemm_bindings",
+    "fbgemm_loaded",
+    "fuxi",
+    "fuxi_attention",
+    "hstu_attention",
+    "jagged",
+    "library_path",
+    "ops",
+    "sparse",
+]
 __version__ = "0.1.0"

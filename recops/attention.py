@@ -1,4 +1,5 @@
-"""HSTU attention: Python entry point, fake kernels and autograd (kernels: csrc/recops/attention)."""
+"""HSTU attention: Python entry point, fake kernels and autograd
+(kernels: csrc/recops/attention/kernels/hstu_attention.h)."""
 
 from __future__ import annotations
 

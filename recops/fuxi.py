@@ -15,7 +15,9 @@ _TS_BIAS, _POS_BIAS, _TS_W, _POS_W = 14, 15, 17, 18
 
 
 def _channels(ts_bias, pos_bias, ts_w, pos_w):
-    return 1 + (ts_bias is not None or ts_w is not None) + (pos_bias is not None or pos_w is not None)
+    return (
+        1 + (ts_bias is not None or ts_w is not None) + (pos_bias is not None or pos_w is not None)
+    )
 
 
 @register_fake("recops::hstu_dense_forward_fuxi")

@@ -45,9 +45,7 @@ def reference(q, k, v, offsets, n, timestamps=None, ts_w=None, pos_w=None):
 
 
 def fused(q, k, v, offsets, n, timestamps=None, ts_w=None, pos_w=None):
-    return recops.hstu_attention(
-        q, k, v, offsets, n, timestamps=timestamps, ts_w=ts_w, pos_w=pos_w
-    )
+    return recops.hstu_attention(q, k, v, offsets, n, timestamps=timestamps, ts_w=ts_w, pos_w=pos_w)
 
 
 def _inputs(batch, n, dtype, with_bias, requires_grad):
@@ -96,11 +94,11 @@ def run(limits):
                 for impl, fn in (("reference", reference), ("recops", fused)):
                     compare = ["reference"] if impl == "recops" else []
 
-                    def forward(fn=fn):
+                    def forward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
                         with torch.no_grad():
                             return fn(*qkv, offsets, n, **extra)
 
-                    def forward_backward(fn=fn):
+                    def forward_backward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
                         out = fn(*qkv, offsets, n, **extra)
                         grads = torch.autograd.grad(out, _leaves(qkv, extra), torch.ones_like(out))
                         return grads

@@ -1,0 +1,98 @@
+"""FuXi-alpha attention (issue 5): recops' fused three-channel kernel vs the reference
+formulation of the FuXi-alpha code (three materialised [B, H, N, N] weight tensors and einsums),
+both with the fused relative time/position tables, in the input dtype, autograd for backward."""
+
+import torch
+from harness import Row, median_time
+from memory import peak_extra_bytes
+
+import recops
+from suites.hstu import HEAD_DIM, HEADS, NUM_BUCKETS, SHAPES, _inputs, _leaves
+
+
+def _time_and_position_bias(ts, lengths, ts_w, pos_w, n):
+    tq = torch.cat([ts[:, 1:], ts[:, -1:]], dim=1)
+    last = (lengths - 1).clamp(min=0).unsqueeze(1)
+    tq = tq.scatter(1, last, ts.gather(1, last))
+    dt = (tq[:, :, None] - ts[:, None, :]).abs().clamp(min=1)
+    buckets = (torch.log(dt.float()) / 0.301).long().clamp(0, NUM_BUCKETS)
+    pos = torch.arange(n)
+    return ts_w[buckets], pos_w[n - 1 + pos[None, :] - pos[:, None]]
+
+
+def reference(q, k, v, offsets, n, timestamps, ts_w, pos_w):
+    batch = offsets.numel() - 1
+    qp, kp, vp = (
+        torch.ops.fbgemm.jagged_to_padded_dense(t.flatten(1), [offsets], [n]).view(
+            batch, n, HEADS, -1
+        )
+        for t in (q, k, v)
+    )
+    lengths = offsets[1:] - offsets[:-1]
+    valid = torch.arange(n)[None, :] < lengths[:, None]
+    mask = (torch.tril(torch.ones(n, n, dtype=torch.bool))[None] & valid[:, None, :]).unsqueeze(1)
+    mask = mask.to(q.dtype)
+    ts_bias, pos_bias = _time_and_position_bias(timestamps, lengths, ts_w, pos_w, n)
+    semantic = torch.nn.functional.silu(torch.einsum("bnhd,bmhd->bhnm", qp, kp)) / n * mask
+    time = ts_bias.unsqueeze(1) * mask
+    position = pos_bias.unsqueeze(0).unsqueeze(0) * mask
+    out = torch.cat(
+        [
+            torch.einsum("bhnm,bmhd->bnhd", w.expand_as(semantic), vp)
+            for w in (semantic, time, position)
+        ],
+        dim=-1,
+    )  # per head [semantic, time, position] channels, flattened below
+    return torch.ops.fbgemm.dense_to_jagged(out.flatten(2), [offsets])[0]
+
+
+def fused(q, k, v, offsets, n, timestamps, ts_w, pos_w):
+    out = recops.fuxi_attention(
+        q, k, v, offsets, n, timestamps=timestamps, ts_w=ts_w, pos_w=pos_w
+    )  # channel-major [semantic | time | position]
+    rows = out.shape[0]
+    return out.view(rows, 3, HEADS, HEAD_DIM).transpose(1, 2).reshape(rows, -1)
+
+
+def run(limits):
+    torch.manual_seed(0)
+    rows = []
+    for batch, n in SHAPES:
+        for dtype in (torch.float32, torch.bfloat16):
+            qkv, offsets, lengths, extra = _inputs(batch, n, dtype, True, True)
+            # Semantic FLOPs as HSTU's, plus the two bias channels' products with V.
+            fwd_flops = 2 * HEADS * 4 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
+            case = f"B={batch} N={n} {str(dtype).split('.')[-1]} +rel-bias"
+            with torch.no_grad():
+                ref_out = reference(*qkv, offsets, n, **extra).float()
+                got_out = fused(*qkv, offsets, n, **extra).float()
+            tol = 1e-4 if dtype == torch.float32 else 3e-2
+            scale = ref_out.abs().max().item() + 1e-6
+            assert (got_out - ref_out).abs().max().item() <= tol * scale, case
+            for impl, fn in (("reference", reference), ("recops", fused)):
+                compare = ["reference"] if impl == "recops" else []
+
+                def forward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
+                    with torch.no_grad():
+                        return fn(*qkv, offsets, n, **extra)
+
+                def forward_backward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
+                    out = fn(*qkv, offsets, n, **extra)
+                    return torch.autograd.grad(out, _leaves(qkv, extra), torch.ones_like(out))
+
+                for phase, call, flops in (
+                    ("fwd", forward, fwd_flops),
+                    ("fwd+bwd", forward_backward, 3 * fwd_flops),
+                ):
+                    rows.append(
+                        Row(
+                            suite="fuxi",
+                            case=f"{case} {phase}",
+                            impl=impl,
+                            seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
+                            flops=flops,
+                            peak_bytes=peak_extra_bytes(call),
+                            extra={"compare_to": compare},
+                        )
+                    )
+    return rows

@@ -1,0 +1,299 @@
+"""FuXi-alpha attention (OPS.md section 5) against a float64 reference of the three einsums."""
+
+import pytest
+import torch
+from hstu_reference import hstu_mask, relative_bias, time_buckets
+from torch.library import opcheck
+
+import recops
+
+HEADS, DIM = 2, 8
+
+
+def fuxi_reference(
+    q,
+    k,
+    v,
+    offsets,
+    n_max,
+    *,
+    ts_bias=None,
+    pos_bias=None,
+    alpha=1.0,
+    mask="causal",
+    num_targets=None,
+    contextual_seq_len=0,
+    max_attn_len=0,
+    reference_layout=False,
+):
+    """Per sequence: the semantic, time and position channels as materialised einsums."""
+    scale = 1.0 / n_max
+    heads, dv = q.shape[1], v.shape[2]
+    rows = []
+    for b in range(offsets.numel() - 1):
+        start, n = int(offsets[b]), int(offsets[b + 1] - offsets[b])
+        qb, kb, vb = q[start : start + n], k[start : start + n], v[start : start + n]
+        if isinstance(mask, torch.Tensor):
+            m = mask.expand(offsets.numel() - 1, heads, n_max, n_max)[b, :, :n, :n].to(q.dtype)
+        else:
+            t = 0 if num_targets is None else int(num_targets[b])
+            m = hstu_mask(n, contextual_seq_len, t, 1, max_attn_len, causal=mask == "causal")
+            m = m.to(q.dtype).expand(heads, n, n)
+        a = torch.nn.functional.silu(alpha * torch.einsum("ihd,jhd->hij", qb, kb)) * scale * m
+        channels = {"semantic": torch.einsum("hij,jhd->ihd", a, vb)}
+        if ts_bias is not None:
+            channels["time"] = torch.einsum("hij,jhd->ihd", m * ts_bias[b, :n, :n], vb)
+        if pos_bias is not None:
+            channels["position"] = torch.einsum("hij,jhd->ihd", m * pos_bias[0, :n, :n], vb)
+        order = (
+            ["position", "time", "semantic"]
+            if reference_layout
+            else ["semantic", "time", "position"]
+        )
+        present = [channels[c] for c in order if c in channels]
+        width = len(present) * heads * dv
+        if reference_layout:
+            rows.append(torch.stack(present, 2).reshape(n, width))
+        else:
+            rows.append(torch.cat([c.reshape(n, heads * dv) for c in present], 1))
+    return torch.cat(rows, 0) if rows else q.new_zeros(0, heads * dv)
+
+
+def _jagged(lengths, dtype=torch.float64, heads=HEADS, dqk=DIM, dv=DIM):
+    lengths = torch.tensor(lengths)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    total = int(offsets[-1])
+    q, k = (torch.randn(total, heads, dqk, dtype=dtype) for _ in range(2))
+    v = torch.randn(total, heads, dv, dtype=dtype)
+    return q, k, v, offsets
+
+
+def _dense_biases(batch, n, dtype=torch.float64):
+    return torch.randn(batch, n, n, dtype=dtype), torch.randn(1, n, n, dtype=dtype)
+
+
+@pytest.mark.parametrize("channels", ["semantic", "time", "position", "all"])
+@pytest.mark.parametrize("reference_layout", [False, True])
+@pytest.mark.parametrize(
+    "mask_options",
+    [
+        {},
+        {"num_targets": [1, 0, 3, 2]},
+        {"contextual_seq_len": 2, "max_attn_len": 9},
+        {"mask": "none"},
+    ],
+)
+def test_matches_reference_with_dense_biases(channels, reference_layout, mask_options):
+    n = 140  # several 64-row query blocks
+    lengths = [5, 0, 140, 71]
+    q, k, v, offsets = _jagged(lengths)
+    ts_bias, pos_bias = _dense_biases(len(lengths), n)
+    kwargs = dict(mask_options)
+    if "num_targets" in kwargs:
+        kwargs["num_targets"] = torch.tensor(kwargs["num_targets"])
+    if channels in ("time", "all"):
+        kwargs["ts_bias"] = ts_bias
+    if channels in ("position", "all"):
+        kwargs["pos_bias"] = pos_bias
+    leaves = [q, k, v] + [kwargs[b] for b in ("ts_bias", "pos_bias") if b in kwargs]
+    for t in leaves:
+        t.requires_grad_()
+    ref = fuxi_reference(q, k, v, offsets, n, reference_layout=reference_layout, **kwargs)
+    got = recops.fuxi_attention(q, k, v, offsets, n, reference_layout=reference_layout, **kwargs)
+    torch.testing.assert_close(got, ref)
+    grad = torch.randn_like(ref)
+    expected = torch.autograd.grad(ref, leaves, grad)
+    actual = torch.autograd.grad(got, leaves, grad)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e)
+
+
+def _fused_reference_biases(timestamps, offsets, ts_w, pos_w, n, query_time_shift):
+    batch = offsets.numel() - 1
+    ts_bias = torch.zeros(batch, n, n, dtype=ts_w.dtype)
+    for b in range(batch):
+        start, length = int(offsets[b]), int(offsets[b + 1] - offsets[b])
+        if length == 0:
+            continue
+        ts = timestamps[start : start + length]
+        tq = torch.cat([ts[1:], ts[-1:]]) if query_time_shift else ts
+        ts_bias[b, :length, :length] = ts_w[time_buckets(tq, ts, 0.301, ts_w.numel() - 1)]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return ts_bias, pos_w[n - 1 + j - i].unsqueeze(0)
+
+
+@pytest.mark.parametrize("query_time_shift", [True, False])
+def test_fused_tables_match_dense_biases(query_time_shift):
+    n = 130
+    lengths = [1, 130, 64, 0, 17]
+    q, k, v, offsets = _jagged(lengths)
+    timestamps = torch.randint(0, 10**7, (int(offsets[-1]),))
+    timestamps[3:6] = timestamps[3]  # dt = 0
+    ts_w = torch.randn(129, dtype=torch.float64, requires_grad=True)
+    pos_w = torch.randn(2 * n - 1, dtype=torch.float64, requires_grad=True)
+    ts_bias, pos_bias = _fused_reference_biases(
+        timestamps, offsets, ts_w, pos_w, n, query_time_shift
+    )
+    ref = fuxi_reference(q, k, v, offsets, n, ts_bias=ts_bias, pos_bias=pos_bias)
+    got = recops.fuxi_attention(
+        q,
+        k,
+        v,
+        offsets,
+        n,
+        timestamps=timestamps,
+        ts_w=ts_w,
+        pos_w=pos_w,
+        query_time_shift=query_time_shift,
+    )
+    torch.testing.assert_close(got, ref)
+    grad = torch.randn_like(ref)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, [ts_w, pos_w], grad), torch.autograd.grad(ref, [ts_w, pos_w], grad)
+    )
+
+
+def test_relative_bias_helper_is_consistent():
+    # The HSTU reference's relative_bias is ts bias + pos bias; FuXi keeps them apart.
+    ts = torch.randint(0, 1000, (9,))
+    ts_w, pos_w = torch.randn(129, dtype=torch.float64), torch.randn(17, dtype=torch.float64)
+    offsets = torch.tensor([0, 9])
+    ts_bias, pos_bias = _fused_reference_biases(ts, offsets, ts_w, pos_w, 9, True)
+    torch.testing.assert_close(ts_bias[0] + pos_bias[0], relative_bias(ts, ts_w, pos_w, 9))
+
+
+@pytest.mark.parametrize(
+    "dtype,tol", [(torch.float32, 2e-4), (torch.bfloat16, 3e-2), (torch.float16, 5e-3)]
+)
+def test_low_precision_dtypes(dtype, tol):
+    n = 100
+    q, k, v, offsets = _jagged([100, 37], dtype=torch.float64, dqk=16, dv=24)
+    ts_bias, pos_bias = _dense_biases(2, n)
+    ref = fuxi_reference(q, k, v, offsets, n, ts_bias=ts_bias, pos_bias=pos_bias)
+    got = recops.fuxi_attention(
+        *(t.to(dtype) for t in (q, k, v)),
+        offsets,
+        n,
+        ts_bias=ts_bias.to(dtype),
+        pos_bias=pos_bias.to(dtype),
+    )
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), ref, atol=tol * ref.abs().max().item(), rtol=tol)
+
+
+def test_dense_layout_with_lengths_and_custom_mask():
+    batch, n = 3, 20
+    q, k, v = (torch.randn(batch, n, HEADS, DIM, dtype=torch.float64) for _ in range(3))
+    lengths = torch.tensor([20, 7, 0])
+    custom = torch.rand(batch, 1, n, n) > 0.3
+    ts_bias, pos_bias = _dense_biases(batch, n)
+    got = recops.fuxi_attention(
+        q, k, v, lengths=lengths, mask=custom, ts_bias=ts_bias, pos_bias=pos_bias
+    )
+    assert got.shape == (batch, n, 3 * HEADS * DIM)
+    for b in range(batch):
+        length = int(lengths[b])
+        offsets = torch.tensor([0, length])
+        ref = fuxi_reference(
+            q[b, :length],
+            k[b, :length],
+            v[b, :length],
+            offsets,
+            n,
+            ts_bias=ts_bias[b : b + 1],
+            pos_bias=pos_bias,
+            mask=custom[b : b + 1],
+        )
+        torch.testing.assert_close(got[b, :length], ref)
+        assert not got[b, length:].any()
+
+
+def test_gradcheck_float64():
+    q, k, v, offsets = _jagged([3, 0, 4], heads=2, dqk=3, dv=2)
+    ts_bias, pos_bias = _dense_biases(3, 4)
+    leaves = [t.requires_grad_() for t in (q, k, v, ts_bias, pos_bias)]
+
+    def fn(q, k, v, ts_bias, pos_bias):
+        return recops.fuxi_attention(
+            q,
+            k,
+            v,
+            offsets,
+            4,
+            ts_bias=ts_bias,
+            pos_bias=pos_bias,
+            reference_layout=True,
+            alpha=0.7,
+        )
+
+    assert torch.autograd.gradcheck(fn, leaves)
+    timestamps = torch.randint(0, 10**5, (7,))
+    ts_w = torch.randn(129, dtype=torch.float64, requires_grad=True)
+    pos_w = torch.randn(7, dtype=torch.float64, requires_grad=True)
+
+    def fused(q, k, v, ts_w, pos_w):
+        return recops.fuxi_attention(
+            q, k, v, offsets, 4, timestamps=timestamps, ts_w=ts_w, pos_w=pos_w
+        )
+
+    assert torch.autograd.gradcheck(fused, [q, k, v, ts_w, pos_w])
+
+
+def test_opcheck():
+    q, k, v, offsets = _jagged([5, 3], dtype=torch.float32)
+    ts_bias, pos_bias = _dense_biases(2, 6, torch.float32)
+    for t in (q, k, v, ts_bias):
+        t.requires_grad_()
+    args = (
+        q,
+        k,
+        v,
+        offsets,
+        None,
+        6,
+        1.0,
+        1 / 6,
+        "causal",
+        0,
+        None,
+        1,
+        0,
+        None,
+        ts_bias,
+        pos_bias,
+        None,
+        None,
+        None,
+        True,
+        0.301,
+        False,
+    )
+    opcheck(torch.ops.recops.hstu_dense_forward_fuxi.default, args)
+
+
+def test_compile_fullgraph():
+    q, k, v, offsets = _jagged([5, 9], dtype=torch.float32)
+    ts_bias, pos_bias = _dense_biases(2, 9, torch.float32)
+
+    def fn(q, k, v):
+        return recops.fuxi_attention(q, k, v, offsets, 9, ts_bias=ts_bias, pos_bias=pos_bias)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"ts_bias": torch.zeros(2, 6, 5)}, "ts_bias"),
+        ({"pos_bias": torch.zeros(6, 6)}, "pos_bias must be 3-D"),
+        ({"pos_bias": torch.zeros(1, 6, 6), "pos_w": torch.zeros(11)}, "either pos_bias or pos_w"),
+        ({"ts_w": torch.zeros(129)}, "ts_w needs timestamps"),
+        ({"pos_w": torch.zeros(10)}, "pos_w must have 2 \\* max_seq_len - 1"),
+        ({"mask": "diagonal"}, "mask_type"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    q, k, v, offsets = _jagged([5, 1], dtype=torch.float32)
+    with pytest.raises((RuntimeError, ValueError), match=match):
+        recops.fuxi_attention(q, k, v, offsets, 6, **kwargs)
