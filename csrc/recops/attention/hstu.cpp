@@ -1,10 +1,10 @@
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/sum.h>
 #include <ATen/ops/sub.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ExpandUtils.h>
 
 #include <cmath>
 #include <memory>
@@ -54,11 +54,13 @@ PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
   }
   const int64_t* begin = p.row_begin.const_data_ptr<int64_t>();
   const int64_t* length = p.length.const_data_ptr<int64_t>();
+  const char* length_source = seq_lengths.has_value() ? "seq_lengths" : "seq_offsets";
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(length[b] <= max_seq_len, "sequence ", b, " has length ", length[b],
-                " > max_seq_len = ", max_seq_len);
-    TORCH_CHECK(begin[b] + length[b] <= rows, "sequence ", b, " ends at row ",
-                begin[b] + length[b], " past the ", rows, " rows of q");
+    TORCH_CHECK(length[b] <= max_seq_len, "sequence ", b, " has length ", length[b], " (from ",
+                length_source, ") > max_seq_len = ", max_seq_len);
+    TORCH_CHECK(begin[b] + length[b] <= rows, "sequence ", b, " (seq_offsets[", b,
+                "] + seq_lengths[", b, "]) ends at row ", begin[b] + length[b], " past the ", rows,
+                " rows of q");
   }
   p.view = Sequences{batch, begin, length, max_seq_len};
   return p;
@@ -162,8 +164,9 @@ PreparedBias<T> prepare_bias(const HstuOptions& o, const PreparedSequences& ps, 
   const Sequences& seqs = ps.view;
   const int64_t n = seqs.max_len;
   const bool fused = o.timestamps.has_value() || o.ts_w.has_value() || o.pos_w.has_value();
-  TORCH_CHECK(!(fused && o.attn_bias.has_value()),
-              "pass either attn_bias or the fused relative bias (timestamps, ts_w, pos_w), not both");
+  TORCH_CHECK(
+      !(fused && o.attn_bias.has_value()),
+      "pass either attn_bias or the fused relative bias (timestamps, ts_w, pos_w), not both");
   if (o.attn_bias.has_value()) {
     const at::Tensor& bias = *o.attn_bias;
     check_cpu(bias, "attn_bias");
@@ -301,8 +304,8 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
   });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>,
-           std::optional<at::Tensor>, std::optional<at::Tensor>>
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
+           std::optional<at::Tensor>>
 hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, const at::Tensor& seq_offsets,
                     const std::optional<at::Tensor>& seq_lengths, const HstuOptions& options) {
@@ -310,8 +313,8 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   check_cpu(grad_output, "grad_output");
   TORCH_CHECK(grad_output.dim() == 3 && grad_output.size(0) == q.size(0) &&
                   grad_output.size(1) == q.size(1) && grad_output.size(2) == v.size(2),
-              "grad_output must have the output's shape [L, H, Dv] = [", q.size(0), ", ",
-              q.size(1), ", ", v.size(2), "], got ", grad_output.sizes());
+              "grad_output must have the output's shape [L, H, Dv] = [", q.size(0), ", ", q.size(1),
+              ", ", v.size(2), "], got ", grad_output.sizes());
   const int64_t rows = q.size(0), heads = q.size(1);
   const PreparedSequences seqs =
       prepare_sequences(rows, seq_offsets, seq_lengths, options.max_seq_len);
@@ -327,8 +330,8 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
     at::Tensor dq = at::zeros({rows, heads, q.size(2)}, opts);
     at::Tensor dk = at::zeros({chunks, rows, heads, q.size(2)}, opts);
     at::Tensor dv = at::zeros({chunks, rows, heads, v.size(2)}, opts);
-    HstuGrads<T> grads{dq.mutable_data_ptr<T>(), dk.mutable_data_ptr<T>(),
-                       dv.mutable_data_ptr<T>(), rows, {}};
+    HstuGrads<T> grads{
+        dq.mutable_data_ptr<T>(), dk.mutable_data_ptr<T>(), dv.mutable_data_ptr<T>(), rows, {}};
     at::Tensor d_dense, d_ts, d_pos;  // per-thread partial sums
     if (bias.source.kind == BiasKind::kDense) {
       d_dense = at::zeros({threads, bias.dense.numel()}, opts);
@@ -342,8 +345,8 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
       grads.bias.pos_w = d_pos.mutable_data_ptr<double>();
       grads.bias.pos_thread_stride = bias.pos_w.numel();
     }
-    hstu_backward(seqs.view, make_shape<T>(q, v, options), in.view(),
-                  grad_out.const_data_ptr<T>(), mask.source, bias.source, chunks, grads);
+    hstu_backward(seqs.view, make_shape<T>(q, v, options), in.view(), grad_out.const_data_ptr<T>(),
+                  mask.source, bias.source, chunks, grads);
 
     std::optional<at::Tensor> grad_bias, grad_ts_w, grad_pos_w;
     if (d_dense.defined()) {
