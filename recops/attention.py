@@ -20,15 +20,18 @@ def _hstu_forward_fake(q, k, v, seq_offsets, seq_lengths, *options):
 
 
 @register_fake("recops::hstu_dense_backward")
-def _hstu_backward_fake(grad_output, q, k, v, seq_offsets, seq_lengths, *options):
-    attn_bias, ts_w, pos_w = (options[i - 6] for i in (_ATTN_BIAS, _TS_W, _POS_W))
+def _hstu_backward_fake(grad_output, *forward_args):
+    # hstu_dense_backward takes grad_output followed by hstu_dense_forward's arguments.
+    q, k, v = forward_args[:3]
+    attn_bias, ts_w, pos_w = (forward_args[i] for i in (_ATTN_BIAS, _TS_W, _POS_W))
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
         torch.empty_like(v, memory_format=torch.contiguous_format),
-        None if attn_bias is None else torch.empty_like(attn_bias),
-        None if ts_w is None else torch.empty_like(ts_w),
-        None if pos_w is None else torch.empty_like(pos_w),
+        *(
+            None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
+            for t in (attn_bias, ts_w, pos_w)
+        ),
     )
 
 
@@ -87,6 +90,12 @@ def hstu_attention(
     dense_layout = q.dim() == 4
     if dense_layout:
         batch, n = q.shape[0], q.shape[1]
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 4 or t.shape[:3] != q.shape[:3]:
+                raise ValueError(
+                    f"{name} must be [B, N, H, D] with q's B, N, H = {tuple(q.shape[:3])} in the "
+                    f"dense layout, got shape {tuple(t.shape)}"
+                )
         max_seq_len = n if max_seq_len is None else max_seq_len
         seq_offsets = torch.arange(batch + 1, dtype=torch.int64) * n
         q, k, v = (t.reshape(batch * n, *t.shape[2:]) for t in (q, k, v))

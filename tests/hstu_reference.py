@@ -4,8 +4,9 @@ kernels: pad each sequence, build the [H, n, n] scores and the mask element by e
 import torch
 
 
-def hstu_mask(n, contextual_seq_len=0, num_targets=0, target_group_size=1, max_attn_len=0,
-              causal=True):
+def hstu_mask(
+    n, contextual_seq_len=0, num_targets=0, target_group_size=1, max_attn_len=0, causal=True
+):
     c, t, g, w = contextual_seq_len, num_targets, target_group_size, max_attn_len
     p = torch.arange(n)
     ids = (p - c + 1).clamp(min=0) if c > 0 else p
@@ -40,10 +41,28 @@ def relative_bias(ts, ts_w, pos_w, max_seq_len, query_time_shift=True, divisor=0
     return ts_w[buckets] + pos_w[max_seq_len - 1 + j - i]
 
 
-def hstu_reference(q, k, v, seq_offsets, max_seq_len, *, lengths=None, alpha=1.0,
-                   silu_scale=None, mask="causal", contextual_seq_len=0, num_targets=None,
-                   target_group_size=1, max_attn_len=0, attn_bias=None, timestamps=None,
-                   ts_w=None, pos_w=None, query_time_shift=True, bucket_divisor=0.301):
+def hstu_reference(
+    q,
+    k,
+    v,
+    seq_offsets,
+    max_seq_len,
+    *,
+    lengths=None,
+    alpha=1.0,
+    silu_scale=None,
+    mask="causal",
+    contextual_seq_len=0,
+    num_targets=None,
+    target_group_size=1,
+    max_attn_len=0,
+    attn_bias=None,
+    timestamps=None,
+    ts_w=None,
+    pos_w=None,
+    query_time_shift=True,
+    bucket_divisor=0.301,
+):
     """q, k [L, H, Dqk], v [L, H, Dv] jagged; returns [L, H, Dv] (rows outside sequences 0)."""
     if silu_scale is None:
         silu_scale = 1.0 / max(max_seq_len, 1)
@@ -65,8 +84,9 @@ def hstu_reference(q, k, v, seq_offsets, max_seq_len, *, lengths=None, alpha=1.0
             m = m[b, :, :n, :n].to(s.dtype)
         else:
             t = 0 if num_targets is None else int(num_targets[b])
-            m = hstu_mask(n, contextual_seq_len, t, target_group_size, max_attn_len,
-                          causal=mask == "causal").to(s.dtype)
+            m = hstu_mask(
+                n, contextual_seq_len, t, target_group_size, max_attn_len, causal=mask == "causal"
+            ).to(s.dtype)
         a = torch.nn.functional.silu(s) * silu_scale * m
         outs.append((start, n, torch.einsum("hij,jhd->ihd", a, vb)))
     for start, n, o in outs:

@@ -28,7 +28,9 @@ from recops import _fbgemm
 print(json.dumps({
     "fbgemm_loaded": recops.fbgemm_loaded,
     "bindings": recops.fbgemm_bindings,
-    "schemas": {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in _fbgemm.FBGEMM_SCHEMAS},
+    "schemas": {
+        n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in _fbgemm.FBGEMM_SCHEMAS
+    },
 }))
 """
 

@@ -57,11 +57,13 @@ PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
   }
   const int64_t* begin = p.row_begin.const_data_ptr<int64_t>();
   const int64_t* length = p.length.const_data_ptr<int64_t>();
+  const char* length_source = seq_lengths.has_value() ? "seq_lengths" : "seq_offsets";
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(length[b] <= max_seq_len, "sequence ", b, " has length ", length[b],
-                " > max_seq_len = ", max_seq_len);
-    TORCH_CHECK(begin[b] + length[b] <= rows, "sequence ", b, " ends at row ", begin[b] + length[b],
-                " past the ", rows, " rows of q");
+    TORCH_CHECK(length[b] <= max_seq_len, "sequence ", b, " has length ", length[b], " (from ",
+                length_source, ") > max_seq_len = ", max_seq_len);
+    TORCH_CHECK(begin[b] + length[b] <= rows, "sequence ", b, " (seq_offsets[", b,
+                "] + seq_lengths[", b, "]) ends at row ", begin[b] + length[b], " past the ", rows,
+                " rows of q");
   }
   p.view = Sequences{batch, begin, length, max_seq_len};
   return p;
