@@ -11,11 +11,19 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import jagged, sparse  # noqa: E402  (registers fake kernels and autograd)
+from recops import gather, jagged, sparse  # noqa: E402  (registers fake kernels and autograd)
 
 fbgemm_bindings = _fbgemm.bind()
 
 ops = torch.ops.recops
 
-__all__ = ["fbgemm_bindings", "fbgemm_loaded", "jagged", "library_path", "ops", "sparse"]
+__all__ = [
+    "fbgemm_bindings",
+    "fbgemm_loaded",
+    "gather",
+    "jagged",
+    "library_path",
+    "ops",
+    "sparse",
+]
 __version__ = "0.1.0"
