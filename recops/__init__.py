@@ -11,13 +11,16 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import gather, jagged, sparse  # noqa: E402  (registers fake kernels and autograd)
+from recops import attention, gather, jagged, sparse  # noqa: E402  (fake kernels, autograd)
+from recops.attention import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
 
 ops = torch.ops.recops
 
 __all__ = [
+    "RelativeBucketedTimeAndPositionBasedBias",
+    "attention",
     "fbgemm_bindings",
     "fbgemm_loaded",
     "gather",
