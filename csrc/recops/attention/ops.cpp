@@ -32,7 +32,9 @@ at::Tensor relative_attn_bias_time(const at::Tensor& timestamps, const at::Tenso
                                    const std::optional<at::Tensor>& seq_offsets,
                                    std::optional<c10::SymInt> max_seq_len, double bucket_divisor,
                                    bool query_time_shift) {
-  const int64_t num_buckets = ts_w.sym_size(-1).guard_int(__FILE__, __LINE__) - 1;
+  // (A malformed ts_w is reported by the forward op.)
+  const int64_t num_buckets =
+      ts_w.dim() >= 1 ? ts_w.sym_size(-1).guard_int(__FILE__, __LINE__) - 1 : 0;
   return std::get<0>(time_forward(timestamps, ts_w, pos_w, seq_offsets, std::move(max_seq_len),
                                   bucket_divisor, query_time_shift,
                                   compact_bucket_type(num_buckets)));

@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <vector>
 
 #include "recops/attention/kernels/relative_bias.h"
@@ -18,6 +17,10 @@ using kernels::BiasShape;
 using kernels::Lengths;
 using kernels::LogBucketizer;
 
+bool is_timestamp_type(at::ScalarType dtype) {
+  return dtype == at::kInt || dtype == at::kLong || dtype == at::kFloat || dtype == at::kDouble;
+}
+
 // Calls fn(TypeTag<ts_t>{}) for a timestamp dtype: int32, int64, float or double.
 template <typename Fn>
 decltype(auto) dispatch_timestamp_type(at::ScalarType dtype, Fn&& fn) {
@@ -31,7 +34,7 @@ decltype(auto) dispatch_timestamp_type(at::ScalarType dtype, Fn&& fn) {
     case at::kDouble:
       return fn(TypeTag<double>{});
     default:
-      TORCH_CHECK(false, "timestamps must be int32, int64, float or double, got ", dtype);
+      TORCH_CHECK(false, "unsupported timestamp dtype ", dtype);
   }
 }
 
@@ -108,7 +111,8 @@ CheckedSequences check_timestamps(const at::Tensor& timestamps,
                                   const std::optional<at::Tensor>& seq_offsets,
                                   std::optional<int64_t> max_seq_len) {
   check_cpu(timestamps, "timestamps");
-  dispatch_timestamp_type(timestamps.scalar_type(), [](auto) {});
+  TORCH_CHECK(is_timestamp_type(timestamps.scalar_type()),
+              "timestamps must be int32, int64, float or double, got ", timestamps.scalar_type());
   CheckedSequences seqs;
   seqs.timestamps = timestamps.contiguous();
   if (!seq_offsets.has_value()) {
