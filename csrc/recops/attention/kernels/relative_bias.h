@@ -120,7 +120,8 @@ class SequenceBuckets {
 
   void bucket_span(ts_t query, int64_t c0, int64_t c1, bin_t* dst) const {
     const ts_t* ts = ts_;
-    for (int64_t c = c0; c < c1; ++c) dst[c - c0] = bucketizer_(time_delta_magnitude(query, ts[c]));
+    const LogBucketizer::View bucket = bucketizer_.view();
+    for (int64_t c = c0; c < c1; ++c) dst[c - c0] = bucket(time_delta_magnitude(query, ts[c]));
   }
 
   template <typename Fn>

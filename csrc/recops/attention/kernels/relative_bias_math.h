@@ -88,17 +88,33 @@ class LogBucketizer {
     }
   }
 
-  int32_t operator()(double magnitude) const {
-    // Clamped into [1, saturation] without branches (a NaN magnitude becomes 1).
-    double m = magnitude > 1.0 ? magnitude : 1.0;
-    m = m < saturation_ ? m : saturation_;
-    int32_t b = cell_bucket_[cell_of(m)];
-    b += m >= thresholds_[b + 1];
-    if (several_per_cell_) {
-      while (m >= thresholds_[b + 1]) ++b;
+  // The evaluation state by value, for hot loops: held in registers, it need not be reloaded
+  // after every store (a uint8 bucket store may alias anything in memory).
+  struct View {
+    const int32_t* cell_bucket;
+    const double* thresholds;
+    double saturation;
+    int cell_shift;
+    bool several_per_cell;
+
+    int32_t operator()(double magnitude) const {
+      // Clamped into [1, saturation] without branches (a NaN magnitude becomes 1).
+      double m = magnitude > 1.0 ? magnitude : 1.0;
+      m = m < saturation ? m : saturation;
+      int32_t b = cell_bucket[(bits(m) - kOneBits) >> cell_shift];
+      b += m >= thresholds[b + 1];
+      if (several_per_cell) {
+        while (m >= thresholds[b + 1]) ++b;
+      }
+      return b;
     }
-    return b;
+  };
+
+  View view() const {
+    return {cell_bucket_.data(), thresholds_.data(), saturation_, cell_shift_, several_per_cell_};
   }
+
+  int32_t operator()(double magnitude) const { return view()(magnitude); }
 
  private:
   static constexpr int kMantissaBits = 52;
