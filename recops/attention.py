@@ -177,10 +177,10 @@ class RelativeBucketedTimeAndPositionBasedBias(torch.nn.Module):
 
     def forward(self, all_timestamps):
         n = all_timestamps.shape[1]
-        torch._check(
-            n <= self._max_seq_len,
-            lambda: f"all_timestamps has {n} positions, more than max_seq_len {self._max_seq_len}",
-        )
+        if n > self._max_seq_len:
+            raise ValueError(
+                f"all_timestamps has {n} positions, more than max_seq_len {self._max_seq_len}"
+            )
         pos_w = self._pos_w[self._max_seq_len - n : self._max_seq_len + n - 1]
         if self.fused:
             return ops.relative_attn_bias_time(

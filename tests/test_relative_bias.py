@@ -560,6 +560,6 @@ def test_module_shorter_sequences():
     expected = reference_bias(list(ts), 20, module._ts_w.detach(), pos)
     torch.testing.assert_close(out.double(), expected)
     with pytest.raises(
-        RuntimeError, match=r"all_timestamps has 33 positions, more than max_seq_len 32"
+        ValueError, match=r"all_timestamps has 33 positions, more than max_seq_len 32"
     ):
         module(random_timestamps(1, 33))
