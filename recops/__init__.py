@@ -11,24 +11,28 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import attention, fuxi, jagged, sparse  # noqa: E402  (fake kernels, autograd)
-from recops.attention import hstu_attention  # noqa: E402
+from recops import fuxi, gather, hstu, jagged, relative_bias, sparse  # noqa: E402  (fakes, autograd)
 from recops.fuxi import fuxi_attention  # noqa: E402
+from recops.hstu import hstu_attention  # noqa: E402
+from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
 
 ops = torch.ops.recops
 
 __all__ = [
-    "attention",
+    "RelativeBucketedTimeAndPositionBasedBias",
     "fbgemm_bindings",
     "fbgemm_loaded",
     "fuxi",
     "fuxi_attention",
+    "gather",
+    "hstu",
     "hstu_attention",
     "jagged",
     "library_path",
     "ops",
+    "relative_bias",
     "sparse",
 ]
 __version__ = "0.1.0"

@@ -30,7 +30,7 @@ def hstu_mask(
 
 def time_buckets(tq, ts, divisor=0.301, num_buckets=128):
     dt = (tq[:, None] - ts[None, :]).abs().clamp(min=1)
-    return (torch.log(dt.float()) / divisor).long().clamp(0, num_buckets)
+    return (torch.log(dt.double()) / divisor).long().clamp(0, num_buckets)
 
 
 def relative_bias(ts, ts_w, pos_w, max_seq_len, query_time_shift=True, divisor=0.301):

@@ -20,7 +20,7 @@ def _relative_bias(ts, lengths, ts_w, pos_w, n):
     last = (lengths - 1).clamp(min=0).unsqueeze(1)
     tq = tq.scatter(1, last, ts.gather(1, last))
     dt = (tq[:, :, None] - ts[:, None, :]).abs().clamp(min=1)
-    buckets = (torch.log(dt.float()) / 0.301).long().clamp(0, NUM_BUCKETS)
+    buckets = (torch.log(dt.double()) / 0.301).long().clamp(0, NUM_BUCKETS)
     pos = torch.arange(n)
     return ts_w[buckets] + pos_w[n - 1 + pos[None, :] - pos[:, None]]
 

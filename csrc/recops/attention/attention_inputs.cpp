@@ -16,18 +16,6 @@ namespace recops::attention {
 
 using namespace kernels;
 
-namespace {
-
-// HSTU's log bucketing as generative-recommenders computes it: torch.log on float32 |dt|
-// (clamped to >= 1), divided by the divisor, truncated, clamped to [0, num_buckets].
-int64_t log_time_bucket(double abs_dt, double divisor, int64_t num_buckets) {
-  const float x = static_cast<float>(abs_dt < 1.0 ? 1.0 : abs_dt);
-  const float bucket = std::log(x) / static_cast<float>(divisor);
-  return std::clamp<int64_t>(static_cast<int64_t>(bucket), 0, num_buckets);
-}
-
-}  // namespace
-
 PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
                                     const std::optional<at::Tensor>& seq_lengths,
                                     int64_t max_seq_len) {
@@ -174,8 +162,7 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
     TORCH_CHECK_VALUE(bucket_divisor > 0, "bucket_divisor must be > 0, got ", bucket_divisor);
     p.ts_w = ts_w->to(compute).contiguous();
     const int64_t num_buckets = ts_w->numel() - 1;
-    p.buckets = std::make_shared<TimeBucketTable>(
-        [&](double x) { return log_time_bucket(x, bucket_divisor, num_buckets); });
+    p.buckets = std::make_shared<LogBucketizer>(bucket_divisor, static_cast<int32_t>(num_buckets));
   }
   if (pos_w.has_value()) {
     check_dim(*pos_w, 1, "pos_w");

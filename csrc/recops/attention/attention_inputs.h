@@ -71,7 +71,7 @@ struct PreparedBias {
   at::Tensor dense;  // compute type, [Bb, Hb, N, N]
   int64_t dense_stride_b = 0, dense_stride_h = 0, max_len = 0;
   at::Tensor key_time, query_time, ts_w, pos_w;  // ts_w / pos_w undefined when unused
-  std::shared_ptr<kernels::TimeBucketTable> buckets;
+  std::shared_ptr<kernels::LogBucketizer> buckets;
 
   template <typename T>
   kernels::BiasSource<T> source() const {
@@ -88,7 +88,7 @@ struct PreparedBias {
       s.query_time = query_time.defined() ? query_time.const_data_ptr<double>() : nullptr;
       s.ts_w = ts_w.defined() ? ts_w.const_data_ptr<T>() : nullptr;
       s.pos_w = pos_w.defined() ? pos_w.const_data_ptr<T>() : nullptr;
-      s.buckets = buckets.get();
+      if (buckets) s.buckets = buckets->view();
     }
     return s;
   }

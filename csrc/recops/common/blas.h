@@ -8,8 +8,7 @@
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
-                       const float* b, const int* ldb, const float* beta, float* c,
-                       const int* ldc);
+                       const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
 extern "C" void dgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const double* alpha, const double* a, const int* lda,
                        const double* b, const int* ldb, const double* beta, double* c,
@@ -47,10 +46,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   const char ta = trans_b ? 'T' : 'N';
   const char tb = trans_a ? 'T' : 'N';
   const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);
-  const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda), ildc = static_cast<int>(ldc);
+  const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda),
+            ildc = static_cast<int>(ldc);
   if (k == 0) {
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t col = 0; col < n; ++col) c[r * ldc + col] = beta == T(0) ? T(0) : beta * c[r * ldc + col];
+      for (int64_t col = 0; col < n; ++col)
+        c[r * ldc + col] = beta == T(0) ? T(0) : beta * c[r * ldc + col];
     }
     return;
   }

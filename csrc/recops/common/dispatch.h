@@ -40,4 +40,14 @@ decltype(auto) dispatch_index_type(at::ScalarType dtype, Fn&& fn) {
   return fn(TypeTag<int64_t>{});
 }
 
+// Calls fn(TypeTag<scalar_t>{}) for a floating dtype: float, double, half or bfloat16.
+template <typename Fn>
+decltype(auto) dispatch_floating_type(at::ScalarType dtype, const char* name, Fn&& fn) {
+  TORCH_CHECK(
+      dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
+      name, " must be float, double, half or bfloat16, got ", dtype);
+  return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "recops_floating",
+                                         [&] { return fn(TypeTag<scalar_t>{}); });
+}
+
 }  // namespace recops

@@ -1,5 +1,6 @@
-// Grain-size policy for at::parallel_for: give each task roughly kTargetBytesPerTask of memory
-// traffic so thread start-up is amortised, but never less than one item.
+// Parallel helpers. Grain-size policy for at::parallel_for: give each task roughly
+// kTargetBytesPerTask of memory traffic so thread start-up is amortised, but never less than one
+// item. Fixed chunking for reductions: see num_chunks.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -32,6 +33,24 @@ void parallel_for_dynamic(int64_t num_items, MakeState&& make_state, Work&& work
     for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
       work(state, item);
     }
+  });
+}
+
+// Kernels that reduce (histograms, sums) give each chunk of the input its own partial result and
+// combine the partials afterwards. Chunks are fixed by the input size and thread count only, so
+// the combined result does not depend on scheduling. At most one chunk per thread, each holding
+// at least min_items items (a single chunk when n is small).
+inline int64_t num_chunks(int64_t n, int64_t min_items) {
+  const int64_t by_size = n / std::max<int64_t>(1, min_items);
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), by_size));
+}
+
+// Calls fn(chunk, begin, end) for the `chunks` contiguous, near-equal ranges of [0, n), in
+// parallel.
+template <typename Fn>
+void for_each_chunk(int64_t n, int64_t chunks, const Fn& fn) {
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fn(c, n * c / chunks, n * (c + 1) / chunks);
   });
 }
 

@@ -36,9 +36,13 @@ RECOPS_ALWAYS_INLINE float fast_exp(float x) {
   return p * bits_to_float((exponent + 127) << 23);
 }
 
-RECOPS_ALWAYS_INLINE float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+RECOPS_ALWAYS_INLINE float fast_sigmoid(float x) {
+  return 1.0f / (1.0f + fast_exp(-x));
+}
 
 // double keeps libm's exp: it serves float64 validation, not speed.
-inline double fast_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double fast_sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 }  // namespace recops

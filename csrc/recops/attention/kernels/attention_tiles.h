@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "recops/attention/kernels/hstu_mask.h"
+#include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/attention/kernels/tile_ops.h"
-#include "recops/attention/kernels/time_bucket_table.h"
 #include "recops/common/blas.h"
 
 namespace recops::attention::kernels {
@@ -68,7 +68,7 @@ struct BiasSource {
   const double* query_time = nullptr;
   const T* ts_w = nullptr;
   const T* pos_w = nullptr;
-  const TimeBucketTable* buckets = nullptr;
+  LogBucketizer::View buckets{};
 
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
@@ -180,7 +180,7 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
     const double* key_time = src.key_time + first_row + blk.key0;
     int32_t* buckets = bucket_tile + r * blk.keys;
     for (int64_t j = 0; j < blk.keys; ++j) {
-      buckets[j] = src.buckets->bucket(std::abs(query_time - key_time[j]));
+      buckets[j] = src.buckets(std::abs(query_time - key_time[j]));
       row[j] += src.ts_w[buckets[j]];
     }
   }

@@ -1,5 +1,5 @@
-// Schemas and kernel registrations of the attention family in torch.ops.recops.
-// Fake kernels, autograd and the Python entry points live in recops/attention.py.
+// Schemas and kernel registrations of HSTU and FuXi-alpha attention in torch.ops.recops.
+// Fake kernels, autograd and the Python entry points live in recops/hstu.py and recops/fuxi.py.
 #include <torch/library.h>
 
 #include "recops/attention/ops.h"

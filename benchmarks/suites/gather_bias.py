@@ -1,0 +1,120 @@
+"""Rank-1 gather and the relative attention bias (issue 3) against their PyTorch formulations.
+
+Each case runs with the default thread count and again with one thread (per-core efficiency, and
+a view that other processes competing for the cores disturb less). Every recops result is checked
+against its reference once before timing.
+"""
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from harness import Row, median_time
+
+ops = torch.ops.recops
+SUITE = "gather_bias"
+DIVISOR = 0.301
+NUM_BUCKETS = 128
+
+
+@contextlib.contextmanager
+def _threads(n):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _gather_rows(n, m, threads):
+    x = torch.randn(n)
+    index = torch.randint(0, n, (m,))
+    grad = torch.randn(m)
+    case = f"x={n} index={m} int64, {threads} thr"
+    torch.testing.assert_close(ops.gather_for_rank1(x, index), torch.index_select(x, 0, index))
+    torch.testing.assert_close(
+        ops.index_select_for_rank1_backward(grad, x, index),
+        torch.zeros_like(x).index_add_(0, index, grad),
+        rtol=1e-4,
+        atol=1e-3,
+    )
+    moved = m * (index.element_size() + x.element_size())
+    return [
+        Row(SUITE, f"gather fwd {case}", "torch.index_select",
+            median_time(lambda: torch.index_select(x, 0, index)), bytes_moved=moved),
+        Row(SUITE, f"gather fwd {case}", "recops",
+            median_time(lambda: ops.gather_for_rank1(x, index)), bytes_moved=moved,
+            extra={"compare_to": ["torch.index_select"]}),
+        Row(SUITE, f"gather bwd {case}", "index_add_",
+            median_time(lambda: torch.zeros_like(x).index_add_(0, index, grad)),
+            bytes_moved=moved),
+        Row(SUITE, f"gather bwd {case}", "recops",
+            median_time(lambda: ops.index_select_for_rank1_backward(grad, x, index)),
+            bytes_moved=moved, extra={"compare_to": ["index_add_"]}),
+    ]  # fmt: skip
+
+
+def torch_relative_bias(timestamps, ts_w, pos_w, log_dtype=torch.float32):
+    """HSTU's formulation: bucketise the [B, N, N] deltas with torch ops (next item's timestamp
+    as the query, the last item using its own; the log in float32 like HSTU, or in float64, the
+    precision recops evaluates it in), index_select the time table, and build the position bias
+    by padding, tiling and slicing the position table."""
+    batch, n = timestamps.shape
+    t = F.pad(pos_w[: 2 * n - 1], [0, n]).repeat(n)
+    t = t[..., :-n].reshape(1, n, 3 * n - 2)
+    r = (2 * n - 1) // 2
+    extended = torch.cat([timestamps, timestamps[:, n - 1 : n]], dim=1)
+    deltas = extended[:, 1:].unsqueeze(2) - extended[:, :-1].unsqueeze(1)
+    buckets = (torch.log(deltas.abs().clamp(min=1).to(log_dtype)) / DIVISOR).long()
+    buckets = buckets.clamp(0, NUM_BUCKETS).detach()
+    ts_bias = torch.index_select(ts_w, 0, buckets.view(-1)).view(batch, n, n)
+    return t[:, :, r:-r] + ts_bias
+
+
+def _bias_rows(batch, n, threads):
+    timestamps = torch.randint(0, 10**9, (batch, n)).sort(dim=1).values
+    ts_w = torch.randn(NUM_BUCKETS + 1, requires_grad=True)
+    pos_w = torch.randn(2 * n - 1, requires_grad=True)
+    grad = torch.randn(batch, n, n)
+
+    def recops_bias():
+        return ops.relative_attn_bias_time(timestamps, ts_w, pos_w)
+
+    def reference_bias():
+        return torch_relative_bias(timestamps, ts_w, pos_w)
+
+    expected = torch_relative_bias(timestamps, ts_w, pos_w, torch.float64)
+    expected.backward(grad)
+    expected_grads = ts_w.grad.clone(), pos_w.grad.clone()
+    ts_w.grad = pos_w.grad = None
+    out = recops_bias()
+    torch.testing.assert_close(out, expected)
+    out.backward(grad)
+    torch.testing.assert_close(ts_w.grad, expected_grads[0], rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(pos_w.grad, expected_grads[1], rtol=1e-4, atol=1e-2)
+
+    case = f"relative bias time+pos B={batch} N={n}, {threads} thr"
+    out_bytes = batch * n * n * 4
+    rows = []
+    for label, fn in (("fwd", lambda f: f()), ("fwd+bwd", lambda f: f().backward(grad))):
+        ref_s = median_time(lambda fn=fn: fn(reference_bias))
+        our_s = median_time(lambda fn=fn: fn(recops_bias))
+        moved = out_bytes * (1 if label == "fwd" else 2)
+        rows.append(Row(SUITE, f"{case} {label}", "torch composition", ref_s, bytes_moved=moved))
+        rows.append(
+            Row(SUITE, f"{case} {label}", "recops", our_s, bytes_moved=moved,
+                extra={"compare_to": ["torch composition"]})
+        )  # fmt: skip
+    return rows
+
+
+def run(limits):
+    rows = []
+    for threads in sorted({limits.threads, 1}, reverse=True):
+        with _threads(threads):
+            rows += _gather_rows(129, 128 * 211 * 211, threads)
+            rows += _gather_rows(20480, 1 << 20, threads)
+            rows += _bias_rows(32, 256, threads)
+            rows += _bias_rows(8, 1024, threads)
+    return rows

@@ -1,0 +1,310 @@
+#include <ATen/OpMathType.h>
+#include <ATen/ops/empty.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "recops/attention/kernels/relative_bias.h"
+#include "recops/attention/ops.h"
+#include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
+
+namespace recops::attention {
+namespace {
+
+using kernels::BiasShape;
+using kernels::Lengths;
+using kernels::LogBucketizer;
+
+bool is_timestamp_type(at::ScalarType dtype) {
+  return dtype == at::kInt || dtype == at::kLong || dtype == at::kFloat || dtype == at::kDouble;
+}
+
+// Calls fn(TypeTag<ts_t>{}) for a timestamp dtype: int32, int64, float or double.
+template <typename Fn>
+decltype(auto) dispatch_timestamp_type(at::ScalarType dtype, Fn&& fn) {
+  switch (dtype) {
+    case at::kInt:
+      return fn(TypeTag<int32_t>{});
+    case at::kLong:
+      return fn(TypeTag<int64_t>{});
+    case at::kFloat:
+      return fn(TypeTag<float>{});
+    case at::kDouble:
+      return fn(TypeTag<double>{});
+    default:
+      TORCH_CHECK(false, "unsupported timestamp dtype ", dtype);
+  }
+}
+
+// Calls fn(TypeTag<bin_t>{}) for a bucket-index dtype: uint8, int32 or int64.
+template <typename Fn>
+decltype(auto) dispatch_bucket_type(at::ScalarType dtype, const char* name, Fn&& fn) {
+  switch (dtype) {
+    case at::kByte:
+      return fn(TypeTag<uint8_t>{});
+    case at::kInt:
+      return fn(TypeTag<int32_t>{});
+    case at::kLong:
+      return fn(TypeTag<int64_t>{});
+    default:
+      TORCH_CHECK(false, name, " must be uint8, int32 or int64, got ", dtype);
+  }
+}
+
+// The sequences the bias is computed over: dense timestamps [B, N], or jagged timestamps [L] with
+// seq_offsets [B + 1] and max_seq_len N, or (for gradients that need lengths only) seq_offsets
+// alone. Offsets are copied to int64 (B + 1 entries) so kernels see one type.
+struct CheckedSequences {
+  at::Tensor timestamps;  // contiguous; undefined when only lengths are known
+  std::vector<int64_t> offsets;
+  bool jagged = false;
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+
+  Lengths lengths() const { return {jagged ? offsets.data() : nullptr, seq_len}; }
+};
+
+// buckets[B, N, N] = the bucket of every (query, key) pair of the sequences, 0 at padding.
+template <typename bin_t>
+void compute_bucket_matrix(const CheckedSequences& seqs, int32_t num_buckets, double bucket_divisor,
+                           bool query_time_shift, bin_t* buckets) {
+  const LogBucketizer bucketizer(bucket_divisor, num_buckets);
+  dispatch_timestamp_type(seqs.timestamps.scalar_type(), [&](auto ts_tag) {
+    using ts_t = typename decltype(ts_tag)::type;
+    kernels::compute_buckets(seqs.timestamps.const_data_ptr<ts_t>(), seqs.lengths(), seqs.batch,
+                             query_time_shift, bucketizer, buckets);
+  });
+}
+
+// Computes the bucket matrix into a scratch tensor of the narrowest type that holds num_buckets
+// and calls fn(const bin_t* buckets).
+template <typename Fn>
+void with_bucket_matrix(const CheckedSequences& seqs, int32_t num_buckets, double bucket_divisor,
+                        bool query_time_shift, Fn&& fn) {
+  const at::ScalarType dtype = compact_bucket_type(num_buckets);
+  at::Tensor buckets =
+      at::empty({seqs.batch, seqs.seq_len, seqs.seq_len}, seqs.timestamps.options().dtype(dtype));
+  dispatch_bucket_type(dtype, "buckets", [&](auto bin_tag) {
+    using bin_t = typename decltype(bin_tag)::type;
+    compute_bucket_matrix(seqs, num_buckets, bucket_divisor, query_time_shift,
+                          buckets.mutable_data_ptr<bin_t>());
+    fn(buckets.const_data_ptr<bin_t>());
+  });
+}
+
+void check_offsets(const at::Tensor& seq_offsets, CheckedSequences& seqs) {
+  check_cpu(seq_offsets, "seq_offsets");
+  check_dim(seq_offsets, 1, "seq_offsets");
+  check_index_dtype(seq_offsets, "seq_offsets");
+  TORCH_CHECK(seq_offsets.numel() >= 1, "seq_offsets must have B + 1 >= 1 entries, got none");
+  const at::Tensor offsets = seq_offsets.contiguous();
+  check_offsets_monotonic(offsets, "seq_offsets");
+  seqs.jagged = true;
+  seqs.batch = offsets.numel() - 1;
+  seqs.offsets.resize(offsets.numel());
+  for (int64_t b = 0; b < offsets.numel(); ++b) seqs.offsets[b] = index_at(offsets, b);
+}
+
+CheckedSequences check_timestamps(const at::Tensor& timestamps,
+                                  const std::optional<at::Tensor>& seq_offsets,
+                                  std::optional<int64_t> max_seq_len) {
+  check_cpu(timestamps, "timestamps");
+  TORCH_CHECK(is_timestamp_type(timestamps.scalar_type()),
+              "timestamps must be int32, int64, float or double, got ", timestamps.scalar_type());
+  CheckedSequences seqs;
+  seqs.timestamps = timestamps.contiguous();
+  if (!seq_offsets.has_value()) {
+    TORCH_CHECK(timestamps.dim() == 2,
+                "timestamps must be 2-D [B, N] (or 1-D jagged values with seq_offsets), got shape ",
+                timestamps.sizes());
+    seqs.batch = timestamps.size(0);
+    seqs.seq_len = timestamps.size(1);
+    TORCH_CHECK(!max_seq_len.has_value() || *max_seq_len == seqs.seq_len,
+                "max_seq_len = ", max_seq_len.value_or(0),
+                " must match timestamps' N = ", seqs.seq_len, " for dense timestamps [B, N]");
+    return seqs;
+  }
+  TORCH_CHECK(timestamps.dim() == 1,
+              "timestamps must be 1-D jagged values [L] when seq_offsets is given, got shape ",
+              timestamps.sizes());
+  TORCH_CHECK(max_seq_len.has_value(), "max_seq_len is required with jagged timestamps");
+  TORCH_CHECK_VALUE(*max_seq_len >= 0, "max_seq_len must be >= 0, got ", *max_seq_len);
+  check_offsets(*seq_offsets, seqs);
+  seqs.seq_len = *max_seq_len;
+  TORCH_CHECK(seqs.offsets.back() <= timestamps.numel(), "seq_offsets[-1] = ", seqs.offsets.back(),
+              " must be <= the number of timestamps, ", timestamps.numel());
+  return seqs;
+}
+
+void check_bucket_divisor(double bucket_divisor) {
+  TORCH_CHECK_VALUE(bucket_divisor > 0 && std::isfinite(bucket_divisor),
+                    "bucket_divisor must be a positive finite number, got ", bucket_divisor);
+}
+
+int32_t checked_num_buckets(int64_t num_buckets) {
+  TORCH_CHECK_VALUE(num_buckets >= 0 && num_buckets < std::numeric_limits<int32_t>::max(),
+                    "num_buckets must be in [0, 2^31 - 1), got ", num_buckets);
+  return static_cast<int32_t>(num_buckets);
+}
+
+// A table is [entries] or [layers, entries]; returns the layers (1 for a 1-D table).
+int64_t table_layers(const at::Tensor& table, const char* name) {
+  check_cpu(table, name);
+  TORCH_CHECK(table.dim() == 1 || table.dim() == 2, name,
+              " must be 1-D [entries] or 2-D [layers, entries], got shape ", table.sizes());
+  return table.dim() == 1 ? 1 : table.size(0);
+}
+
+void check_position_table(const at::Tensor& pos_w, int64_t seq_len) {
+  TORCH_CHECK(pos_w.size(-1) == 2 * seq_len - 1, "pos_w must have 2N - 1 = ", 2 * seq_len - 1,
+              " entries for sequence length N = ", seq_len, ", got ", pos_w.size(-1));
+}
+
+}  // namespace
+
+at::ScalarType compact_bucket_type(int64_t num_buckets) {
+  return num_buckets <= std::numeric_limits<uint8_t>::max() ? at::kByte : at::kInt;
+}
+
+std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_forward(
+    const at::Tensor& timestamps, const at::Tensor& ts_w, const std::optional<at::Tensor>& pos_w,
+    const std::optional<at::Tensor>& seq_offsets, std::optional<int64_t> max_seq_len,
+    double bucket_divisor, bool query_time_shift, at::ScalarType index_dtype) {
+  const CheckedSequences seqs = check_timestamps(timestamps, seq_offsets, max_seq_len);
+  check_bucket_divisor(bucket_divisor);
+  const int64_t layers = table_layers(ts_w, "ts_w");
+  TORCH_CHECK(ts_w.size(-1) >= 1, "ts_w must have num_buckets + 1 >= 1 entries, got none");
+  const BiasShape shape{layers, seqs.batch, seqs.seq_len, ts_w.size(-1) - 1};
+  const int32_t nb = checked_num_buckets(shape.num_buckets);
+  TORCH_CHECK(index_dtype != at::kByte || nb <= std::numeric_limits<uint8_t>::max(),
+              "a uint8 bucket index holds at most 255 buckets, got num_buckets = ", nb);
+  const at::Tensor ts_w_c = ts_w.contiguous();
+  at::Tensor pos_w_c;
+  if (pos_w.has_value()) {
+    check_same_dtype(*pos_w, "pos_w", ts_w, "ts_w");
+    TORCH_CHECK(pos_w->dim() == ts_w.dim() && table_layers(*pos_w, "pos_w") == layers,
+                "pos_w must be stacked like ts_w (", layers, " layers, ", ts_w.dim(),
+                "-D), got shape ", pos_w->sizes());
+    check_position_table(*pos_w, shape.seq_len);
+    pos_w_c = pos_w->contiguous();
+  }
+  std::vector<int64_t> out_shape = {shape.batch, shape.seq_len, shape.seq_len};
+  if (ts_w.dim() == 2) out_shape.insert(out_shape.begin(), layers);
+  at::Tensor out = at::empty(out_shape, ts_w_c.options());
+  at::Tensor index =
+      at::empty({shape.batch, shape.seq_len, shape.seq_len}, ts_w_c.options().dtype(index_dtype));
+  dispatch_bucket_type(index_dtype, "index_dtype", [&](auto bin_tag) {
+    using bin_t = typename decltype(bin_tag)::type;
+    compute_bucket_matrix(seqs, nb, bucket_divisor, query_time_shift,
+                          index.mutable_data_ptr<bin_t>());
+    dispatch_floating_type(ts_w_c.scalar_type(), "ts_w", [&](auto scalar_tag) {
+      using scalar_t = typename decltype(scalar_tag)::type;
+      kernels::lookup<at::opmath_type<scalar_t>>(
+          index.const_data_ptr<bin_t>(), seqs.lengths(), ts_w_c.const_data_ptr<scalar_t>(),
+          pos_w_c.defined() ? pos_w_c.const_data_ptr<scalar_t>() : nullptr, shape,
+          out.mutable_data_ptr<scalar_t>());
+    });
+  });
+  return {out, index};
+}
+
+at::Tensor relative_attn_bias_pos(const at::Tensor& pos_w, std::optional<int64_t> max_seq_len) {
+  const int64_t layers = table_layers(pos_w, "pos_w");
+  const int64_t entries = pos_w.size(-1);
+  TORCH_CHECK(entries % 2 == 1, "pos_w must have 2N - 1 entries (an odd number), got ", entries);
+  const int64_t seq_len = (entries + 1) / 2;
+  if (max_seq_len.has_value()) check_position_table(pos_w, *max_seq_len);
+  const at::Tensor pos_w_c = pos_w.contiguous();
+  std::vector<int64_t> out_shape = {1, seq_len, seq_len};
+  if (pos_w.dim() == 2) out_shape.insert(out_shape.begin(), layers);
+  at::Tensor out = at::empty(out_shape, pos_w_c.options());
+  dispatch_floating_type(pos_w_c.scalar_type(), "pos_w", [&](auto scalar_tag) {
+    using scalar_t = typename decltype(scalar_tag)::type;
+    kernels::position_bias(pos_w_c.const_data_ptr<scalar_t>(), layers, seq_len,
+                           out.mutable_data_ptr<scalar_t>());
+  });
+  return out;
+}
+
+std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_bias_backward(
+    const at::Tensor& grad_bias, const std::optional<at::Tensor>& timestamps,
+    const std::optional<at::Tensor>& bucket_index, const std::optional<at::Tensor>& seq_offsets,
+    int64_t num_buckets, double bucket_divisor, bool query_time_shift, bool pos_grad) {
+  check_cpu(grad_bias, "grad_bias");
+  TORCH_CHECK(grad_bias.dim() == 3 || grad_bias.dim() == 4,
+              "grad_bias must be 3-D [B, N, N] or 4-D [layers, B, N, N], got shape ",
+              grad_bias.sizes());
+  TORCH_CHECK(!(timestamps.has_value() && bucket_index.has_value()),
+              "pass timestamps or bucket_index, not both");
+  const bool stacked = grad_bias.dim() == 4;
+  const int64_t layers = stacked ? grad_bias.size(0) : 1;
+  const int64_t batch = grad_bias.size(-3);
+  const int64_t seq_len = grad_bias.size(-1);
+  TORCH_CHECK(grad_bias.size(-2) == seq_len, "grad_bias must end in [N, N], got shape ",
+              grad_bias.sizes());
+  const BiasShape shape{layers, batch, seq_len, num_buckets};
+  const int32_t nb = checked_num_buckets(num_buckets);
+
+  // The sequences give the valid lengths (and the timestamps, when buckets are recomputed).
+  CheckedSequences seqs;
+  if (timestamps.has_value()) {
+    seqs = check_timestamps(*timestamps, seq_offsets, seq_len);
+    check_bucket_divisor(bucket_divisor);
+  } else {
+    if (seq_offsets.has_value()) check_offsets(*seq_offsets, seqs);
+    seqs.batch = seq_offsets.has_value() ? seqs.batch : batch;
+    seqs.seq_len = seq_len;
+  }
+  TORCH_CHECK(seqs.batch == batch, "grad_bias has batch size ", batch, " but ",
+              timestamps.has_value() ? "timestamps" : "seq_offsets", " describe ", seqs.batch,
+              " sequences");
+  at::Tensor index;
+  if (bucket_index.has_value()) {
+    check_cpu(*bucket_index, "bucket_index");
+    TORCH_CHECK(bucket_index->sizes() == at::IntArrayRef({batch, seq_len, seq_len}),
+                "bucket_index must be [B, N, N] = [", batch, ", ", seq_len, ", ", seq_len,
+                "] like grad_bias, got shape ", bucket_index->sizes());
+    index = bucket_index->contiguous();
+  }
+
+  const bool time_grad = timestamps.has_value() || bucket_index.has_value();
+  const at::Tensor grad_c = grad_bias.contiguous();
+  std::optional<at::Tensor> grad_ts;
+  std::optional<at::Tensor> grad_pos;
+  if (time_grad) {
+    grad_ts = stacked ? at::empty({layers, shape.time_entries()}, grad_c.options())
+                      : at::empty({shape.time_entries()}, grad_c.options());
+  }
+  if (pos_grad) {
+    grad_pos = stacked ? at::empty({layers, shape.position_entries()}, grad_c.options())
+                       : at::empty({shape.position_entries()}, grad_c.options());
+  }
+  int64_t bad = -1;
+  const auto accumulate = [&](const auto* buckets) {
+    bad = dispatch_floating_type(grad_c.scalar_type(), "grad_bias", [&](auto tag) {
+      using scalar_t = typename decltype(tag)::type;
+      return kernels::relative_bias_backward<at::opmath_type<scalar_t>>(
+          grad_c.const_data_ptr<scalar_t>(), shape, seqs.lengths(), buckets,
+          time_grad ? grad_ts->mutable_data_ptr<scalar_t>() : nullptr,
+          pos_grad ? grad_pos->mutable_data_ptr<scalar_t>() : nullptr);
+    });
+  };
+  if (timestamps.has_value()) {
+    with_bucket_matrix(seqs, nb, bucket_divisor, query_time_shift, accumulate);
+  } else if (index.defined()) {
+    dispatch_bucket_type(index.scalar_type(), "bucket_index", [&](auto bin_tag) {
+      using bin_t = typename decltype(bin_tag)::type;
+      accumulate(index.const_data_ptr<bin_t>());
+    });
+  } else {
+    accumulate(static_cast<const uint8_t*>(nullptr));
+  }
+  TORCH_CHECK_VALUE(bad < 0, "bucket_index entries must be in [0, num_buckets] = [0, ", nb,
+                    "], got bucket_index.flatten()[", bad,
+                    "] = ", bad < 0 ? 0 : index.reshape(-1)[bad].item<int64_t>());
+  return {grad_ts, grad_pos};
+}
+
+}  // namespace recops::attention
