@@ -11,12 +11,25 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import attention, jagged, sparse  # noqa: E402  (fake kernels, autograd)
+from recops import attention, deberta, jagged, sparse  # noqa: E402  (fake kernels, autograd)
 from recops.attention import hstu_attention  # noqa: E402
+from recops.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
 
 ops = torch.ops.recops
 
-__all__ = ["attention", "fbgemm_bindings", "hstu_attention", "fbgemm_loaded", "jagged", "library_path", "ops", "sparse"]
+__all__ = [
+    "DisentangledSelfAttention",
+    "attention",
+    "deberta",
+    "disentangled_attention",
+    "fbgemm_bindings",
+    "fbgemm_loaded",
+    "hstu_attention",
+    "jagged",
+    "library_path",
+    "ops",
+    "sparse",
+]
 __version__ = "0.1.0"

@@ -244,13 +244,6 @@ PreparedBias<T> prepare_bias(const HstuOptions& o, const PreparedSequences& ps, 
   return p;
 }
 
-// Splits sequences into chunks of query blocks so that a few long sequences still give every
-// thread about two items (each chunk adds an fp32 copy of dK and dV).
-int64_t choose_chunks(const Sequences& seqs) {
-  const int64_t wanted = 2 * at::get_num_threads();
-  return std::max<int64_t>(1, (wanted + seqs.count - 1) / std::max<int64_t>(1, seqs.count));
-}
-
 template <typename T>
 HstuShape<T> make_shape(const at::Tensor& q, const at::Tensor& v, const HstuOptions& o) {
   return HstuShape<T>{q.size(1), q.size(2), v.size(2), static_cast<T>(o.alpha),
@@ -272,13 +265,6 @@ ComputeInputs<T> to_compute(const at::Tensor& q, const at::Tensor& k, const at::
   return {q.to(compute).contiguous(), k.to(compute).contiguous(), v.to(compute).contiguous()};
 }
 
-// Calls fn(TypeTag<T>{}) with the compute type of the inputs' dtype.
-template <typename Fn>
-decltype(auto) dispatch_compute_type(at::ScalarType dtype, Fn&& fn) {
-  if (dtype == at::kDouble) return fn(TypeTag<double>{});
-  return fn(TypeTag<float>{});
-}
-
 }  // namespace
 
 at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -296,7 +282,7 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
     const ComputeInputs<T> in = to_compute<T>(q, k, v);
     at::Tensor out = at::zeros({rows, q.size(1), v.size(2)}, in.q.options());
     hstu_forward(seqs.view, make_shape<T>(q, v, options), in.view(), mask.source, bias.source,
-                 choose_chunks(seqs.view), out.mutable_data_ptr<T>());
+                 choose_chunks(seqs.view.count, at::get_num_threads()), out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
 }
@@ -321,7 +307,7 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
     const PreparedBias<T> bias = prepare_bias<T>(options, seqs, rows, heads);
     const ComputeInputs<T> in = to_compute<T>(q, k, v);
     const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(seqs.view);
+    const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
     const int64_t threads = at::get_num_threads();
     const auto opts = in.q.options();
     at::Tensor dq = at::zeros({rows, heads, q.size(2)}, opts);

@@ -13,18 +13,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "recops/attention/kernels/hstu_mask.h"
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/attention/kernels/time_bucket_table.h"
+#include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
-
-constexpr int64_t kQueryBlock = 64;
 
 // Where each sequence lives in the [rows, H, D] fp32 tensors.
 struct Sequences {
@@ -91,25 +89,6 @@ struct BiasGrads {
   double* pos_w = nullptr;  // [threads, 2N - 1]
   int64_t pos_thread_stride = 0;
 };
-
-struct WorkItem {
-  int64_t sequence, chunk;
-};
-
-// Items (sequence, chunk), longest sequences first; `chunks` splits each sequence's query blocks
-// so that few long sequences still keep every thread busy.
-inline std::vector<WorkItem> make_work_items(const Sequences& seqs, int64_t chunks) {
-  std::vector<int64_t> order(seqs.count);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return seqs.length[a] > seqs.length[b]; });
-  std::vector<WorkItem> items;
-  for (const int64_t b : order) {
-    const int64_t blocks = (seqs.length[b] + kQueryBlock - 1) / kQueryBlock;
-    for (int64_t c = 0; c < std::min(chunks, blocks); ++c) items.push_back({b, c});
-  }
-  return items;
-}
 
 // Per-thread tiles, each kQueryBlock x N; the BLAS stays single-threaded while they live.
 template <typename T>
@@ -213,10 +192,8 @@ void for_each_block(const Sequences& seqs, const MaskSource<T>& mask, const Work
                     int64_t chunks, Fn&& fn) {
   const int64_t b = item.sequence, length = seqs.length[b];
   const StructuredMask structured = mask.structured(b, length);
-  const int64_t blocks = (length + kQueryBlock - 1) / kQueryBlock;
-  for (int64_t qb = item.chunk; qb < blocks; qb += chunks) {
-    Block blk{b, length, qb * kQueryBlock, 0, 0, 0};
-    blk.rows = std::min(kQueryBlock, length - blk.row0);
+  for_each_query_block(length, item, chunks, [&](int64_t row0, int64_t rows) {
+    Block blk{b, length, row0, rows, 0, 0};
     int64_t key_end = length;
     if (mask.kind == MaskKind::kCustom) {
       blk.key0 = 0;
@@ -225,7 +202,7 @@ void for_each_block(const Sequences& seqs, const MaskSource<T>& mask, const Work
     }
     blk.keys = key_end - blk.key0;
     if (blk.keys > 0) fn(blk, structured);
-  }
+  });
 }
 
 template <typename T>
@@ -241,7 +218,7 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                          const MaskSource<T>& mask, const BiasSource<T>& bias, int64_t chunks,
                          T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -285,7 +262,7 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const bool has_bias = bias.kind != BiasKind::kNone;
   const bool shared_bias_grad = has_bias && !bias.per_head();
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {

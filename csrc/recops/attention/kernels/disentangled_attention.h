@@ -1,0 +1,357 @@
+// DeBERTa disentangled attention on CPU (OPS.md section 6):
+//   A[i,j] = scale * (q_i.k_j + [c2p] q_i.pos_key[d(i,j)] + [p2c] k_j.pos_query[d(i,j)]),
+//   P = softmax_j(A masked), O = dropout(P) V,
+// with d(i,j) the clamped (log-bucketed) relative-position index of the pair.
+//
+// Tiling (work_items.h): a unit is one (batch, head) pair; work items (unit, chunk) own
+// interleaved blocks of kQueryBlock query rows. Per item, P2C = K pos_query^T [keys, 2 span] is
+// computed once; per query block, C2P = Q_block pos_key^T [rows, 2 span]. The block then streams
+// over key tiles of kKeyTile keys: one BLAS call for Q K^T, the gathered position terms and mask
+// row by row, an online softmax (running max and sum per row, fp32 or float64), one BLAS call
+// for P V into the output rows. The log-sum-exp of every row is saved; backward recomputes the
+// probabilities tile by tile, scatters the score gradients into dC2P / dP2C by the same index,
+// and turns those into dq, dk, d pos_key, d pos_query with four more BLAS calls per block / item.
+// dq rows belong to the item; dk, dv go to per-chunk partials and d pos_key / d pos_query to
+// per-thread partials that the adapter sums. Dropout regenerates its mask from a counter-based
+// hash of (seed, unit, row, key). Extra memory: per-thread O(kQueryBlock * (kKeyTile + span) +
+// keys * span), never [S, S] (unless the caller asks for the probabilities).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "recops/attention/kernels/softmax_tile_ops.h"
+#include "recops/attention/kernels/work_items.h"
+#include "recops/common/blas.h"
+#include "recops/common/counter_rng.h"
+#include "recops/common/parallel.h"
+
+namespace recops::attention::kernels {
+
+constexpr int64_t kKeyTile = 256;
+
+template <typename T>
+struct DisentangledShape {
+  int64_t batch = 0, heads = 0, q_len = 0, k_len = 0, dqk = 0, dv = 0;
+  int64_t positions = 0;  // rows of the position tables, 2 * span
+  T scale = T(1);
+  bool c2p = false, p2c = false;
+};
+
+// Which pairs take part. `padding` [B, S] (q_len == k_len) keeps (i, j) iff both are kept (HF's
+// expansion of a padding mask); `dense` [B, q_len, k_len] keeps the pairs it marks. Query rows at
+// or past q_extent[b] and keys at or past k_extent[b] take no part at all.
+struct DisentangledMask {
+  const uint8_t* padding = nullptr;
+  const uint8_t* dense = nullptr;
+  const int64_t* q_extent = nullptr;  // [B]
+  const int64_t* k_extent = nullptr;  // [B]
+};
+
+template <typename T>
+struct DisentangledProblem {
+  DisentangledShape<T> shape;
+  const T* q = nullptr;          // [B, H, q_len, dqk]
+  const T* k = nullptr;          // [B, H, k_len, dqk]
+  const T* v = nullptr;          // [B, H, k_len, dv]
+  const T* pos_key = nullptr;    // [positions, H, dqk] (c2p)
+  const T* pos_query = nullptr;  // [positions, H, dqk] (p2c)
+  // delta[q_len - 1 - i + j] = d(i, j) in [0, positions); null without position terms.
+  const int32_t* delta = nullptr;
+  DisentangledMask mask;
+  T dropout_p = T(0);
+  uint64_t seed = 0;
+};
+
+template <typename T>
+struct DisentangledOutputs {
+  T* out = nullptr;    // [B, H, q_len, dv], zero-initialised
+  T* lse = nullptr;    // [B, H, q_len], initialised to +inf (rows that see no key keep it)
+  T* probs = nullptr;  // [B, H, q_len, k_len] zero-initialised, or null
+};
+
+template <typename T>
+struct DisentangledGrads {
+  T* dq = nullptr;          // [B, H, q_len, dqk], accumulated (zero-initialised)
+  T* dk = nullptr;          // [chunks, B, H, k_len, dqk], accumulated (zero-initialised)
+  T* dv = nullptr;          // [chunks, B, H, k_len, dv], accumulated (zero-initialised)
+  T* dpos_key = nullptr;    // [threads, positions, H, dqk], accumulated, or null
+  T* dpos_query = nullptr;  // [threads, positions, H, dqk], accumulated, or null
+};
+
+// One (batch, head) pair: its slices of the inputs.
+template <typename T>
+struct Unit {
+  int64_t index, b, h, keys;  // keys: k_extent of the batch row
+  const T *q, *k, *v, *pos_key, *pos_query;
+
+  Unit(const DisentangledProblem<T>& p, int64_t u) : index(u), b(u / p.shape.heads) {
+    const DisentangledShape<T>& s = p.shape;
+    h = u % s.heads;
+    keys = p.mask.k_extent[b];
+    q = p.q + u * s.q_len * s.dqk;
+    k = p.k + u * s.k_len * s.dqk;
+    v = p.v + u * s.k_len * s.dv;
+    pos_key = s.c2p ? p.pos_key + h * s.dqk : nullptr;
+    pos_query = s.p2c ? p.pos_query + h * s.dqk : nullptr;
+  }
+};
+
+// Per-thread scratch; the BLAS stays single-threaded while it lives.
+template <typename T>
+struct SoftmaxScratch {
+  SingleThreadedBlas blas;
+  std::vector<T> scores, grads, c2p, dc2p, p2c, dp2c, row_max, row_sum;
+  int64_t slot;
+
+  SoftmaxScratch(const DisentangledShape<T>& s, bool backward, int64_t thread_slot)
+      : blas(),
+        scores(kQueryBlock * kKeyTile),
+        grads(backward ? kQueryBlock * kKeyTile : 0),
+        c2p(s.c2p ? kQueryBlock * s.positions : 0),
+        dc2p(s.c2p && backward ? kQueryBlock * s.positions : 0),
+        p2c(s.p2c ? s.k_len * s.positions : 0),
+        dp2c(s.p2c && backward ? s.k_len * s.positions : 0),
+        row_max(kQueryBlock),
+        row_sum(kQueryBlock),
+        slot(thread_slot) {}
+};
+
+template <typename T>
+bool query_row_alive(const DisentangledProblem<T>& p, int64_t b, int64_t i) {
+  return p.mask.padding == nullptr || p.mask.padding[b * p.shape.k_len + i] != 0;
+}
+
+template <typename T>
+RowDropout<T> row_dropout(const DisentangledProblem<T>& p, int64_t unit, int64_t i) {
+  return RowDropout<T>{CounterRow::make(p.seed, static_cast<uint64_t>(unit * p.shape.q_len + i)),
+                       keep_threshold(p.dropout_p),
+                       p.dropout_p < T(1) ? T(1) / (T(1) - p.dropout_p) : T(0)};
+}
+
+// Turns row r (query i) of a tile of q.k products over keys [kt0, kt0 + n) into scores; returns
+// the row max (-inf when the row sees none of these keys).
+template <typename T>
+T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, SoftmaxScratch<T>& t, int64_t r,
+            int64_t i, int64_t kt0, int64_t n, T* row) {
+  const DisentangledShape<T>& s = p.shape;
+  const int32_t* delta = p.delta == nullptr ? nullptr : p.delta + (s.q_len - 1 - i) + kt0;
+  const uint8_t* keep = p.mask.padding != nullptr ? p.mask.padding + unit.b * s.k_len + kt0
+                        : p.mask.dense != nullptr
+                            ? p.mask.dense + (unit.b * s.q_len + i) * s.k_len + kt0
+                            : nullptr;
+  return disentangled_score_row(
+      row, n, s.scale, delta, s.c2p ? t.c2p.data() + r * s.positions : nullptr,
+      s.p2c ? t.p2c.data() + kt0 * s.positions : nullptr, static_cast<int32_t>(s.positions), keep);
+}
+
+// P2C = K pos_query^T for the unit's keys.
+template <typename T>
+void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, T* p2c) {
+  gemm(false, true, unit.keys, s.positions, s.dqk, T(1), unit.k, s.dqk, unit.pos_query,
+       s.heads * s.dqk, T(0), p2c, s.positions);
+}
+
+// C2P = Q_block pos_key^T for the block's rows.
+template <typename T>
+void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0, int64_t rows,
+               T* c2p) {
+  gemm(false, true, rows, s.positions, s.dqk, T(1), unit.q + row0 * s.dqk, s.dqk, unit.pos_key,
+       s.heads * s.dqk, T(0), c2p, s.positions);
+}
+
+template <typename T>
+void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t row0, int64_t rows,
+                   SoftmaxScratch<T>& t, const DisentangledOutputs<T>& o) {
+  const DisentangledShape<T>& s = p.shape;
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const T* q = unit.q + row0 * s.dqk;
+  const int64_t first_row = unit.index * s.q_len + row0;
+  T* out = o.out + first_row * s.dv;
+  if (s.c2p) block_c2p(s, unit, row0, rows, t.c2p.data());
+  T* m = t.row_max.data();
+  T* l = t.row_sum.data();
+  std::fill(m, m + rows, kNegInf);
+  std::fill(l, l + rows, T(0));
+  for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, unit.keys - kt0);
+    T* tile = t.scores.data();
+    gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, unit.k + kt0 * s.dqk, s.dqk, T(0), tile, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = row0 + r;
+      T* row = tile + r * n;
+      if (!query_row_alive(p, unit.b, i)) {
+        std::fill(row, row + n, T(0));
+        continue;
+      }
+      const T m_new = std::max(m[r], score_row(p, unit, t, r, i, kt0, n, row));
+      if (o.probs != nullptr) {
+        std::memcpy(o.probs + (first_row + r) * s.k_len + kt0, row, n * sizeof(T));
+      }
+      if (m_new == kNegInf) {  // nothing seen yet: contributes nothing
+        std::fill(row, row + n, T(0));
+        continue;
+      }
+      const T correction = m[r] == kNegInf ? T(0) : std::exp(m[r] - m_new);
+      l[r] = l[r] * correction + exp_row(row, n, m_new);
+      m[r] = m_new;
+      if (correction != T(1)) {
+        for (int64_t c = 0; c < s.dv; ++c) out[r * s.dv + c] *= correction;
+      }
+      if (p.dropout_p > T(0)) dropout_row(row, n, row_dropout(p, unit.index, i), kt0);
+    }
+    gemm(false, false, rows, s.dv, n, T(1), tile, n, unit.v + kt0 * s.dv, s.dv, T(1), out, s.dv);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    T* prow = o.probs == nullptr ? nullptr : o.probs + (first_row + r) * s.k_len;
+    if (l[r] == T(0)) {  // sees no key: zero output and probabilities, lse stays +inf
+      if (prow != nullptr) std::fill(prow, prow + unit.keys, T(0));
+      continue;
+    }
+    const T inv = T(1) / l[r];
+    for (int64_t c = 0; c < s.dv; ++c) out[r * s.dv + c] *= inv;
+    const T lse = m[r] + std::log(l[r]);
+    o.lse[first_row + r] = lse;
+    if (prow == nullptr) continue;
+    exp_row(prow, unit.keys, lse);
+    if (p.dropout_p > T(0)) dropout_row(prow, unit.keys, row_dropout(p, unit.index, row0 + r), 0);
+  }
+}
+
+template <typename T>
+std::vector<int64_t> unit_lengths(const DisentangledProblem<T>& p) {
+  std::vector<int64_t> lengths(p.shape.batch * p.shape.heads);
+  for (int64_t u = 0; u < static_cast<int64_t>(lengths.size()); ++u) {
+    lengths[u] = p.mask.q_extent[u / p.shape.heads];
+  }
+  return lengths;
+}
+
+template <typename T>
+void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
+                          const DisentangledOutputs<T>& o) {
+  const std::vector<int64_t> lengths = unit_lengths(p);
+  const std::vector<WorkItem> items =
+      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
+  parallel_for_dynamic(
+      static_cast<int64_t>(items.size()),
+      [&](int64_t slot) { return SoftmaxScratch<T>(p.shape, false, slot); },
+      [&](SoftmaxScratch<T>& t, int64_t index) {
+        const WorkItem item = items[index];
+        const Unit<T> unit(p, item.sequence);
+        if (p.shape.p2c) unit_p2c(p.shape, unit, t.p2c.data());
+        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
+          forward_block(p, unit, row0, rows, t, o);
+        });
+      });
+}
+
+// Backward inputs besides the problem: dL/dO, dL/d(returned probabilities) or null, the saved
+// log-sum-exp and D = rowsum(dO * O) (+ rowsum(probs * grad_probs)), all [B, H, q_len, ...].
+template <typename T>
+struct DisentangledBackwardInputs {
+  const T* grad_out = nullptr;
+  const T* grad_probs = nullptr;
+  const T* lse = nullptr;
+  const T* d = nullptr;
+};
+
+template <typename T>
+void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t row0,
+                    int64_t rows, SoftmaxScratch<T>& t, const DisentangledBackwardInputs<T>& in,
+                    const DisentangledGrads<T>& g, T* dk, T* dv) {
+  const DisentangledShape<T>& s = p.shape;
+  const T* q = unit.q + row0 * s.dqk;
+  const int64_t first_row = unit.index * s.q_len + row0;
+  const T* go = in.grad_out + first_row * s.dv;
+  T* dq = g.dq + first_row * s.dqk;
+  if (s.c2p) {
+    block_c2p(s, unit, row0, rows, t.c2p.data());
+    std::fill(t.dc2p.begin(), t.dc2p.begin() + rows * s.positions, T(0));
+  }
+  const int32_t p2c_ld = static_cast<int32_t>(s.positions);
+  for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, unit.keys - kt0);
+    const T* k = unit.k + kt0 * s.dqk;
+    T* tile = t.scores.data();
+    T* dtile = t.grads.data();
+    gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, k, s.dqk, T(0), tile, n);
+    gemm(false, true, rows, n, s.dv, T(1), go, s.dv, unit.v + kt0 * s.dv, s.dv, T(0), dtile, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = row0 + r;
+      T* row = tile + r * n;
+      T* drow = dtile + r * n;
+      const T lse = in.lse[first_row + r];
+      if (lse == std::numeric_limits<T>::infinity()) {  // a row that sees no key
+        std::fill(row, row + n, T(0));
+        std::fill(drow, drow + n, T(0));
+        continue;
+      }
+      if (in.grad_probs != nullptr) {
+        const T* gp = in.grad_probs + (first_row + r) * s.k_len + kt0;
+        for (int64_t j = 0; j < n; ++j) drow[j] += gp[j];
+      }
+      score_row(p, unit, t, r, i, kt0, n, row);
+      const RowDropout<T> dropout = row_dropout(p, unit.index, i);
+      softmax_grad_row(row, drow, n, lse, in.d[first_row + r], s.scale,
+                       p.dropout_p > T(0) ? &dropout : nullptr, kt0);
+      const int32_t* delta = p.delta == nullptr ? nullptr : p.delta + (s.q_len - 1 - i) + kt0;
+      scatter_position_grads(drow, n, delta, s.c2p ? t.dc2p.data() + r * s.positions : nullptr,
+                             s.p2c ? t.dp2c.data() + kt0 * s.positions : nullptr, p2c_ld);
+    }
+    // dV += P^T dO, dQ += dS K, dK += dS^T Q.
+    gemm(true, false, n, s.dv, rows, T(1), tile, n, go, s.dv, T(1), dv + kt0 * s.dv, s.dv);
+    gemm(false, false, rows, s.dqk, n, T(1), dtile, n, k, s.dqk, T(1), dq, s.dqk);
+    gemm(true, false, n, s.dqk, rows, T(1), dtile, n, q, s.dqk, T(1), dk + kt0 * s.dqk, s.dqk);
+  }
+  if (s.c2p) {
+    // dQ += dC2P pos_key, d pos_key += dC2P^T Q.
+    const int64_t ld = s.heads * s.dqk;
+    gemm(false, false, rows, s.dqk, s.positions, T(1), t.dc2p.data(), s.positions, unit.pos_key, ld,
+         T(1), dq, s.dqk);
+    T* dpk = g.dpos_key + t.slot * s.positions * ld + unit.h * s.dqk;
+    gemm(true, false, s.positions, s.dqk, rows, T(1), t.dc2p.data(), s.positions, q, s.dqk, T(1),
+         dpk, ld);
+  }
+}
+
+template <typename T>
+void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
+                           const DisentangledBackwardInputs<T>& in, const DisentangledGrads<T>& g) {
+  const DisentangledShape<T>& s = p.shape;
+  const std::vector<int64_t> lengths = unit_lengths(p);
+  const std::vector<WorkItem> items =
+      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
+  const int64_t units = s.batch * s.heads;
+  parallel_for_dynamic(
+      static_cast<int64_t>(items.size()),
+      [&](int64_t slot) { return SoftmaxScratch<T>(s, true, slot); },
+      [&](SoftmaxScratch<T>& t, int64_t index) {
+        const WorkItem item = items[index];
+        const Unit<T> unit(p, item.sequence);
+        T* dk = g.dk + (item.chunk * units + unit.index) * s.k_len * s.dqk;
+        T* dv = g.dv + (item.chunk * units + unit.index) * s.k_len * s.dv;
+        if (s.p2c) {
+          unit_p2c(s, unit, t.p2c.data());
+          std::fill(t.dp2c.begin(), t.dp2c.begin() + unit.keys * s.positions, T(0));
+        }
+        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
+          backward_block(p, unit, row0, rows, t, in, g, dk, dv);
+        });
+        if (s.p2c) {
+          // dK += dP2C pos_query, d pos_query += dP2C^T K.
+          const int64_t ld = s.heads * s.dqk;
+          gemm(false, false, unit.keys, s.dqk, s.positions, T(1), t.dp2c.data(), s.positions,
+               unit.pos_query, ld, T(1), dk, s.dqk);
+          T* dpq = g.dpos_query + t.slot * s.positions * ld + unit.h * s.dqk;
+          gemm(true, false, s.positions, s.dqk, unit.keys, T(1), t.dp2c.data(), s.positions, unit.k,
+               s.dqk, T(1), dpq, ld);
+        }
+      });
+}
+
+}  // namespace recops::attention::kernels
