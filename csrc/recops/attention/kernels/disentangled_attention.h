@@ -4,17 +4,20 @@
 // with d(i,j) the clamped (log-bucketed) relative-position index of the pair.
 //
 // Tiling (work_items.h): a unit is one (batch, head) pair; work items (unit, chunk) own
-// interleaved blocks of kQueryBlock query rows. Per item, P2C = K pos_query^T [keys, 2 span] is
-// computed once; per query block, C2P = Q_block pos_key^T [rows, 2 span]. The block then streams
-// over key tiles of kKeyTile keys: one BLAS call for Q K^T, the gathered position terms and mask
-// row by row, an online softmax (running max and sum per row, fp32 or float64), one BLAS call
-// for P V into the output rows. The log-sum-exp of every row is saved; backward recomputes the
-// probabilities tile by tile, scatters the score gradients into dC2P / dP2C by the same index,
-// and turns those into dq, dk, d pos_key, d pos_query with four more BLAS calls per block / item.
-// dq rows belong to the item; dk, dv go to per-chunk partials and d pos_key / d pos_query to
-// per-thread partials that the adapter sums. Dropout regenerates its mask from a counter-based
-// hash of (seed, unit, row, key). Extra memory: per-thread O(kQueryBlock * (kKeyTile + span) +
-// keys * span), never [S, S] (unless the caller asks for the probabilities).
+// interleaved blocks of kQueryBlock query rows. Per item, P2C^T = pos_query K^T
+// [2 span, keys] is computed once; per query block, C2P^T = pos_key Q_block^T [2 span, rows]. The
+// block then streams over key tiles of kKeyTile keys: one BLAS call for Q K^T, the position terms
+// of the tile built in diagonal layout (one relative distance per diagonal, contiguous slices of
+// the transposed tables, see softmax_tile_ops.h) and added to it, masking and an online softmax
+// row by row (running max and sum per row, fp32 or float64), one BLAS call for P V into the output
+// rows. The log-sum-exp of every row is saved; backward recomputes the probabilities tile by
+// tile, shears each score-gradient tile into diagonals and adds them to dC2P^T / dP2C^T by the
+// diagonal's index (contiguous adds, no scatter), and turns those into dq, dk, d pos_key and
+// d pos_query with four more BLAS calls per block / item. dq rows belong to the item; dk, dv go to
+// per-chunk partials and d pos_key / d pos_query to per-thread partials that the adapter sums.
+// Dropout regenerates its mask from a counter-based hash of (seed, unit, row, key). Extra memory:
+// per thread O(kQueryBlock * (kKeyTile + span) + keys * span), never [S, S] (unless the caller
+// asks for the probabilities).
 #pragma once
 
 #include <algorithm>
@@ -101,23 +104,32 @@ struct Unit {
   }
 };
 
-// Per-thread scratch; the BLAS stays single-threaded while it lives.
+// Columns of padding on each side of P2C^T and dP2C^T, where the diagonals of a tile reach past
+// its keys (the values there are never used, the gradients added there are 0).
+constexpr int64_t kDiagonalPad = kQueryBlock;
+
+// Per-thread scratch; the BLAS stays single-threaded while it lives. The position tables and
+// their gradients are kept transposed, C2P^T [positions, kQueryBlock] and
+// P2C^T [positions, p2c_ld] (keys at columns kDiagonalPad + j), as the diagonal layout reads them.
 template <typename T>
 struct SoftmaxScratch {
   SingleThreadedBlas blas;
-  std::vector<T> scores, grads, c2p, dc2p, p2c, dp2c, row_max, row_sum;
+  std::vector<T> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum;
+  int64_t p2c_ld;
   int64_t slot;
 
   SoftmaxScratch(const DisentangledShape<T>& s, bool backward, int64_t thread_slot)
       : blas(),
         scores(kQueryBlock * kKeyTile),
         grads(backward ? kQueryBlock * kKeyTile : 0),
-        c2p(s.c2p ? kQueryBlock * s.positions : 0),
-        dc2p(s.c2p && backward ? kQueryBlock * s.positions : 0),
-        p2c(s.p2c ? s.k_len * s.positions : 0),
-        dp2c(s.p2c && backward ? s.k_len * s.positions : 0),
+        diag(s.c2p || s.p2c ? (kKeyTile + kQueryBlock - 1) * kQueryBlock : 0),
+        c2p_t(s.c2p ? s.positions * kQueryBlock : 0),
+        dc2p_t(s.c2p && backward ? s.positions * kQueryBlock : 0),
+        p2c_t(s.p2c ? s.positions * (s.k_len + 2 * kDiagonalPad) : 0),
+        dp2c_t(s.p2c && backward ? s.positions * (s.k_len + 2 * kDiagonalPad) : 0),
         row_max(kQueryBlock),
         row_sum(kQueryBlock),
+        p2c_ld(s.k_len + 2 * kDiagonalPad),
         slot(thread_slot) {}
 };
 
@@ -133,35 +145,55 @@ RowDropout<T> row_dropout(const DisentangledProblem<T>& p, int64_t unit, int64_t
                        p.dropout_p < T(1) ? T(1) / (T(1) - p.dropout_p) : T(0)};
 }
 
-// Turns row r (query i) of a tile of q.k products over keys [kt0, kt0 + n) into scores; returns
-// the row max (-inf when the row sees none of these keys).
+// Position index of diagonal 0 of the tile (query rows [row0, row0 + rows), keys from kt0).
 template <typename T>
-T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, SoftmaxScratch<T>& t, int64_t r,
-            int64_t i, int64_t kt0, int64_t n, T* row) {
+const int32_t* tile_delta(const DisentangledProblem<T>& p, int64_t row0, int64_t rows,
+                          int64_t kt0) {
+  return p.delta + (p.shape.q_len - 1 - row0 + kt0 - (rows - 1));
+}
+
+// Column of P2C^T where diagonal 0, lane 0 of the tile falls.
+inline int64_t tile_first_column(int64_t rows, int64_t kt0) {
+  return kDiagonalPad + kt0 - (rows - 1);
+}
+
+// Adds the position terms to a [rows x n] tile of q.k products.
+template <typename T>
+void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
+                        int64_t rows, int64_t kt0, int64_t n, T* tile) {
   const DisentangledShape<T>& s = p.shape;
-  const int32_t* delta = p.delta == nullptr ? nullptr : p.delta + (s.q_len - 1 - i) + kt0;
+  expand_position_terms(t.diag.data(), rows, n + rows - 1, kQueryBlock,
+                        tile_delta(p, row0, rows, kt0), s.c2p ? t.c2p_t.data() : nullptr,
+                        s.p2c ? t.p2c_t.data() : nullptr, t.p2c_ld, tile_first_column(rows, kt0));
+  unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
+}
+
+// Scales and masks row r (query i) of a tile over keys [kt0, kt0 + n); returns the row max
+// (-inf when the row sees none of these keys).
+template <typename T>
+T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int64_t kt0, int64_t n,
+            T* row) {
+  const DisentangledShape<T>& s = p.shape;
   const uint8_t* keep = p.mask.padding != nullptr ? p.mask.padding + unit.b * s.k_len + kt0
                         : p.mask.dense != nullptr
                             ? p.mask.dense + (unit.b * s.q_len + i) * s.k_len + kt0
                             : nullptr;
-  return disentangled_score_row(
-      row, n, s.scale, delta, s.c2p ? t.c2p.data() + r * s.positions : nullptr,
-      s.p2c ? t.p2c.data() + kt0 * s.positions : nullptr, static_cast<int32_t>(s.positions), keep);
+  return scale_mask_row(row, n, s.scale, keep);
 }
 
-// P2C = K pos_query^T for the unit's keys.
+// P2C^T = pos_query K^T for the unit's keys.
 template <typename T>
-void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, T* p2c) {
-  gemm(false, true, unit.keys, s.positions, s.dqk, T(1), unit.k, s.dqk, unit.pos_query,
-       s.heads * s.dqk, T(0), p2c, s.positions);
+void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
+  gemm(false, true, s.positions, unit.keys, s.dqk, T(1), unit.pos_query, s.heads * s.dqk, unit.k,
+       s.dqk, T(0), t.p2c_t.data() + kDiagonalPad, t.p2c_ld);
 }
 
-// C2P = Q_block pos_key^T for the block's rows.
+// C2P^T = pos_key Q_block^T for the block's rows.
 template <typename T>
 void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0, int64_t rows,
-               T* c2p) {
-  gemm(false, true, rows, s.positions, s.dqk, T(1), unit.q + row0 * s.dqk, s.dqk, unit.pos_key,
-       s.heads * s.dqk, T(0), c2p, s.positions);
+               SoftmaxScratch<T>& t) {
+  gemm(false, true, s.positions, rows, s.dqk, T(1), unit.pos_key, s.heads * s.dqk,
+       unit.q + row0 * s.dqk, s.dqk, T(0), t.c2p_t.data(), kQueryBlock);
 }
 
 template <typename T>
@@ -172,7 +204,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
   const T* q = unit.q + row0 * s.dqk;
   const int64_t first_row = unit.index * s.q_len + row0;
   T* out = o.out + first_row * s.dv;
-  if (s.c2p) block_c2p(s, unit, row0, rows, t.c2p.data());
+  if (s.c2p) block_c2p(s, unit, row0, rows, t);
   T* m = t.row_max.data();
   T* l = t.row_sum.data();
   std::fill(m, m + rows, kNegInf);
@@ -181,6 +213,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
     T* tile = t.scores.data();
     gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, unit.k + kt0 * s.dqk, s.dqk, T(0), tile, n);
+    if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
       T* row = tile + r * n;
@@ -188,7 +221,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
         std::fill(row, row + n, T(0));
         continue;
       }
-      const T m_new = std::max(m[r], score_row(p, unit, t, r, i, kt0, n, row));
+      const T m_new = std::max(m[r], score_row(p, unit, i, kt0, n, row));
       if (o.probs != nullptr) {
         std::memcpy(o.probs + (first_row + r) * s.k_len + kt0, row, n * sizeof(T));
       }
@@ -243,7 +276,7 @@ void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
       [&](SoftmaxScratch<T>& t, int64_t index) {
         const WorkItem item = items[index];
         const Unit<T> unit(p, item.sequence);
-        if (p.shape.p2c) unit_p2c(p.shape, unit, t.p2c.data());
+        if (p.shape.p2c) unit_p2c(p.shape, unit, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
           forward_block(p, unit, row0, rows, t, o);
         });
@@ -270,10 +303,9 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
   const T* go = in.grad_out + first_row * s.dv;
   T* dq = g.dq + first_row * s.dqk;
   if (s.c2p) {
-    block_c2p(s, unit, row0, rows, t.c2p.data());
-    std::fill(t.dc2p.begin(), t.dc2p.begin() + rows * s.positions, T(0));
+    block_c2p(s, unit, row0, rows, t);
+    std::fill(t.dc2p_t.begin(), t.dc2p_t.end(), T(0));
   }
-  const int32_t p2c_ld = static_cast<int32_t>(s.positions);
   for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
     const T* k = unit.k + kt0 * s.dqk;
@@ -281,6 +313,7 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
     T* dtile = t.grads.data();
     gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, k, s.dqk, T(0), tile, n);
     gemm(false, true, rows, n, s.dv, T(1), go, s.dv, unit.v + kt0 * s.dv, s.dv, T(0), dtile, n);
+    if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
       T* row = tile + r * n;
@@ -295,13 +328,17 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
         const T* gp = in.grad_probs + (first_row + r) * s.k_len + kt0;
         for (int64_t j = 0; j < n; ++j) drow[j] += gp[j];
       }
-      score_row(p, unit, t, r, i, kt0, n, row);
+      score_row(p, unit, i, kt0, n, row);
       const RowDropout<T> dropout = row_dropout(p, unit.index, i);
       softmax_grad_row(row, drow, n, lse, in.d[first_row + r], s.scale,
                        p.dropout_p > T(0) ? &dropout : nullptr, kt0);
-      const int32_t* delta = p.delta == nullptr ? nullptr : p.delta + (s.q_len - 1 - i) + kt0;
-      scatter_position_grads(drow, n, delta, s.c2p ? t.dc2p.data() + r * s.positions : nullptr,
-                             s.p2c ? t.dp2c.data() + kt0 * s.positions : nullptr, p2c_ld);
+    }
+    if (p.delta != nullptr) {
+      shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
+      accumulate_position_grads(t.diag.data(), rows, n + rows - 1, kQueryBlock,
+                                tile_delta(p, row0, rows, kt0), s.c2p ? t.dc2p_t.data() : nullptr,
+                                s.p2c ? t.dp2c_t.data() : nullptr, t.p2c_ld,
+                                tile_first_column(rows, kt0));
     }
     // dV += P^T dO, dQ += dS K, dK += dS^T Q.
     gemm(true, false, n, s.dv, rows, T(1), tile, n, go, s.dv, T(1), dv + kt0 * s.dv, s.dv);
@@ -311,10 +348,10 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
   if (s.c2p) {
     // dQ += dC2P pos_key, d pos_key += dC2P^T Q.
     const int64_t ld = s.heads * s.dqk;
-    gemm(false, false, rows, s.dqk, s.positions, T(1), t.dc2p.data(), s.positions, unit.pos_key, ld,
-         T(1), dq, s.dqk);
+    gemm(true, false, rows, s.dqk, s.positions, T(1), t.dc2p_t.data(), kQueryBlock, unit.pos_key,
+         ld, T(1), dq, s.dqk);
     T* dpk = g.dpos_key + t.slot * s.positions * ld + unit.h * s.dqk;
-    gemm(true, false, s.positions, s.dqk, rows, T(1), t.dc2p.data(), s.positions, q, s.dqk, T(1),
+    gemm(false, false, s.positions, s.dqk, rows, T(1), t.dc2p_t.data(), kQueryBlock, q, s.dqk, T(1),
          dpk, ld);
   }
 }
@@ -336,8 +373,8 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         T* dk = g.dk + (item.chunk * units + unit.index) * s.k_len * s.dqk;
         T* dv = g.dv + (item.chunk * units + unit.index) * s.k_len * s.dv;
         if (s.p2c) {
-          unit_p2c(s, unit, t.p2c.data());
-          std::fill(t.dp2c.begin(), t.dp2c.begin() + unit.keys * s.positions, T(0));
+          unit_p2c(s, unit, t);
+          std::fill(t.dp2c_t.begin(), t.dp2c_t.end(), T(0));
         }
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
           backward_block(p, unit, row0, rows, t, in, g, dk, dv);
@@ -345,11 +382,12 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         if (s.p2c) {
           // dK += dP2C pos_query, d pos_query += dP2C^T K.
           const int64_t ld = s.heads * s.dqk;
-          gemm(false, false, unit.keys, s.dqk, s.positions, T(1), t.dp2c.data(), s.positions,
-               unit.pos_query, ld, T(1), dk, s.dqk);
+          const T* dp2c_t = t.dp2c_t.data() + kDiagonalPad;
+          gemm(true, false, unit.keys, s.dqk, s.positions, T(1), dp2c_t, t.p2c_ld, unit.pos_query,
+               ld, T(1), dk, s.dqk);
           T* dpq = g.dpos_query + t.slot * s.positions * ld + unit.h * s.dqk;
-          gemm(true, false, s.positions, s.dqk, unit.keys, T(1), t.dp2c.data(), s.positions, unit.k,
-               s.dqk, T(1), dpq, ld);
+          gemm(false, false, s.positions, s.dqk, unit.keys, T(1), dp2c_t, t.p2c_ld, unit.k, s.dqk,
+               T(1), dpq, ld);
         }
       });
 }

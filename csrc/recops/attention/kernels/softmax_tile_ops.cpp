@@ -4,11 +4,8 @@
 
 namespace recops::attention::kernels {
 
-RECOPS_ISA_CLONES float disentangled_score_row(float* s, int64_t n, float scale,
-                                               const int32_t* delta, const float* c2p,
-                                               const float* p2c, int32_t p2c_ld,
-                                               const uint8_t* keep) {
-  return disentangled_score_row_generic(s, n, scale, delta, c2p, p2c, p2c_ld, keep);
+RECOPS_ISA_CLONES float scale_mask_row(float* s, int64_t n, float scale, const uint8_t* keep) {
+  return scale_mask_row_generic(s, n, scale, keep);
 }
 
 RECOPS_ISA_CLONES float exp_row(float* s, int64_t n, float m) {
@@ -25,9 +22,28 @@ RECOPS_ISA_CLONES void softmax_grad_row(float* s, float* dp, int64_t n, float ls
   softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
 }
 
-RECOPS_ISA_CLONES void scatter_position_grads(const float* ds, int64_t n, const int32_t* delta,
-                                              float* dc2p, float* dp2c, int32_t p2c_ld) {
-  scatter_position_grads_generic(ds, n, delta, dc2p, dp2c, p2c_ld);
+RECOPS_ISA_CLONES void expand_position_terms(float* diag, int64_t rows, int64_t diagonals,
+                                             int64_t lanes, const int32_t* delta,
+                                             const float* c2p_t, const float* p2c_t, int64_t p2c_ld,
+                                             int64_t first) {
+  expand_position_terms_generic(diag, rows, diagonals, lanes, delta, c2p_t, p2c_t, p2c_ld, first);
+}
+
+RECOPS_ISA_CLONES void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes,
+                                   float* tile) {
+  unshear_add_generic(diag, rows, n, lanes, tile);
+}
+
+RECOPS_ISA_CLONES void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag,
+                                  int64_t lanes) {
+  shear_tile_generic(tile, rows, n, diag, lanes);
+}
+
+RECOPS_ISA_CLONES void accumulate_position_grads(const float* diag, int64_t rows, int64_t diagonals,
+                                                 int64_t lanes, const int32_t* delta, float* dc2p_t,
+                                                 float* dp2c_t, int64_t p2c_ld, int64_t first) {
+  accumulate_position_grads_generic(diag, rows, diagonals, lanes, delta, dc2p_t, dp2c_t, p2c_ld,
+                                    first);
 }
 
 }  // namespace recops::attention::kernels

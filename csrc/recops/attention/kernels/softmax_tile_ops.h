@@ -1,8 +1,17 @@
-// Element-wise passes over one row of a softmax attention tile (the DeBERTa kernel): position
-// terms gathered by relative-position index, masking, online-softmax exponentials, dropout from a
-// counter-based hash, and the softmax backward. Plain loops over contiguous rows that GCC
-// vectorises; the fp32 versions are compiled per ISA level (softmax_tile_ops.cpp), float64 runs
-// the generic bodies (validation, not speed).
+// Element-wise passes over a softmax attention tile (the DeBERTa kernel): scaling and masking,
+// online-softmax exponentials, dropout from a counter-based hash, the softmax backward, and the
+// diagonal layout of the relative-position terms.
+//
+// Diagonal layout: a [rows x n] tile of query rows r and keys j is stored diagonal-major as
+// diag[c * lanes + r] with c = j - r + rows - 1, so that each diagonal c (c in [0, n + rows - 1))
+// is one relative distance i - j and has one position index delta[c]. There the position terms
+// are contiguous slices of the transposed tables, C2P^T[delta[c], r] and
+// P2C^T[delta[c], j = first + c + r], and their gradients are contiguous adds: no gathers, no
+// scatters, no conflicting writes. Shearing a tile to or from that layout works on groups of 16
+// rows so that the lines in flight stay in L1.
+//
+// Plain loops that GCC vectorises; the fp32 versions are compiled per ISA level
+// (softmax_tile_ops.cpp), float64 runs the generic bodies (validation, not speed).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +22,8 @@
 #include "recops/common/vec_math.h"
 
 namespace recops::attention::kernels {
+
+constexpr int64_t kShearGroup = 16;
 
 // Dropout of one score row: element j of the row is kept iff rng.bits(j) >> 8 >= threshold, and
 // kept values are multiplied by scale = 1 / (1 - p).
@@ -27,21 +38,9 @@ struct RowDropout {
   }
 };
 
-// Scores of one row of a [rows x n] tile, from the raw products s = q_i . k_j:
-//   s[j] <- keep[j] ? scale * (s[j] + c2p[delta[j]] + p2c[j * p2c_ld + delta[j]]) : -inf,
-// where delta is the row's relative-position index per key, c2p the row's q_i . pos_key^T and
-// p2c the keys' k_j . pos_query^T rows (each of c2p, p2c, keep may be null). Returns the row max.
+// s[j] <- keep[j] ? scale * s[j] : -inf (keep may be null); returns the row max.
 template <typename T>
-RECOPS_ALWAYS_INLINE T disentangled_score_row_generic(T* s, int64_t n, T scale,
-                                                      const int32_t* delta, const T* c2p,
-                                                      const T* p2c, int32_t p2c_ld,
-                                                      const uint8_t* keep) {
-  if (c2p != nullptr) {
-    for (int64_t j = 0; j < n; ++j) s[j] += c2p[delta[j]];
-  }
-  if (p2c != nullptr) {
-    for (int32_t j = 0; j < static_cast<int32_t>(n); ++j) s[j] += p2c[j * p2c_ld + delta[j]];
-  }
+RECOPS_ALWAYS_INLINE T scale_mask_row_generic(T* s, int64_t n, T scale, const uint8_t* keep) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T m = kNegInf;
   if (keep != nullptr) {
@@ -82,8 +81,8 @@ RECOPS_ALWAYS_INLINE void dropout_row_generic(T* p, int64_t n, const RowDropout<
   for (int64_t j = 0; j < n; ++j) p[j] *= dropout.factor(j0 + j);
 }
 
-// Softmax backward of one row, from its scores s (as disentangled_score_row leaves them), the
-// row's log-sum-exp and D = sum_j P_j dP_j, with dp = dL/d(dropped probabilities):
+// Softmax backward of one row, from its scores s (scaled and masked), the row's log-sum-exp and
+// D = sum_j P_j dP_j, with dp = dL/d(dropped probabilities):
 //   P = exp(s - lse), f = dropout factor (1 without dropout),
 //   dp <- scale * P * (f * dp - D)   (the gradient of the unscaled scores times scale),
 //   s  <- f * P                      (the dropped probabilities, for dV).
@@ -106,36 +105,98 @@ RECOPS_ALWAYS_INLINE void softmax_grad_row_generic(T* s, T* dp, int64_t n, T lse
   }
 }
 
-// Gradients of the gathered position terms of one row: dc2p[delta[j]] += ds[j] and
-// dp2c[j * p2c_ld + delta[j]] += ds[j] (either sink may be null). Indices repeat within a row
-// (clamped and log-bucketed distances), so this stays scalar.
+// Position terms of a tile in diagonal layout: for c in [0, diagonals) and r in [0, rows),
+//   diag[c * lanes + r] = c2p_t[delta[c] * lanes + r] + p2c_t[delta[c] * p2c_ld + first + c + r]
+// (either table may be null, not both).
 template <typename T>
-RECOPS_ALWAYS_INLINE void scatter_position_grads_generic(const T* ds, int64_t n,
-                                                         const int32_t* delta, T* dc2p, T* dp2c,
-                                                         int32_t p2c_ld) {
-  if (dc2p != nullptr) {
-    for (int64_t j = 0; j < n; ++j) dc2p[delta[j]] += ds[j];
+RECOPS_ALWAYS_INLINE void expand_position_terms_generic(T* diag, int64_t rows, int64_t diagonals,
+                                                        int64_t lanes, const int32_t* delta,
+                                                        const T* c2p_t, const T* p2c_t,
+                                                        int64_t p2c_ld, int64_t first) {
+  for (int64_t c = 0; c < diagonals; ++c) {
+    T* out = diag + c * lanes;
+    const T* a = c2p_t == nullptr ? nullptr : c2p_t + delta[c] * lanes;
+    const T* b = p2c_t == nullptr ? nullptr : p2c_t + delta[c] * p2c_ld + first + c;
+    if (a != nullptr && b != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) out[r] = a[r] + b[r];
+    } else {
+      const T* x = a != nullptr ? a : b;
+      for (int64_t r = 0; r < rows; ++r) out[r] = x[r];
+    }
   }
-  if (dp2c != nullptr) {
-    for (int32_t j = 0; j < static_cast<int32_t>(n); ++j) dp2c[j * p2c_ld + delta[j]] += ds[j];
+}
+
+// tile[r * n + j] += diag[(j - r + rows - 1) * lanes + r] for r < rows, j < n.
+template <typename T>
+RECOPS_ALWAYS_INLINE void unshear_add_generic(const T* diag, int64_t rows, int64_t n, int64_t lanes,
+                                              T* tile) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kShearGroup) {
+    const int64_t group = rows - r0 < kShearGroup ? rows - r0 : kShearGroup;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t t = 0; t < group; ++t) {
+        const int64_t r = r0 + t;
+        tile[r * n + j] += diag[(j - r + rows - 1) * lanes + r];
+      }
+    }
+  }
+}
+
+// diag[(j - r + rows - 1) * lanes + r] = tile[r * n + j]; the rest of the n + rows - 1 diagonals
+// (pairs outside the tile) is 0.
+template <typename T>
+RECOPS_ALWAYS_INLINE void shear_tile_generic(const T* tile, int64_t rows, int64_t n, T* diag,
+                                             int64_t lanes) {
+  for (int64_t k = 0; k < (n + rows - 1) * lanes; ++k) diag[k] = T(0);
+  for (int64_t r0 = 0; r0 < rows; r0 += kShearGroup) {
+    const int64_t group = rows - r0 < kShearGroup ? rows - r0 : kShearGroup;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t t = 0; t < group; ++t) {
+        const int64_t r = r0 + t;
+        diag[(j - r + rows - 1) * lanes + r] = tile[r * n + j];
+      }
+    }
+  }
+}
+
+// Gradients of the position terms from a sheared score-gradient tile (the transpose of
+// expand_position_terms): dc2p_t[delta[c] * lanes + r] += diag[c * lanes + r] and
+// dp2c_t[delta[c] * p2c_ld + first + c + r] += diag[c * lanes + r] (either sink may be null).
+template <typename T>
+RECOPS_ALWAYS_INLINE void accumulate_position_grads_generic(const T* diag, int64_t rows,
+                                                            int64_t diagonals, int64_t lanes,
+                                                            const int32_t* delta, T* dc2p_t,
+                                                            T* dp2c_t, int64_t p2c_ld,
+                                                            int64_t first) {
+  for (int64_t c = 0; c < diagonals; ++c) {
+    const T* g = diag + c * lanes;
+    if (dc2p_t != nullptr) {
+      T* d = dc2p_t + delta[c] * lanes;
+      for (int64_t r = 0; r < rows; ++r) d[r] += g[r];
+    }
+    if (dp2c_t != nullptr) {
+      T* d = dp2c_t + delta[c] * p2c_ld + first + c;
+      for (int64_t r = 0; r < rows; ++r) d[r] += g[r];
+    }
   }
 }
 
 // fp32 versions, compiled per ISA level (softmax_tile_ops.cpp).
-float disentangled_score_row(float* s, int64_t n, float scale, const int32_t* delta,
-                             const float* c2p, const float* p2c, int32_t p2c_ld,
-                             const uint8_t* keep);
+float scale_mask_row(float* s, int64_t n, float scale, const uint8_t* keep);
 float exp_row(float* s, int64_t n, float m);
 void dropout_row(float* p, int64_t n, const RowDropout<float>& dropout, int64_t j0);
 void softmax_grad_row(float* s, float* dp, int64_t n, float lse, float d, float scale,
                       const RowDropout<float>* dropout, int64_t j0);
-void scatter_position_grads(const float* ds, int64_t n, const int32_t* delta, float* dc2p,
-                            float* dp2c, int32_t p2c_ld);
+void expand_position_terms(float* diag, int64_t rows, int64_t diagonals, int64_t lanes,
+                           const int32_t* delta, const float* c2p_t, const float* p2c_t,
+                           int64_t p2c_ld, int64_t first);
+void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes, float* tile);
+void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, int64_t lanes);
+void accumulate_position_grads(const float* diag, int64_t rows, int64_t diagonals, int64_t lanes,
+                               const int32_t* delta, float* dc2p_t, float* dp2c_t, int64_t p2c_ld,
+                               int64_t first);
 
-inline double disentangled_score_row(double* s, int64_t n, double scale, const int32_t* delta,
-                                     const double* c2p, const double* p2c, int32_t p2c_ld,
-                                     const uint8_t* keep) {
-  return disentangled_score_row_generic(s, n, scale, delta, c2p, p2c, p2c_ld, keep);
+inline double scale_mask_row(double* s, int64_t n, double scale, const uint8_t* keep) {
+  return scale_mask_row_generic(s, n, scale, keep);
 }
 inline double exp_row(double* s, int64_t n, double m) {
   return exp_row_generic(s, n, m);
@@ -147,9 +208,22 @@ inline void softmax_grad_row(double* s, double* dp, int64_t n, double lse, doubl
                              const RowDropout<double>* dropout, int64_t j0) {
   softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
 }
-inline void scatter_position_grads(const double* ds, int64_t n, const int32_t* delta, double* dc2p,
-                                   double* dp2c, int32_t p2c_ld) {
-  scatter_position_grads_generic(ds, n, delta, dc2p, dp2c, p2c_ld);
+inline void expand_position_terms(double* diag, int64_t rows, int64_t diagonals, int64_t lanes,
+                                  const int32_t* delta, const double* c2p_t, const double* p2c_t,
+                                  int64_t p2c_ld, int64_t first) {
+  expand_position_terms_generic(diag, rows, diagonals, lanes, delta, c2p_t, p2c_t, p2c_ld, first);
+}
+inline void unshear_add(const double* diag, int64_t rows, int64_t n, int64_t lanes, double* tile) {
+  unshear_add_generic(diag, rows, n, lanes, tile);
+}
+inline void shear_tile(const double* tile, int64_t rows, int64_t n, double* diag, int64_t lanes) {
+  shear_tile_generic(tile, rows, n, diag, lanes);
+}
+inline void accumulate_position_grads(const double* diag, int64_t rows, int64_t diagonals,
+                                      int64_t lanes, const int32_t* delta, double* dc2p_t,
+                                      double* dp2c_t, int64_t p2c_ld, int64_t first) {
+  accumulate_position_grads_generic(diag, rows, diagonals, lanes, delta, dc2p_t, dp2c_t, p2c_ld,
+                                    first);
 }
 
 }  // namespace recops::attention::kernels
