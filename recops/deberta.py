@@ -4,7 +4,6 @@ and a drop-in for HuggingFace's DebertaV2 ``DisentangledSelfAttention``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -213,8 +212,12 @@ class DisentangledSelfAttention(nn.Module):
     Built from a ``DebertaV2Config`` (or any object with its attributes); the parameters have HF's
     names and shapes (``query_proj``, ``key_proj``, ``value_proj``, and ``pos_key_proj`` /
     ``pos_query_proj`` unless ``share_att_key``), so ``load_state_dict`` takes an HF layer's
-    ``attention.self`` weights. ``forward`` has HF's signature; ``relative_pos``, when given,
-    must be HF's default (the kernel computes the positions itself).
+    ``attention.self`` weights. ``forward`` has HF's signature and returns, as HF does,
+    ``(context [B, S, H * d], probs [B, H, S, S] or None)``; ``relative_pos``, when given, must be
+    HF's default (the kernel computes the positions itself). Dropout (attention probabilities,
+    in-kernel; relative embeddings, ``pos_dropout``) applies in training mode. Query rows whose
+    keys are all masked give zeros (OPS.md section 6) where recent HF versions spread them
+    uniformly over the masked keys.
     """
 
     def __init__(self, config):
@@ -248,7 +251,7 @@ class DisentangledSelfAttention(nn.Module):
                     self.pos_key_proj = nn.Linear(config.hidden_size, self.all_head_size, bias=True)
                 if "p2c" in self.pos_att_type:
                     self.pos_query_proj = nn.Linear(config.hidden_size, self.all_head_size)
-        self.attention_probs_dropout_prob = config.attention_probs_dropout_prob
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         # [..., S, H * d] -> [B, H, S, d] (a position table [2 span, H * d] -> [2 span, H, d]).
@@ -279,9 +282,11 @@ class DisentangledSelfAttention(nn.Module):
         q = self._heads(self.query_proj(query_states))
         k = self._heads(self.key_proj(hidden_states))
         v = self._heads(self.value_proj(hidden_states))
-        # HF counts the position terms in the scale even without relative attention.
+        # HF counts the position terms in the scale even without relative attention, and takes
+        # the square root in float32.
         scale_factor = 1 + sum(t in self.pos_att_type for t in _TERMS)
-        scale = 1.0 / math.sqrt(self.attention_head_size * scale_factor)
+        size = torch.tensor(self.attention_head_size, dtype=torch.float)
+        scale = 1.0 / torch.sqrt(size * scale_factor).item()
         terms = [t for t in _TERMS if t in self.pos_att_type] if self.relative_attention else []
         pos_key = pos_query = None
         buckets, max_positions = -1, 1
@@ -308,9 +313,8 @@ class DisentangledSelfAttention(nn.Module):
             position_buckets=buckets,
             max_relative_positions=max_positions,
             scale=scale,
-            dropout_p=self.attention_probs_dropout_prob if self.training else 0.0,
+            dropout_p=self.dropout.p if self.training else 0.0,
             return_probs=output_attentions,
         )
         out, probs = out if output_attentions else (out, None)
-        context = out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1)
-        return (context, probs) if output_attentions else context
+        return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1), probs

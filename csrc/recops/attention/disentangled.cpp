@@ -6,6 +6,7 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/ceil.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/log.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -130,6 +131,7 @@ at::Tensor log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_si
 
 // delta[q_len - 1 - i + j] = clamp(bucket(i - j) + span, 0, 2 span - 1), int32.
 at::Tensor relative_index_table(const Geometry& g, const DisentangledOptions& o) {
+  if (g.q_len == 0 || g.k_len == 0) return at::empty({0}, at::kInt);
   at::Tensor rel = at::arange(g.q_len - 1, -g.k_len, -1, at::kLong);
   if (o.position_buckets > 0 && o.max_relative_positions > 0) {
     rel = log_bucket_position(rel, o.position_buckets, o.max_relative_positions).to(at::kLong);
