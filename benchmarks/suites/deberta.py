@@ -5,6 +5,7 @@ both in the input dtype, autograd for the reference's backward. Every case carri
 [B, S] (all tokens valid), expanded to [B, 1, S, S] for the reference as HF's encoder does once per
 model (outside the timed region)."""
 
+import functools
 import math
 
 import torch
@@ -43,7 +44,13 @@ def reference(q, k, v, pos_key, pos_query, mask4, relative_pos):
 
 def fused(q, k, v, pos_key, pos_query, mask2):
     return recops.disentangled_attention(
-        q, k, v, pos_key, pos_query, mask2, position_buckets=BUCKETS,
+        q,
+        k,
+        v,
+        pos_key,
+        pos_query,
+        mask2,
+        position_buckets=BUCKETS,
         max_relative_positions=MAX_RELATIVE,
     )
 
@@ -59,6 +66,35 @@ def _inputs(batch, n, dtype):
     return [q, k, v, pos_key, pos_query], mask2, mask4
 
 
+def _measure(case, impl, compare, fn, leaves, fwd_flops):
+    def forward():
+        with torch.no_grad():
+            return fn()
+
+    def forward_backward():
+        out = fn()
+        return torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    rows = []
+    for phase, call, flops in (
+        ("fwd", forward, fwd_flops),
+        ("fwd+bwd", forward_backward, 3 * fwd_flops),
+    ):
+        seconds = median_time(call, warmup=1, min_runs=3, min_seconds=0.5)
+        rows.append(
+            Row(
+                suite="deberta",
+                case=f"{case} {phase}",
+                impl=impl,
+                seconds=seconds,
+                flops=flops,
+                peak_bytes=peak_extra_bytes(call),
+                extra={"compare_to": compare},
+            )
+        )
+    return rows
+
+
 def run(limits):
     torch.manual_seed(0)
     rows = []
@@ -67,8 +103,8 @@ def run(limits):
         for dtype in (torch.float32, torch.bfloat16):
             leaves, mask2, mask4 = _inputs(batch, n, dtype)
             impls = {
-                "reference": lambda: reference(*leaves, mask4, relative_pos),
-                "recops": lambda: fused(*leaves, mask2),
+                "reference": functools.partial(reference, *leaves, mask4, relative_pos),
+                "recops": functools.partial(fused, *leaves, mask2),
             }
             # flops: q.k, q.pos_key, k.pos_query and P.v, each 2 B H S X d with X = S or 2 span.
             fwd_flops = 2 * batch * HEADS * HEAD_DIM * n * (2 * n + 4 * SPAN)
@@ -80,32 +116,7 @@ def run(limits):
             tol = 1e-4 if dtype == torch.float32 else 3e-2
             scale = ref_out.abs().max().item() + 1e-6
             assert (got_out - ref_out).abs().max().item() <= tol * scale, case
-
             for impl, fn in impls.items():
                 compare = ["reference"] if impl == "recops" else []
-
-                def forward(fn=fn):
-                    with torch.no_grad():
-                        return fn()
-
-                def forward_backward(fn=fn):
-                    out = fn()
-                    return torch.autograd.grad(out, leaves, torch.ones_like(out))
-
-                for phase, call, flops in (
-                    ("fwd", forward, fwd_flops),
-                    ("fwd+bwd", forward_backward, 3 * fwd_flops),
-                ):
-                    seconds = median_time(call, warmup=1, min_runs=3, min_seconds=0.5)
-                    rows.append(
-                        Row(
-                            suite="deberta",
-                            case=f"{case} {phase}",
-                            impl=impl,
-                            seconds=seconds,
-                            flops=flops,
-                            peak_bytes=peak_extra_bytes(call),
-                            extra={"compare_to": compare},
-                        )
-                    )
+                rows += _measure(case, impl, compare, fn, leaves, fwd_flops)
     return rows
