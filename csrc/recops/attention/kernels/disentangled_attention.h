@@ -157,7 +157,7 @@ inline int64_t tile_first_column(int64_t rows, int64_t kt0) {
   return kDiagonalPad + kt0 - (rows - 1);
 }
 
-// Adds the position terms to a [rows x n] tile of q.k products.
+// Adds the (scaled) position terms to a [rows x n] tile of scaled q.k products.
 template <typename T>
 void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
                         int64_t rows, int64_t kt0, int64_t n, T* tile) {
@@ -168,7 +168,7 @@ void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, i
   unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
 }
 
-// Scales and masks row r (query i) of a tile over keys [kt0, kt0 + n); returns the row max
+// Masks row r (query i) of a tile of scores over keys [kt0, kt0 + n); returns the row max
 // (-inf when the row sees none of these keys).
 template <typename T>
 T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int64_t kt0, int64_t n,
@@ -178,21 +178,21 @@ T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int
                         : p.mask.dense != nullptr
                             ? p.mask.dense + (unit.b * s.q_len + i) * s.k_len + kt0
                             : nullptr;
-  return scale_mask_row(row, n, s.scale, keep);
+  return mask_row(row, n, keep);
 }
 
-// P2C^T = pos_query K^T for the unit's keys.
+// P2C^T = scale pos_query K^T for the unit's keys.
 template <typename T>
 void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
-  gemm(false, true, s.positions, unit.keys, s.dqk, T(1), unit.pos_query, s.heads * s.dqk, unit.k,
+  gemm(false, true, s.positions, unit.keys, s.dqk, s.scale, unit.pos_query, s.heads * s.dqk, unit.k,
        s.dqk, T(0), t.p2c_t.data() + kDiagonalPad, t.p2c_ld);
 }
 
-// C2P^T = pos_key Q_block^T for the block's rows.
+// C2P^T = scale pos_key Q_block^T for the block's rows.
 template <typename T>
 void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0, int64_t rows,
                SoftmaxScratch<T>& t) {
-  gemm(false, true, s.positions, rows, s.dqk, T(1), unit.pos_key, s.heads * s.dqk,
+  gemm(false, true, s.positions, rows, s.dqk, s.scale, unit.pos_key, s.heads * s.dqk,
        unit.q + row0 * s.dqk, s.dqk, T(0), t.c2p_t.data(), kQueryBlock);
 }
 
@@ -212,7 +212,8 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
   for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
     T* tile = t.scores.data();
-    gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, unit.k + kt0 * s.dqk, s.dqk, T(0), tile, n);
+    gemm(false, true, rows, n, s.dqk, s.scale, q, s.dqk, unit.k + kt0 * s.dqk, s.dqk, T(0), tile,
+         n);
     if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
@@ -311,7 +312,7 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
     const T* k = unit.k + kt0 * s.dqk;
     T* tile = t.scores.data();
     T* dtile = t.grads.data();
-    gemm(false, true, rows, n, s.dqk, T(1), q, s.dqk, k, s.dqk, T(0), tile, n);
+    gemm(false, true, rows, n, s.dqk, s.scale, q, s.dqk, k, s.dqk, T(0), tile, n);
     gemm(false, true, rows, n, s.dv, T(1), go, s.dv, unit.v + kt0 * s.dv, s.dv, T(0), dtile, n);
     if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {

@@ -1,4 +1,4 @@
-// Element-wise passes over a softmax attention tile (the DeBERTa kernel): scaling and masking,
+// Element-wise passes over a softmax attention tile (the DeBERTa kernel): masking,
 // online-softmax exponentials, dropout from a counter-based hash, the softmax backward, and the
 // diagonal layout of the relative-position terms.
 //
@@ -38,25 +38,21 @@ struct RowDropout {
   }
 };
 
-// s[j] <- keep[j] ? scale * s[j] : -inf (keep may be null); returns the row max.
+// s[j] <- keep[j] ? s[j] : -inf (keep may be null); returns the row max.
 template <typename T>
-RECOPS_ALWAYS_INLINE T scale_mask_row_generic(T* s, int64_t n, T scale, const uint8_t* keep) {
+RECOPS_ALWAYS_INLINE T mask_row_generic(T* s, int64_t n, const uint8_t* keep) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T m = kNegInf;
   if (keep != nullptr) {
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n; ++j) {
-      const T x = keep[j] != 0 ? scale * s[j] : kNegInf;
+      const T x = keep[j] != 0 ? s[j] : kNegInf;
       s[j] = x;
       m = x > m ? x : m;
     }
   } else {
 #pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) {
-      const T x = scale * s[j];
-      s[j] = x;
-      m = x > m ? x : m;
-    }
+    for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
   }
   return m;
 }
@@ -81,7 +77,7 @@ RECOPS_ALWAYS_INLINE void dropout_row_generic(T* p, int64_t n, const RowDropout<
   for (int64_t j = 0; j < n; ++j) p[j] *= dropout.factor(j0 + j);
 }
 
-// Softmax backward of one row, from its scores s (scaled and masked), the row's log-sum-exp and
+// Softmax backward of one row, from its scores s (masked), the row's log-sum-exp and
 // D = sum_j P_j dP_j, with dp = dL/d(dropped probabilities):
 //   P = exp(s - lse), f = dropout factor (1 without dropout),
 //   dp <- scale * P * (f * dp - D)   (the gradient of the unscaled scores times scale),
@@ -181,7 +177,7 @@ RECOPS_ALWAYS_INLINE void accumulate_position_grads_generic(const T* diag, int64
 }
 
 // fp32 versions, compiled per ISA level (softmax_tile_ops.cpp).
-float scale_mask_row(float* s, int64_t n, float scale, const uint8_t* keep);
+float mask_row(float* s, int64_t n, const uint8_t* keep);
 float exp_row(float* s, int64_t n, float m);
 void dropout_row(float* p, int64_t n, const RowDropout<float>& dropout, int64_t j0);
 void softmax_grad_row(float* s, float* dp, int64_t n, float lse, float d, float scale,
@@ -195,8 +191,8 @@ void accumulate_position_grads(const float* diag, int64_t rows, int64_t diagonal
                                const int32_t* delta, float* dc2p_t, float* dp2c_t, int64_t p2c_ld,
                                int64_t first);
 
-inline double scale_mask_row(double* s, int64_t n, double scale, const uint8_t* keep) {
-  return scale_mask_row_generic(s, n, scale, keep);
+inline double mask_row(double* s, int64_t n, const uint8_t* keep) {
+  return mask_row_generic(s, n, keep);
 }
 inline double exp_row(double* s, int64_t n, double m) {
   return exp_row_generic(s, n, m);
