@@ -15,6 +15,7 @@
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -142,6 +143,7 @@ at::Tensor relative_index_table(const Geometry& g, const DisentangledOptions& o)
 struct PreparedMask {
   at::Tensor keep;  // uint8: [B, S] padding or [B, Sq, Sk] dense; undefined without a mask
   std::vector<int64_t> q_extent, k_extent;
+  std::vector<uint8_t> padding_holes;
   DisentangledMask view;
 };
 
@@ -179,7 +181,13 @@ PreparedMask prepare_mask(const std::optional<at::Tensor>& mask, const Geometry&
       p.keep = m.ne(0).to(at::kByte).contiguous();
       p.q_extent = extents(p.keep);
       p.k_extent = p.q_extent;
-      p.view.padding = p.keep.const_data_ptr<uint8_t>();
+      const uint8_t* keep = p.keep.const_data_ptr<uint8_t>();
+      for (int64_t b = 0; b < g.batch; ++b) {
+        const uint8_t* row = keep + b * g.k_len;
+        p.padding_holes.push_back(std::find(row, row + p.q_extent[b], 0) != row + p.q_extent[b]);
+      }
+      p.view.padding = keep;
+      p.view.padding_holes = p.padding_holes.data();
     } else {
       TORCH_CHECK(m.dim() == 4 && m.size(0) == g.batch && m.size(1) == 1 && m.size(2) == g.q_len &&
                       m.size(3) == g.k_len,

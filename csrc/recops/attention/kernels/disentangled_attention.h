@@ -47,12 +47,21 @@ struct DisentangledShape {
 
 // Which pairs take part. `padding` [B, S] (q_len == k_len) keeps (i, j) iff both are kept (HF's
 // expansion of a padding mask); `dense` [B, q_len, k_len] keeps the pairs it marks. Query rows at
-// or past q_extent[b] and keys at or past k_extent[b] take no part at all.
+// or past q_extent[b] and keys at or past k_extent[b] take no part at all; a padding row that
+// keeps every token before its extent (padding at the end only, the usual case) needs no other
+// check: padding_holes[b] says whether row b has masked tokens before its extent.
 struct DisentangledMask {
   const uint8_t* padding = nullptr;
+  const uint8_t* padding_holes = nullptr;  // [B], with padding
   const uint8_t* dense = nullptr;
   const int64_t* q_extent = nullptr;  // [B]
   const int64_t* k_extent = nullptr;  // [B]
+
+  // Key flags of query row i of batch row b (from key `first` on), null when all are kept.
+  const uint8_t* keep(int64_t b, int64_t i, int64_t first, int64_t q_len, int64_t k_len) const {
+    if (padding != nullptr) return padding_holes[b] != 0 ? padding + b * k_len + first : nullptr;
+    return dense != nullptr ? dense + (b * q_len + i) * k_len + first : nullptr;
+  }
 };
 
 template <typename T>
@@ -135,7 +144,8 @@ struct SoftmaxScratch {
 
 template <typename T>
 bool query_row_alive(const DisentangledProblem<T>& p, int64_t b, int64_t i) {
-  return p.mask.padding == nullptr || p.mask.padding[b * p.shape.k_len + i] != 0;
+  const DisentangledMask& m = p.mask;
+  return m.padding == nullptr || m.padding_holes[b] == 0 || m.padding[b * p.shape.k_len + i] != 0;
 }
 
 template <typename T>
@@ -174,11 +184,7 @@ template <typename T>
 T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int64_t kt0, int64_t n,
             T* row) {
   const DisentangledShape<T>& s = p.shape;
-  const uint8_t* keep = p.mask.padding != nullptr ? p.mask.padding + unit.b * s.k_len + kt0
-                        : p.mask.dense != nullptr
-                            ? p.mask.dense + (unit.b * s.q_len + i) * s.k_len + kt0
-                            : nullptr;
-  return mask_row(row, n, keep);
+  return mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
 }
 
 // P2C^T = scale pos_query K^T for the unit's keys.
