@@ -4,20 +4,21 @@
 // with d(i,j) the clamped (log-bucketed) relative-position index of the pair.
 //
 // Tiling (work_items.h): a unit is one (batch, head) pair; work items (unit, chunk) own
-// interleaved blocks of kQueryBlock query rows. Per item, P2C^T = pos_query K^T
-// [2 span, keys] is computed once; per query block, C2P^T = pos_key Q_block^T [2 span, rows]. The
-// block then streams over key tiles of kKeyTile keys: one BLAS call for Q K^T, the position terms
-// of the tile built in diagonal layout (one relative distance per diagonal, contiguous slices of
-// the transposed tables, see softmax_tile_ops.h) and added to it, masking and an online softmax
-// row by row (running max and sum per row, fp32 or float64), one BLAS call for P V into the output
-// rows. The log-sum-exp of every row is saved; backward recomputes the probabilities tile by
-// tile, shears each score-gradient tile into diagonals and adds them to dC2P^T / dP2C^T by the
-// diagonal's index (contiguous adds, no scatter), and turns those into dq, dk, d pos_key and
-// d pos_query with four more BLAS calls per block / item. dq rows belong to the item; dk, dv go to
-// per-chunk partials and d pos_key / d pos_query to per-thread partials that the adapter sums.
-// Dropout regenerates its mask from a counter-based hash of (seed, unit, row, key). Extra memory:
-// per thread O(kQueryBlock * (kKeyTile + span) + keys * span), never [S, S] (unless the caller
-// asks for the probabilities).
+// interleaved blocks of kQueryBlock query rows. Per item, the position scores
+// P2C^T = pos_query K^T [2 span, keys] are computed once (one BLAS call); per query block,
+// C2P^T = pos_key Q_block^T [2 span, rows]. Backward computes them again rather than keeping
+// O(B H S span) of them between the passes. A query block then streams over key tiles of kKeyTile
+// keys: one BLAS call for Q K^T, the position terms of the tile built in diagonal layout (one
+// relative distance per diagonal, contiguous slices of the transposed tables, see
+// softmax_tile_ops.h) and added to it, masking and an online softmax row by row (running max and
+// sum per row, fp32 or float64), one BLAS call for P V into the output rows. The log-sum-exp of
+// every row is saved; backward recomputes the probabilities tile by tile, shears each
+// score-gradient tile into diagonals and adds them to dC2P^T / dP2C^T by the diagonal's index
+// (contiguous adds, no scatter), and turns those into dq, dk, d pos_key and d pos_query with four
+// more BLAS calls per block / item. dq rows belong to the item; dk, dv go to per-chunk partials and
+// d pos_key / d pos_query to per-thread partials that the adapter sums. Dropout regenerates its
+// mask from a counter-based hash of (seed, unit, row, key). Extra memory: per thread O(kQueryBlock
+// * (kKeyTile + span) + k_len * span), never [S, S] (unless the caller asks for the probabilities).
 #pragma once
 
 #include <algorithm>
@@ -113,18 +114,13 @@ struct Unit {
   }
 };
 
-// Columns of padding on each side of P2C^T and dP2C^T, where the diagonals of a tile reach past
-// its keys (the values there are never used, the gradients added there are 0).
-constexpr int64_t kDiagonalPad = kQueryBlock;
-
-// Per-thread scratch; the BLAS stays single-threaded while it lives. The position tables and
-// their gradients are kept transposed, C2P^T [positions, kQueryBlock] and
-// P2C^T [positions, p2c_ld] (keys at columns kDiagonalPad + j), as the diagonal layout reads them.
+// Per-thread scratch; the BLAS stays single-threaded while it lives. The position scores and
+// their gradients are kept transposed, as the diagonal layout reads them: C2P^T
+// [positions, kQueryBlock] for the block, P2C^T [positions, k_len] for the item.
 template <typename T>
 struct SoftmaxScratch {
   SingleThreadedBlas blas;
   std::vector<T> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum;
-  int64_t p2c_ld;
   int64_t slot;
 
   SoftmaxScratch(const DisentangledShape<T>& s, bool backward, int64_t thread_slot)
@@ -134,11 +130,10 @@ struct SoftmaxScratch {
         diag(s.c2p || s.p2c ? (kKeyTile + kQueryBlock - 1) * kQueryBlock : 0),
         c2p_t(s.c2p ? s.positions * kQueryBlock : 0),
         dc2p_t(s.c2p && backward ? s.positions * kQueryBlock : 0),
-        p2c_t(s.p2c ? s.positions * (s.k_len + 2 * kDiagonalPad) : 0),
-        dp2c_t(s.p2c && backward ? s.positions * (s.k_len + 2 * kDiagonalPad) : 0),
+        p2c_t(s.p2c ? s.positions * s.k_len : 0),
+        dp2c_t(s.p2c && backward ? s.positions * s.k_len : 0),
         row_max(kQueryBlock),
         row_sum(kQueryBlock),
-        p2c_ld(s.k_len + 2 * kDiagonalPad),
         slot(thread_slot) {}
 };
 
@@ -162,9 +157,9 @@ const int32_t* tile_delta(const DisentangledProblem<T>& p, int64_t row0, int64_t
   return p.delta + (p.shape.q_len - 1 - row0 + kt0 - (rows - 1));
 }
 
-// Column of P2C^T where diagonal 0, lane 0 of the tile falls.
+// Key (column of P2C^T) of lane 0 of diagonal 0 of the tile.
 inline int64_t tile_first_column(int64_t rows, int64_t kt0) {
-  return kDiagonalPad + kt0 - (rows - 1);
+  return kt0 - (rows - 1);
 }
 
 // Adds the (scaled) position terms to a [rows x n] tile of scaled q.k products.
@@ -172,9 +167,9 @@ template <typename T>
 void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
                         int64_t rows, int64_t kt0, int64_t n, T* tile) {
   const DisentangledShape<T>& s = p.shape;
-  expand_position_terms(t.diag.data(), rows, n + rows - 1, kQueryBlock,
-                        tile_delta(p, row0, rows, kt0), s.c2p ? t.c2p_t.data() : nullptr,
-                        s.p2c ? t.p2c_t.data() : nullptr, t.p2c_ld, tile_first_column(rows, kt0));
+  expand_position_terms(t.diag.data(), rows, n, kQueryBlock, tile_delta(p, row0, rows, kt0),
+                        s.c2p ? t.c2p_t.data() : nullptr, kQueryBlock,
+                        s.p2c ? t.p2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
   unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
 }
 
@@ -191,7 +186,7 @@ T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int
 template <typename T>
 void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
   gemm(false, true, s.positions, unit.keys, s.dqk, s.scale, unit.pos_query, s.heads * s.dqk, unit.k,
-       s.dqk, T(0), t.p2c_t.data() + kDiagonalPad, t.p2c_ld);
+       s.dqk, T(0), t.p2c_t.data(), s.k_len);
 }
 
 // C2P^T = scale pos_key Q_block^T for the block's rows.
@@ -342,9 +337,9 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
     }
     if (p.delta != nullptr) {
       shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
-      accumulate_position_grads(t.diag.data(), rows, n + rows - 1, kQueryBlock,
-                                tile_delta(p, row0, rows, kt0), s.c2p ? t.dc2p_t.data() : nullptr,
-                                s.p2c ? t.dp2c_t.data() : nullptr, t.p2c_ld,
+      accumulate_position_grads(t.diag.data(), rows, n, kQueryBlock, tile_delta(p, row0, rows, kt0),
+                                s.c2p ? t.dc2p_t.data() : nullptr, kQueryBlock,
+                                s.p2c ? t.dp2c_t.data() : nullptr, s.k_len,
                                 tile_first_column(rows, kt0));
     }
     // dV += P^T dO, dQ += dS K, dK += dS^T Q.
@@ -389,12 +384,11 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         if (s.p2c) {
           // dK += dP2C pos_query, d pos_query += dP2C^T K.
           const int64_t ld = s.heads * s.dqk;
-          const T* dp2c_t = t.dp2c_t.data() + kDiagonalPad;
-          gemm(true, false, unit.keys, s.dqk, s.positions, T(1), dp2c_t, t.p2c_ld, unit.pos_query,
-               ld, T(1), dk, s.dqk);
+          gemm(true, false, unit.keys, s.dqk, s.positions, T(1), t.dp2c_t.data(), s.k_len,
+               unit.pos_query, ld, T(1), dk, s.dqk);
           T* dpq = g.dpos_query + t.slot * s.positions * ld + unit.h * s.dqk;
-          gemm(false, false, s.positions, s.dqk, unit.keys, T(1), dp2c_t, t.p2c_ld, unit.k, s.dqk,
-               T(1), dpq, ld);
+          gemm(false, false, s.positions, s.dqk, unit.keys, T(1), t.dp2c_t.data(), s.k_len, unit.k,
+               s.dqk, T(1), dpq, ld);
         }
       });
 }

@@ -26,11 +26,11 @@ RECOPS_ISA_CLONES void softmax_grad_row(float* s, float* dp, int64_t n, float ls
   softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
 }
 
-RECOPS_ISA_CLONES void expand_position_terms(float* diag, int64_t rows, int64_t diagonals,
-                                             int64_t lanes, const int32_t* delta,
-                                             const float* c2p_t, const float* p2c_t, int64_t p2c_ld,
+RECOPS_ISA_CLONES void expand_position_terms(float* diag, int64_t rows, int64_t n, int64_t lanes,
+                                             const int32_t* delta, const float* c2p_t,
+                                             int64_t c2p_ld, const float* p2c_t, int64_t p2c_ld,
                                              int64_t first) {
-  expand_position_terms_generic(diag, rows, diagonals, lanes, delta, c2p_t, p2c_t, p2c_ld, first);
+  expand_position_terms_generic(diag, rows, n, lanes, delta, c2p_t, c2p_ld, p2c_t, p2c_ld, first);
 }
 
 // fp32 shearing moves 16 x 16 blocks through registers: 16 contiguous loads, an in-register
@@ -118,7 +118,6 @@ RECOPS_ISA_CLONES void unshear_add(const float* diag, int64_t rows, int64_t n, i
 
 RECOPS_ISA_CLONES void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag,
                                   int64_t lanes) {
-  std::fill(diag, diag + (n + rows - 1) * lanes, 0.0f);
   int64_t r0 = 0;
   for (; r0 + 16 <= rows; r0 += 16) {
     const int64_t blocks = full_blocks(n);
@@ -143,10 +142,11 @@ RECOPS_ISA_CLONES void shear_tile(const float* tile, int64_t rows, int64_t n, fl
   }
 }
 
-RECOPS_ISA_CLONES void accumulate_position_grads(const float* diag, int64_t rows, int64_t diagonals,
+RECOPS_ISA_CLONES void accumulate_position_grads(const float* diag, int64_t rows, int64_t n,
                                                  int64_t lanes, const int32_t* delta, float* dc2p_t,
-                                                 float* dp2c_t, int64_t p2c_ld, int64_t first) {
-  accumulate_position_grads_generic(diag, rows, diagonals, lanes, delta, dc2p_t, dp2c_t, p2c_ld,
+                                                 int64_t dc2p_ld, float* dp2c_t, int64_t dp2c_ld,
+                                                 int64_t first) {
+  accumulate_position_grads_generic(diag, rows, n, lanes, delta, dc2p_t, dc2p_ld, dp2c_t, dp2c_ld,
                                     first);
 }
 

@@ -7,7 +7,8 @@
 // is one relative distance i - j and has one position index delta[c]. There the position terms
 // are contiguous slices of the transposed tables, C2P^T[delta[c], r] and
 // P2C^T[delta[c], j = first + c + r], and their gradients are contiguous adds: no gathers, no
-// scatters, no conflicting writes. Shearing a tile to or from that layout works on groups of 16
+// scatters, no conflicting writes. Lanes of a diagonal that fall outside the tile are never read
+// or written. Shearing a tile to or from that layout works on groups of 16
 // rows so that the lines in flight stay in L1.
 //
 // Plain loops that GCC vectorises; the fp32 versions are compiled per ISA level
@@ -101,23 +102,34 @@ RECOPS_ALWAYS_INLINE void softmax_grad_row_generic(T* s, T* dp, int64_t n, T lse
   }
 }
 
-// Position terms of a tile in diagonal layout: for c in [0, diagonals) and r in [0, rows),
-//   diag[c * lanes + r] = c2p_t[delta[c] * lanes + r] + p2c_t[delta[c] * p2c_ld + first + c + r]
-// (either table may be null, not both).
+// Lanes [first, last) of diagonal c of a rows x n tile are pairs inside the tile.
+RECOPS_ALWAYS_INLINE int64_t first_lane(int64_t c, int64_t rows) {
+  return c < rows - 1 ? rows - 1 - c : 0;
+}
+RECOPS_ALWAYS_INLINE int64_t last_lane(int64_t c, int64_t rows, int64_t n) {
+  return c > n - 1 ? n + rows - 1 - c : rows;
+}
+
+// Position terms of a rows x n tile in diagonal layout: for each diagonal c and each lane r of a
+// pair inside the tile,
+//   diag[c * lanes + r] = c2p_t[delta[c] * c2p_ld + r] + p2c_t[delta[c] * p2c_ld + first + c + r]
+// with `first` the key column of lane 0 of diagonal 0 (either table may be null, not both).
 template <typename T>
-RECOPS_ALWAYS_INLINE void expand_position_terms_generic(T* diag, int64_t rows, int64_t diagonals,
+RECOPS_ALWAYS_INLINE void expand_position_terms_generic(T* diag, int64_t rows, int64_t n,
                                                         int64_t lanes, const int32_t* delta,
-                                                        const T* c2p_t, const T* p2c_t,
-                                                        int64_t p2c_ld, int64_t first) {
-  for (int64_t c = 0; c < diagonals; ++c) {
+                                                        const T* c2p_t, int64_t c2p_ld,
+                                                        const T* p2c_t, int64_t p2c_ld,
+                                                        int64_t first) {
+  for (int64_t c = 0; c < n + rows - 1; ++c) {
     T* out = diag + c * lanes;
-    const T* a = c2p_t == nullptr ? nullptr : c2p_t + delta[c] * lanes;
+    const int64_t lo = first_lane(c, rows), hi = last_lane(c, rows, n);
+    const T* a = c2p_t == nullptr ? nullptr : c2p_t + delta[c] * c2p_ld;
     const T* b = p2c_t == nullptr ? nullptr : p2c_t + delta[c] * p2c_ld + first + c;
     if (a != nullptr && b != nullptr) {
-      for (int64_t r = 0; r < rows; ++r) out[r] = a[r] + b[r];
+      for (int64_t r = lo; r < hi; ++r) out[r] = a[r] + b[r];
     } else {
       const T* x = a != nullptr ? a : b;
-      for (int64_t r = 0; r < rows; ++r) out[r] = x[r];
+      for (int64_t r = lo; r < hi; ++r) out[r] = x[r];
     }
   }
 }
@@ -137,12 +149,11 @@ RECOPS_ALWAYS_INLINE void unshear_add_generic(const T* diag, int64_t rows, int64
   }
 }
 
-// diag[(j - r + rows - 1) * lanes + r] = tile[r * n + j]; the rest of the n + rows - 1 diagonals
-// (pairs outside the tile) is 0.
+// diag[(j - r + rows - 1) * lanes + r] = tile[r * n + j] (lanes of pairs outside the tile are
+// left as they are).
 template <typename T>
 RECOPS_ALWAYS_INLINE void shear_tile_generic(const T* tile, int64_t rows, int64_t n, T* diag,
                                              int64_t lanes) {
-  for (int64_t k = 0; k < (n + rows - 1) * lanes; ++k) diag[k] = T(0);
   for (int64_t r0 = 0; r0 < rows; r0 += kShearGroup) {
     const int64_t group = rows - r0 < kShearGroup ? rows - r0 : kShearGroup;
     for (int64_t j = 0; j < n; ++j) {
@@ -155,23 +166,24 @@ RECOPS_ALWAYS_INLINE void shear_tile_generic(const T* tile, int64_t rows, int64_
 }
 
 // Gradients of the position terms from a sheared score-gradient tile (the transpose of
-// expand_position_terms): dc2p_t[delta[c] * lanes + r] += diag[c * lanes + r] and
-// dp2c_t[delta[c] * p2c_ld + first + c + r] += diag[c * lanes + r] (either sink may be null).
+// expand_position_terms): for each lane r of a pair inside the tile,
+// dc2p_t[delta[c] * dc2p_ld + r] += diag[c * lanes + r] and
+// dp2c_t[delta[c] * dp2c_ld + first + c + r] += diag[c * lanes + r] (either sink may be null).
 template <typename T>
-RECOPS_ALWAYS_INLINE void accumulate_position_grads_generic(const T* diag, int64_t rows,
-                                                            int64_t diagonals, int64_t lanes,
-                                                            const int32_t* delta, T* dc2p_t,
-                                                            T* dp2c_t, int64_t p2c_ld,
-                                                            int64_t first) {
-  for (int64_t c = 0; c < diagonals; ++c) {
+RECOPS_ALWAYS_INLINE void accumulate_position_grads_generic(const T* diag, int64_t rows, int64_t n,
+                                                            int64_t lanes, const int32_t* delta,
+                                                            T* dc2p_t, int64_t dc2p_ld, T* dp2c_t,
+                                                            int64_t dp2c_ld, int64_t first) {
+  for (int64_t c = 0; c < n + rows - 1; ++c) {
     const T* g = diag + c * lanes;
+    const int64_t lo = first_lane(c, rows), hi = last_lane(c, rows, n);
     if (dc2p_t != nullptr) {
-      T* d = dc2p_t + delta[c] * lanes;
-      for (int64_t r = 0; r < rows; ++r) d[r] += g[r];
+      T* d = dc2p_t + delta[c] * dc2p_ld;
+      for (int64_t r = lo; r < hi; ++r) d[r] += g[r];
     }
     if (dp2c_t != nullptr) {
-      T* d = dp2c_t + delta[c] * p2c_ld + first + c;
-      for (int64_t r = 0; r < rows; ++r) d[r] += g[r];
+      T* d = dp2c_t + delta[c] * dp2c_ld + first + c;
+      for (int64_t r = lo; r < hi; ++r) d[r] += g[r];
     }
   }
 }
@@ -182,14 +194,14 @@ float exp_row(float* s, int64_t n, float m);
 void dropout_row(float* p, int64_t n, const RowDropout<float>& dropout, int64_t j0);
 void softmax_grad_row(float* s, float* dp, int64_t n, float lse, float d, float scale,
                       const RowDropout<float>* dropout, int64_t j0);
-void expand_position_terms(float* diag, int64_t rows, int64_t diagonals, int64_t lanes,
-                           const int32_t* delta, const float* c2p_t, const float* p2c_t,
-                           int64_t p2c_ld, int64_t first);
+void expand_position_terms(float* diag, int64_t rows, int64_t n, int64_t lanes,
+                           const int32_t* delta, const float* c2p_t, int64_t c2p_ld,
+                           const float* p2c_t, int64_t p2c_ld, int64_t first);
 void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes, float* tile);
 void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, int64_t lanes);
-void accumulate_position_grads(const float* diag, int64_t rows, int64_t diagonals, int64_t lanes,
-                               const int32_t* delta, float* dc2p_t, float* dp2c_t, int64_t p2c_ld,
-                               int64_t first);
+void accumulate_position_grads(const float* diag, int64_t rows, int64_t n, int64_t lanes,
+                               const int32_t* delta, float* dc2p_t, int64_t dc2p_ld, float* dp2c_t,
+                               int64_t dp2c_ld, int64_t first);
 
 inline double mask_row(double* s, int64_t n, const uint8_t* keep) {
   return mask_row_generic(s, n, keep);
@@ -204,10 +216,10 @@ inline void softmax_grad_row(double* s, double* dp, int64_t n, double lse, doubl
                              const RowDropout<double>* dropout, int64_t j0) {
   softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
 }
-inline void expand_position_terms(double* diag, int64_t rows, int64_t diagonals, int64_t lanes,
-                                  const int32_t* delta, const double* c2p_t, const double* p2c_t,
-                                  int64_t p2c_ld, int64_t first) {
-  expand_position_terms_generic(diag, rows, diagonals, lanes, delta, c2p_t, p2c_t, p2c_ld, first);
+inline void expand_position_terms(double* diag, int64_t rows, int64_t n, int64_t lanes,
+                                  const int32_t* delta, const double* c2p_t, int64_t c2p_ld,
+                                  const double* p2c_t, int64_t p2c_ld, int64_t first) {
+  expand_position_terms_generic(diag, rows, n, lanes, delta, c2p_t, c2p_ld, p2c_t, p2c_ld, first);
 }
 inline void unshear_add(const double* diag, int64_t rows, int64_t n, int64_t lanes, double* tile) {
   unshear_add_generic(diag, rows, n, lanes, tile);
@@ -215,10 +227,10 @@ inline void unshear_add(const double* diag, int64_t rows, int64_t n, int64_t lan
 inline void shear_tile(const double* tile, int64_t rows, int64_t n, double* diag, int64_t lanes) {
   shear_tile_generic(tile, rows, n, diag, lanes);
 }
-inline void accumulate_position_grads(const double* diag, int64_t rows, int64_t diagonals,
-                                      int64_t lanes, const int32_t* delta, double* dc2p_t,
-                                      double* dp2c_t, int64_t p2c_ld, int64_t first) {
-  accumulate_position_grads_generic(diag, rows, diagonals, lanes, delta, dc2p_t, dp2c_t, p2c_ld,
+inline void accumulate_position_grads(const double* diag, int64_t rows, int64_t n, int64_t lanes,
+                                      const int32_t* delta, double* dc2p_t, int64_t dc2p_ld,
+                                      double* dp2c_t, int64_t dp2c_ld, int64_t first) {
+  accumulate_position_grads_generic(diag, rows, n, lanes, delta, dc2p_t, dc2p_ld, dp2c_t, dp2c_ld,
                                     first);
 }
 
