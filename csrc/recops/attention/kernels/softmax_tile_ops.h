@@ -75,7 +75,8 @@ RECOPS_ALWAYS_INLINE T exp_row_generic(T* s, int64_t n, T m) {
 template <typename T>
 RECOPS_ALWAYS_INLINE void dropout_row_generic(T* p, int64_t n, const RowDropout<T>& dropout,
                                               int64_t j0) {
-  for (int64_t j = 0; j < n; ++j) p[j] *= dropout.factor(j0 + j);
+  const RowDropout<T> local = dropout;  // a copy: stores to p cannot change it
+  for (int64_t j = 0; j < n; ++j) p[j] *= local.factor(j0 + j);
 }
 
 // Softmax backward of one row, from its scores s (masked), the row's log-sum-exp and
@@ -94,9 +95,10 @@ RECOPS_ALWAYS_INLINE void softmax_grad_row_generic(T* s, T* dp, int64_t n, T lse
     }
     return;
   }
+  const RowDropout<T> local = *dropout;  // a copy: stores to s, dp cannot change it
   for (int64_t j = 0; j < n; ++j) {
     const T p = softmax_exp(s[j] - lse);
-    const T f = dropout->factor(j0 + j);
+    const T f = local.factor(j0 + j);
     dp[j] = scale * p * (f * dp[j] - d);
     s[j] = f * p;
   }
