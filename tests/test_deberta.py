@@ -217,10 +217,23 @@ def test_matches_reference(pos_att_type, positions, length):
     )
 
 
-def test_long_sequence_many_tiles():
-    # Several query blocks (64 rows) and key tiles; HF's default bucketing (span 256).
-    inputs = make_inputs(1, 2, 600, 600, 4, 256)
-    check_against_reference(inputs, atol=1e-9)
+@pytest.mark.parametrize(
+    "length, positions, dtype",
+    [
+        (600, (256, 512), F64),  # HF's default bucketing
+        (700, (-1, 4), F64),  # far tiles: every pair of a tile has the clamped index
+        (700, (-1, 4), torch.float32),
+    ],
+)
+def test_long_sequence_many_tiles(length, positions, dtype):
+    # Several query blocks (64 rows) and key tiles (256 keys).
+    buckets, max_rel = positions
+    inputs = make_inputs(1, 2, length, length, 4, span_of(buckets, max_rel), dtype=dtype)
+    mask = torch.arange(length)[None, :] < length - 3
+    atol = 1e-9 if dtype == F64 else 5e-5
+    check_against_reference(
+        inputs, mask, atol=atol, position_buckets=buckets, max_relative_positions=max_rel
+    )
 
 
 @pytest.mark.parametrize("q_len, k_len", [(3, 11), (11, 3), (70, 20), (20, 70)])

@@ -15,7 +15,9 @@
 // every row is saved; backward recomputes the probabilities tile by tile, shears each
 // score-gradient tile into diagonals and adds them to dC2P^T / dP2C^T by the diagonal's index
 // (contiguous adds, no scatter), and turns those into dq, dk, d pos_key and d pos_query with four
-// more BLAS calls per block / item. dq rows belong to the item; dk, dv go to per-chunk partials and
+// more BLAS calls per block / item. Tiles far from the diagonal, where the clamped distance gives
+// every pair one index, skip the diagonal layout (a per-row plus a per-key term; row and column
+// sums of the gradient). dq rows belong to the item; dk, dv go to per-chunk partials and
 // d pos_key / d pos_query to per-thread partials that the adapter sums. Dropout regenerates its
 // mask from a counter-based hash of (seed, unit, row, key). Extra memory: per thread O(kQueryBlock
 // * (kKeyTile + span) + k_len * span), never [S, S] (unless the caller asks for the probabilities).
@@ -167,10 +169,35 @@ template <typename T>
 void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
                         int64_t rows, int64_t kt0, int64_t n, T* tile) {
   const DisentangledShape<T>& s = p.shape;
-  expand_position_terms(t.diag.data(), rows, n, kQueryBlock, tile_delta(p, row0, rows, kt0),
+  const int32_t* delta = tile_delta(p, row0, rows, kt0);
+  if (delta[0] == delta[n + rows - 2]) {  // one position index for the whole tile
+    add_uniform_position_terms(tile, rows, n,
+                               s.c2p ? t.c2p_t.data() + delta[0] * kQueryBlock : nullptr,
+                               s.p2c ? t.p2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
+    return;
+  }
+  expand_position_terms(t.diag.data(), rows, n, kQueryBlock, delta,
                         s.c2p ? t.c2p_t.data() : nullptr, kQueryBlock,
                         s.p2c ? t.p2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
   unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
+}
+
+// Adds the gradients of the position terms of a tile, from its score gradients.
+template <typename T>
+void add_position_grads(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
+                        int64_t rows, int64_t kt0, int64_t n, const T* dtile) {
+  const DisentangledShape<T>& s = p.shape;
+  const int32_t* delta = tile_delta(p, row0, rows, kt0);
+  if (delta[0] == delta[n + rows - 2]) {
+    accumulate_uniform_position_grads(dtile, rows, n,
+                                      s.c2p ? t.dc2p_t.data() + delta[0] * kQueryBlock : nullptr,
+                                      s.p2c ? t.dp2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
+    return;
+  }
+  shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
+  accumulate_position_grads(
+      t.diag.data(), rows, n, kQueryBlock, delta, s.c2p ? t.dc2p_t.data() : nullptr, kQueryBlock,
+      s.p2c ? t.dp2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
 }
 
 // Masks row r (query i) of a tile of scores over keys [kt0, kt0 + n); returns the row max
@@ -336,11 +363,7 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
                        p.dropout_p > T(0) ? &dropout : nullptr, kt0);
     }
     if (p.delta != nullptr) {
-      shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
-      accumulate_position_grads(t.diag.data(), rows, n, kQueryBlock, tile_delta(p, row0, rows, kt0),
-                                s.c2p ? t.dc2p_t.data() : nullptr, kQueryBlock,
-                                s.p2c ? t.dp2c_t.data() : nullptr, s.k_len,
-                                tile_first_column(rows, kt0));
+      add_position_grads(p, t, row0, rows, kt0, n, dtile);
     }
     // dV += P^T dO, dQ += dS K, dK += dS^T Q.
     gemm(true, false, n, s.dv, rows, T(1), tile, n, go, s.dv, T(1), dv + kt0 * s.dv, s.dv);

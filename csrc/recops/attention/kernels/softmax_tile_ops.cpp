@@ -150,4 +150,14 @@ RECOPS_ISA_CLONES void accumulate_position_grads(const float* diag, int64_t rows
                                     first);
 }
 
+RECOPS_ISA_CLONES void add_uniform_position_terms(float* tile, int64_t rows, int64_t n,
+                                                  const float* c2p, const float* p2c) {
+  add_uniform_position_terms_generic(tile, rows, n, c2p, p2c);
+}
+
+RECOPS_ISA_CLONES void accumulate_uniform_position_grads(const float* ds, int64_t rows, int64_t n,
+                                                         float* dc2p, float* dp2c) {
+  accumulate_uniform_position_grads_generic(ds, rows, n, dc2p, dp2c);
+}
+
 }  // namespace recops::attention::kernels

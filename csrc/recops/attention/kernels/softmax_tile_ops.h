@@ -190,6 +190,41 @@ RECOPS_ALWAYS_INLINE void accumulate_position_grads_generic(const T* diag, int64
   }
 }
 
+// A tile whose pairs all have one position index (far from the diagonal, where the distance is
+// clamped) needs no diagonal layout: tile[r * n + j] += c2p[r] + p2c[j], with c2p the index's row
+// of C2P^T (per query) and p2c its row of P2C^T (per key); either may be null.
+template <typename T>
+RECOPS_ALWAYS_INLINE void add_uniform_position_terms_generic(T* tile, int64_t rows, int64_t n,
+                                                             const T* c2p, const T* p2c) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = tile + r * n;
+    const T a = c2p == nullptr ? T(0) : c2p[r];
+    if (p2c == nullptr) {
+      for (int64_t j = 0; j < n; ++j) row[j] += a;
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] += a + p2c[j];
+    }
+  }
+}
+
+// Its gradients: dc2p[r] += sum_j ds[r * n + j], dp2c[j] += sum_r ds[r * n + j].
+template <typename T>
+RECOPS_ALWAYS_INLINE void accumulate_uniform_position_grads_generic(const T* ds, int64_t rows,
+                                                                    int64_t n, T* dc2p, T* dp2c) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = ds + r * n;
+    if (dc2p != nullptr) {
+      T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < n; ++j) sum += row[j];
+      dc2p[r] += sum;
+    }
+    if (dp2c != nullptr) {
+      for (int64_t j = 0; j < n; ++j) dp2c[j] += row[j];
+    }
+  }
+}
+
 // fp32 versions, compiled per ISA level (softmax_tile_ops.cpp).
 float mask_row(float* s, int64_t n, const uint8_t* keep);
 float exp_row(float* s, int64_t n, float m);
@@ -200,6 +235,10 @@ void expand_position_terms(float* diag, int64_t rows, int64_t n, int64_t lanes,
                            const int32_t* delta, const float* c2p_t, int64_t c2p_ld,
                            const float* p2c_t, int64_t p2c_ld, int64_t first);
 void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes, float* tile);
+void add_uniform_position_terms(float* tile, int64_t rows, int64_t n, const float* c2p,
+                                const float* p2c);
+void accumulate_uniform_position_grads(const float* ds, int64_t rows, int64_t n, float* dc2p,
+                                       float* dp2c);
 void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, int64_t lanes);
 void accumulate_position_grads(const float* diag, int64_t rows, int64_t n, int64_t lanes,
                                const int32_t* delta, float* dc2p_t, int64_t dc2p_ld, float* dp2c_t,
@@ -234,6 +273,15 @@ inline void accumulate_position_grads(const double* diag, int64_t rows, int64_t 
                                       double* dp2c_t, int64_t dp2c_ld, int64_t first) {
   accumulate_position_grads_generic(diag, rows, n, lanes, delta, dc2p_t, dc2p_ld, dp2c_t, dp2c_ld,
                                     first);
+}
+
+inline void add_uniform_position_terms(double* tile, int64_t rows, int64_t n, const double* c2p,
+                                       const double* p2c) {
+  add_uniform_position_terms_generic(tile, rows, n, c2p, p2c);
+}
+inline void accumulate_uniform_position_grads(const double* ds, int64_t rows, int64_t n,
+                                              double* dc2p, double* dp2c) {
+  accumulate_uniform_position_grads_generic(ds, rows, n, dc2p, dp2c);
 }
 
 }  // namespace recops::attention::kernels
