@@ -11,7 +11,8 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import fuxi, gather, hstu, jagged, relative_bias, sparse  # noqa: E402  (fakes, autograd)
+from recops import deberta, fuxi, gather, hstu, jagged, relative_bias, sparse  # noqa: E402
+from recops.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
 from recops.fuxi import fuxi_attention  # noqa: E402
 from recops.hstu import hstu_attention  # noqa: E402
 from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
@@ -21,7 +22,10 @@ fbgemm_bindings = _fbgemm.bind()
 ops = torch.ops.recops
 
 __all__ = [
+    "DisentangledSelfAttention",
     "RelativeBucketedTimeAndPositionBasedBias",
+    "deberta",
+    "disentangled_attention",
     "fbgemm_bindings",
     "fbgemm_loaded",
     "fuxi",

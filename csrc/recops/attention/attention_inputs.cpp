@@ -245,11 +245,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::
   return {dq.to(q.scalar_type()), dk.sum(0).to(k.scalar_type()), dv.sum(0).to(v.scalar_type())};
 }
 
-// Splits sequences into chunks of query blocks so that a few long sequences still give every
-// thread about two items (each chunk adds an fp32 copy of dK and dV).
-int64_t choose_chunks(const Sequences& seqs) {
-  const int64_t wanted = 2 * at::get_num_threads();
-  return std::max<int64_t>(1, (wanted + seqs.count - 1) / std::max<int64_t>(1, seqs.count));
-}
-
 }  // namespace recops::attention

@@ -31,13 +31,6 @@ inline at::ScalarType compute_dtype(const at::Tensor& q) {
   return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// Calls fn(TypeTag<T>{}) with the compute type T of q.
-template <typename Fn>
-decltype(auto) dispatch_compute_type(const at::Tensor& q, Fn&& fn) {
-  if (compute_dtype(q) == at::kDouble) return fn(TypeTag<double>{});
-  return fn(TypeTag<float>{});
-}
-
 struct PreparedMask {
   kernels::MaskKind kind = kernels::MaskKind::kCausal;
   int64_t contextual_len = 0, target_group_size = 1, max_attn_len = 0;
@@ -171,8 +164,5 @@ struct QkvGradBuffers {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> reduce(const at::Tensor& q, const at::Tensor& k,
                                                         const at::Tensor& v) const;
 };
-
-// Query-block chunks per sequence so that a few long sequences still keep every thread busy.
-int64_t choose_chunks(const kernels::Sequences& seqs);
 
 }  // namespace recops::attention

@@ -1,3 +1,4 @@
+#include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
 #include "recops/attention/attention_inputs.h"
@@ -78,13 +79,14 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
   const PreparedMask mask = prepare_mask(options.base, seqs.view, heads, compute_dtype(q));
   const FuxiBiases biases = prepare_fuxi_biases(options, seqs, rows, compute_dtype(q));
   const FuxiLayout layout = make_layout(biases, heads, v.size(2), options.reference_layout);
-  return dispatch_compute_type(q, [&](auto tag) {
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     at::Tensor out = at::zeros({rows, layout.row_stride}, in.q.options());
     fuxi_forward(seqs.view, in.shape(options.base), in.view(), mask.source<T>(),
-                 biases.time.source<T>(), biases.position.source<T>(), choose_chunks(seqs.view),
-                 layout, out.mutable_data_ptr<T>());
+                 biases.time.source<T>(), biases.position.source<T>(),
+                 choose_chunks(seqs.view.count, at::get_num_threads()), layout,
+                 out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
 }
@@ -108,11 +110,11 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
               layout.row_stride, "], got ", grad_output.sizes());
   const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, compute_dtype(q));
   const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, compute_dtype(q));
-  return dispatch_compute_type(q, [&](auto tag) {
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(seqs.view);
+    const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
     const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
     FuxiGrads<T> grads;
     grads.rows = rows;

@@ -1,3 +1,4 @@
+#include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
 #include "recops/attention/attention_inputs.h"
@@ -37,12 +38,12 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
       prepare_sequences(rows, seq_offsets, seq_lengths, options.max_seq_len);
   const PreparedMask mask = prepare_mask(options, seqs.view, heads, compute_dtype(q));
   const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, compute_dtype(q));
-  return dispatch_compute_type(q, [&](auto tag) {
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     at::Tensor out = at::zeros({rows, heads, v.size(2)}, in.q.options());
     hstu_forward(seqs.view, in.shape(options), in.view(), mask.source<T>(), bias.source<T>(),
-                 choose_chunks(seqs.view), out.mutable_data_ptr<T>());
+                 choose_chunks(seqs.view.count, at::get_num_threads()), out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
 }
@@ -64,11 +65,11 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   const PreparedMask mask = prepare_mask(options, seqs.view, heads, compute_dtype(q));
   const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, compute_dtype(q));
   const BiasGradBuffers bias_grads = allocate_bias_grads(bias, compute_dtype(q));
-  return dispatch_compute_type(q, [&](auto tag) {
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(seqs.view);
+    const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
     const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
     HstuGrads<T> grads;
     grads.rows = rows;

@@ -67,4 +67,31 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
 
+// Options shared by the disentangled-attention forward and backward (schema in ops.cpp).
+struct DisentangledOptions {
+  std::string pos_att_type;  // "c2p|p2c", any subset, "" for none
+  int64_t position_buckets, max_relative_positions;
+  std::optional<double> scale;
+  double dropout_p;
+  int64_t seed;
+};
+
+// Returns (output [B, H, Sq, Dv], softmax log-sum-exp [B, H, Sq] in the compute type,
+// probabilities [B, H, Sq, Sk] after dropout when return_probs).
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_attention_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const std::optional<at::Tensor>& pos_key, const std::optional<at::Tensor>& pos_query,
+    const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& options,
+    bool return_probs);
+
+// Returns (dq, dk, dv, d pos_key, d pos_query); a table's gradient is absent when its term is
+// not in pos_att_type.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>>
+disentangled_attention_backward(
+    const at::Tensor& grad_output, const std::optional<at::Tensor>& grad_probs, const at::Tensor& q,
+    const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& pos_key,
+    const std::optional<at::Tensor>& pos_query, const std::optional<at::Tensor>& attention_mask,
+    const at::Tensor& output, const at::Tensor& softmax_lse, const std::optional<at::Tensor>& probs,
+    const DisentangledOptions& options);
+
 }  // namespace recops::attention

@@ -50,4 +50,12 @@ decltype(auto) dispatch_floating_type(at::ScalarType dtype, const char* name, Fn
                                          [&] { return fn(TypeTag<scalar_t>{}); });
 }
 
+// Calls fn(TypeTag<T>{}) with the compute type of a floating dtype: float64 computes in double
+// (validation, gradcheck), float32 / bfloat16 / float16 in float.
+template <typename Fn>
+decltype(auto) dispatch_compute_type(at::ScalarType dtype, Fn&& fn) {
+  if (dtype == at::kDouble) return fn(TypeTag<double>{});
+  return fn(TypeTag<float>{});
+}
+
 }  // namespace recops

@@ -36,6 +36,13 @@ RECOPS_ALWAYS_INLINE float fast_exp(float x) {
   return p * bits_to_float((exponent + 127) << 23);
 }
 
+// exp of a softmax argument (a score minus its row maximum, so x <= 0): fast_exp, flushed to
+// exactly 0 below the float range so that masked scores (-inf) drop out.
+RECOPS_ALWAYS_INLINE float softmax_exp(float x) {
+  const float e = fast_exp(x);
+  return x < -87.0f ? 0.0f : e;
+}
+
 RECOPS_ALWAYS_INLINE float fast_sigmoid(float x) {
   return 1.0f / (1.0f + fast_exp(-x));
 }
@@ -43,6 +50,9 @@ RECOPS_ALWAYS_INLINE float fast_sigmoid(float x) {
 // double keeps libm's exp: it serves float64 validation, not speed.
 inline double fast_sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
+}
+inline double softmax_exp(double x) {
+  return std::exp(x);
 }
 
 }  // namespace recops

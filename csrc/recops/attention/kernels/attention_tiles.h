@@ -1,10 +1,8 @@
 // The tiling machinery shared by the attention kernels of the HSTU family (HSTU, FuXi-alpha):
-// where sequences live, work items, per-thread tile scratch, and building the mask / bias tiles of
-// a query block together with scattering their gradients.
-//
-// A work item is (sequence, chunk); chunk c of a sequence owns its query blocks c, c + C, ...
-// (interleaved so causal chunks cost the same). A query block of kQueryBlock rows meets only the
-// keys its mask can reach (StructuredMask::key_range), as [rows x keys] tiles.
+// where sequences live, per-thread tile scratch, and building the mask / bias tiles of a query
+// block together with scattering their gradients. Work items (sequence, chunk) are those of
+// work_items.h; a query block meets only the keys its mask can reach (StructuredMask::key_range),
+// as [rows x keys] tiles.
 #pragma once
 
 #include <algorithm>
@@ -17,11 +15,10 @@
 #include "recops/attention/kernels/hstu_mask.h"
 #include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/attention/kernels/tile_ops.h"
+#include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 
 namespace recops::attention::kernels {
-
-constexpr int64_t kQueryBlock = 64;
 
 // Where each sequence lives in the [rows, H, D] fp32 tensors.
 struct Sequences {
@@ -85,25 +82,6 @@ struct BiasGrads {
   double* pos_w = nullptr;  // [threads, 2N - 1]
   int64_t pos_thread_stride = 0;
 };
-
-struct WorkItem {
-  int64_t sequence, chunk;
-};
-
-// Items (sequence, chunk), longest sequences first; `chunks` splits each sequence's query blocks
-// so that few long sequences still keep every thread busy.
-inline std::vector<WorkItem> make_work_items(const Sequences& seqs, int64_t chunks) {
-  std::vector<int64_t> order(seqs.count);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return seqs.length[a] > seqs.length[b]; });
-  std::vector<WorkItem> items;
-  for (const int64_t b : order) {
-    const int64_t blocks = (seqs.length[b] + kQueryBlock - 1) / kQueryBlock;
-    for (int64_t c = 0; c < std::min(chunks, blocks); ++c) items.push_back({b, c});
-  }
-  return items;
-}
 
 // Per-thread scratch: `count` tiles of kQueryBlock x N values (a kernel names them with its own
 // enum), time-bucket indices for the relative bias, and this thread's slot for per-thread partial
@@ -218,19 +196,15 @@ void for_each_block(const Sequences& seqs, const MaskSource<T>& mask, const Work
                     int64_t chunks, Fn&& fn) {
   const int64_t b = item.sequence, length = seqs.length[b];
   const StructuredMask structured = mask.structured(b, length);
-  const int64_t blocks = (length + kQueryBlock - 1) / kQueryBlock;
-  for (int64_t qb = item.chunk; qb < blocks; qb += chunks) {
-    Block blk{b, length, qb * kQueryBlock, 0, 0, 0};
-    blk.rows = std::min(kQueryBlock, length - blk.row0);
+  for_each_query_block(length, item, chunks, [&](int64_t row0, int64_t rows) {
+    Block blk{b, length, row0, rows, 0, 0};
     int64_t key_end = length;
-    if (mask.kind == MaskKind::kCustom) {
-      blk.key0 = 0;
-    } else {
-      structured.key_range(blk.row0, blk.row0 + blk.rows, &blk.key0, &key_end);
+    if (mask.kind != MaskKind::kCustom) {
+      structured.key_range(row0, row0 + rows, &blk.key0, &key_end);
     }
     blk.keys = key_end - blk.key0;
     if (blk.keys > 0) fn(blk, structured);
-  }
+  });
 }
 
 }  // namespace recops::attention::kernels

@@ -64,7 +64,7 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                   const MaskSource<T>& mask, const BiasSource<T>& time,
                   const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
@@ -113,7 +113,7 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                    const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout,
                    const FuxiGrads<T>& grads) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),

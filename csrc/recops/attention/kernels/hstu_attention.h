@@ -39,7 +39,7 @@ template <typename T>
 void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
                   const MaskSource<T>& mask, const BiasSource<T>& bias, int64_t chunks, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -83,7 +83,7 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const bool has_bias = bias.kind != BiasKind::kNone;
   const bool shared_bias_grad = has_bias && !bias.per_head();
-  const std::vector<WorkItem> items = make_work_items(seqs, chunks);
+  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {

@@ -1,0 +1,347 @@
+// ATen adapter of DeBERTa disentangled attention (OPS.md section 6): validation, the relative-
+// position index table, masks, compute-type dispatch (bf16 / fp16 / fp32 compute in fp32, float64
+// in double) and the per-chunk / per-thread partial gradients of the kernel.
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ceil.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/sign.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "recops/attention/kernels/disentangled_attention.h"
+#include "recops/attention/ops.h"
+#include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
+
+namespace recops::attention {
+namespace {
+
+using namespace kernels;
+
+// Everything about a call that does not depend on the compute type.
+struct Geometry {
+  int64_t batch, heads, q_len, k_len, dqk, dv;
+  bool c2p = false, p2c = false;
+  int64_t span = 0;  // position tables have 2 * span rows
+  double scale = 1.0;
+};
+
+void parse_pos_att_type(const std::string& spec, Geometry* g) {
+  size_t begin = 0;
+  while (begin <= spec.size()) {
+    size_t end = spec.find('|', begin);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(begin, end - begin);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item == "c2p") {
+      g->c2p = true;
+    } else if (item == "p2c") {
+      g->p2c = true;
+    } else {
+      TORCH_CHECK_VALUE(item.empty(),
+                        "pos_att_type must be a '|'-separated subset of {c2p, p2c}, got '", spec,
+                        "'");
+    }
+    begin = end + 1;
+  }
+}
+
+void check_position_table(const std::optional<at::Tensor>& table, const char* name,
+                          const char* term, const Geometry& g, const at::Tensor& q) {
+  TORCH_CHECK(table.has_value(), "pos_att_type contains '", term, "' but ", name, " is None");
+  check_cpu(*table, name);
+  check_same_dtype(q, "q", *table, name);
+  TORCH_CHECK(table->dim() == 3 && table->size(0) == 2 * g.span && table->size(1) == g.heads &&
+                  table->size(2) == g.dqk,
+              name, " must have shape [2 * span, H, d] = [", 2 * g.span, ", ", g.heads, ", ", g.dqk,
+              "] (span = position_buckets if > 0, else max_relative_positions), got ",
+              table->sizes());
+}
+
+Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const std::optional<at::Tensor>& pos_key,
+                  const std::optional<at::Tensor>& pos_query, const DisentangledOptions& o) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    check_cpu(*t, name);
+    TORCH_CHECK(t->dim() == 4, name, " must be 4-D [B, H, S, d], got shape ", t->sizes());
+    TORCH_CHECK(at::isFloatingType(t->scalar_type()), name,
+                " must be float32, bfloat16, float16 or float64, got ", t->scalar_type());
+  }
+  check_same_dtype(q, "q", k, "k");
+  check_same_dtype(q, "q", v, "v");
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                  v.size(1) == q.size(1),
+              "q, k and v must share batch and head dims [B, H], got ", q.sizes(), ", ", k.sizes(),
+              " and ", v.sizes());
+  TORCH_CHECK(k.size(3) == q.size(3), "q and k must have the same head dim, got ", q.size(3),
+              " and ", k.size(3));
+  TORCH_CHECK(v.size(2) == k.size(2), "k and v must have the same length, got ", k.size(2), " and ",
+              v.size(2));
+  Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  parse_pos_att_type(o.pos_att_type, &g);
+  const int terms = int(g.c2p) + int(g.p2c);
+  TORCH_CHECK_VALUE(o.dropout_p >= 0.0 && o.dropout_p <= 1.0, "dropout_p must be in [0, 1], got ",
+                    o.dropout_p);
+  g.scale = o.scale.has_value() ? *o.scale : 1.0 / std::sqrt(double(g.dqk) * (1 + terms));
+  if (terms == 0) return g;
+  const int64_t buckets = o.position_buckets, max_pos = o.max_relative_positions;
+  g.span = buckets > 0 ? buckets : max_pos;
+  TORCH_CHECK_VALUE(g.span >= 1,
+                    "position terms need position_buckets > 0 or max_relative_positions > 0, got ",
+                    buckets, " and ", max_pos);
+  if (buckets > 0 && max_pos > 0) {
+    TORCH_CHECK_VALUE(buckets >= 2 && max_pos - 1 != buckets / 2,
+                      "log-bucketed positions need position_buckets >= 2 and "
+                      "max_relative_positions != position_buckets / 2 + 1, got ",
+                      buckets, " and ", max_pos);
+  }
+  TORCH_CHECK_VALUE(2 * g.span * kKeyTile < std::numeric_limits<int32_t>::max(), "span ", g.span,
+                    " is too large");
+  if (g.c2p) check_position_table(pos_key, "pos_key", "c2p", g, q);
+  if (g.p2c) check_position_table(pos_query, "pos_query", "p2c", g, q);
+  return g;
+}
+
+// HF's make_log_bucket_position, op for op (float32 log / ceil as torch computes them).
+at::Tensor log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
+                               int64_t max_position) {
+  const at::Tensor sign = at::sign(relative_pos);
+  const int64_t mid = bucket_size / 2;
+  const at::Tensor abs_pos =
+      at::where((relative_pos < mid) & (relative_pos > -mid),
+                at::scalar_tensor(mid - 1, relative_pos.options()), at::abs(relative_pos));
+  const at::Tensor denominator =
+      at::log(at::scalar_tensor(double(max_position - 1) / double(mid), at::kFloat));
+  const at::Tensor log_pos = at::ceil(at::log(abs_pos / mid) / denominator * (mid - 1)) + mid;
+  return at::where(abs_pos <= mid, relative_pos.to(log_pos.scalar_type()), log_pos * sign);
+}
+
+// delta[q_len - 1 - i + j] = clamp(bucket(i - j) + span, 0, 2 span - 1), int32.
+at::Tensor relative_index_table(const Geometry& g, const DisentangledOptions& o) {
+  if (g.q_len == 0 || g.k_len == 0) return at::empty({0}, at::kInt);
+  at::Tensor rel = at::arange(g.q_len - 1, -g.k_len, -1, at::kLong);
+  if (o.position_buckets > 0 && o.max_relative_positions > 0) {
+    rel = log_bucket_position(rel, o.position_buckets, o.max_relative_positions).to(at::kLong);
+  }
+  return (rel + g.span).clamp(0, 2 * g.span - 1).to(at::kInt).contiguous();
+}
+
+struct PreparedMask {
+  at::Tensor keep;  // uint8: [B, S] padding or [B, Sq, Sk] dense; undefined without a mask
+  std::vector<int64_t> q_extent, k_extent;
+  std::vector<uint8_t> padding_holes;
+  DisentangledMask view;
+};
+
+// Index one past the last nonzero of each row of a [B, n] uint8 tensor.
+std::vector<int64_t> extents(const at::Tensor& any) {
+  const int64_t rows = any.size(0), n = any.size(1);
+  const uint8_t* a = any.const_data_ptr<uint8_t>();
+  std::vector<int64_t> out(rows, 0);
+  for (int64_t b = 0; b < rows; ++b) {
+    for (int64_t i = n; i > 0; --i) {
+      if (a[b * n + i - 1] != 0) {
+        out[b] = i;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+PreparedMask prepare_mask(const std::optional<at::Tensor>& mask, const Geometry& g) {
+  PreparedMask p;
+  if (!mask.has_value()) {
+    p.q_extent.assign(g.batch, g.q_len);
+    p.k_extent.assign(g.batch, g.k_len);
+  } else {
+    const at::Tensor& m = *mask;
+    check_cpu(m, "attention_mask");
+    TORCH_CHECK(!at::isComplexType(m.scalar_type()),
+                "attention_mask must be bool, integer or floating, got ", m.scalar_type());
+    if (m.dim() == 2) {
+      TORCH_CHECK(m.size(0) == g.batch && m.size(1) == g.k_len && g.q_len == g.k_len,
+                  "a 2-D attention_mask is a padding mask [B, S] = [", g.batch, ", ", g.k_len,
+                  "] for q and k of one length S (else pass [B, 1, Sq, Sk]), got ", m.sizes(),
+                  " with Sq = ", g.q_len);
+      p.keep = m.ne(0).to(at::kByte).contiguous();
+      p.q_extent = extents(p.keep);
+      p.k_extent = p.q_extent;
+      const uint8_t* keep = p.keep.const_data_ptr<uint8_t>();
+      for (int64_t b = 0; b < g.batch; ++b) {
+        const uint8_t* row = keep + b * g.k_len;
+        p.padding_holes.push_back(std::find(row, row + p.q_extent[b], 0) != row + p.q_extent[b]);
+      }
+      p.view.padding = keep;
+      p.view.padding_holes = p.padding_holes.data();
+    } else {
+      TORCH_CHECK(m.dim() == 4 && m.size(0) == g.batch && m.size(1) == 1 && m.size(2) == g.q_len &&
+                      m.size(3) == g.k_len,
+                  "attention_mask must be [B, S] or [B, 1, Sq, Sk] = [", g.batch, ", 1, ", g.q_len,
+                  ", ", g.k_len, "], got ", m.sizes());
+      p.keep = m.ne(0).to(at::kByte).reshape({g.batch, g.q_len, g.k_len}).contiguous();
+      p.q_extent = extents(p.keep.amax(2).contiguous());
+      p.k_extent = extents(p.keep.amax(1).contiguous());
+      p.view.dense = p.keep.const_data_ptr<uint8_t>();
+    }
+  }
+  p.view.q_extent = p.q_extent.data();
+  p.view.k_extent = p.k_extent.data();
+  return p;
+}
+
+// Inputs in the compute type with the kernel's view of them.
+template <typename T>
+struct Prepared {
+  at::Tensor q, k, v, pos_key, pos_query, delta;
+  PreparedMask mask;
+  DisentangledProblem<T> problem;
+};
+
+template <typename T>
+void prepare(Prepared<T>& p, const Geometry& g, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, const std::optional<at::Tensor>& pos_key,
+             const std::optional<at::Tensor>& pos_query,
+             const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& o) {
+  constexpr at::ScalarType compute = c10::CppTypeToScalarType<T>::value;
+  p.q = q.to(compute).contiguous();
+  p.k = k.to(compute).contiguous();
+  p.v = v.to(compute).contiguous();
+  p.mask = prepare_mask(attention_mask, g);
+  DisentangledProblem<T>& d = p.problem;
+  d.shape = DisentangledShape<T>{g.batch, g.heads, g.q_len,    g.k_len,
+                                 g.dqk,   g.dv,    2 * g.span, static_cast<T>(g.scale),
+                                 g.c2p,   g.p2c};
+  d.q = p.q.template const_data_ptr<T>();
+  d.k = p.k.template const_data_ptr<T>();
+  d.v = p.v.template const_data_ptr<T>();
+  if (g.c2p) {
+    p.pos_key = pos_key->to(compute).contiguous();
+    d.pos_key = p.pos_key.template const_data_ptr<T>();
+  }
+  if (g.p2c) {
+    p.pos_query = pos_query->to(compute).contiguous();
+    d.pos_query = p.pos_query.template const_data_ptr<T>();
+  }
+  if (g.c2p || g.p2c) {
+    p.delta = relative_index_table(g, o);
+    d.delta = p.delta.template const_data_ptr<int32_t>();
+  }
+  d.mask = p.mask.view;
+  d.dropout_p = static_cast<T>(o.dropout_p);
+  d.seed = static_cast<uint64_t>(o.seed);
+}
+
+// Sums per-chunk or per-thread partial gradients [parts, ...] into `like`'s dtype.
+at::Tensor sum_partials(const at::Tensor& partials, at::ScalarType dtype) {
+  return (partials.size(0) == 1 ? partials[0] : partials.sum(0)).to(dtype);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_attention_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const std::optional<at::Tensor>& pos_key, const std::optional<at::Tensor>& pos_query,
+    const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& options,
+    bool return_probs) {
+  const Geometry g = validate(q, k, v, pos_key, pos_query, options);
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Prepared<T> p;
+    prepare(p, g, q, k, v, pos_key, pos_query, attention_mask, options);
+    const auto opts = p.q.options();
+    at::Tensor out = at::zeros({g.batch, g.heads, g.q_len, g.dv}, opts);
+    at::Tensor lse =
+        at::full({g.batch, g.heads, g.q_len}, std::numeric_limits<double>::infinity(), opts);
+    at::Tensor probs;
+    if (return_probs) probs = at::zeros({g.batch, g.heads, g.q_len, g.k_len}, opts);
+    DisentangledOutputs<T> o{out.mutable_data_ptr<T>(), lse.mutable_data_ptr<T>(),
+                             return_probs ? probs.mutable_data_ptr<T>() : nullptr};
+    disentangled_forward(p.problem, choose_chunks(g.batch * g.heads, at::get_num_threads()), o);
+    std::optional<at::Tensor> probs_out;
+    if (return_probs) probs_out = probs.to(q.scalar_type());
+    return std::make_tuple(out.to(q.scalar_type()), lse, probs_out);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>>
+disentangled_attention_backward(
+    const at::Tensor& grad_output, const std::optional<at::Tensor>& grad_probs, const at::Tensor& q,
+    const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& pos_key,
+    const std::optional<at::Tensor>& pos_query, const std::optional<at::Tensor>& attention_mask,
+    const at::Tensor& output, const at::Tensor& softmax_lse, const std::optional<at::Tensor>& probs,
+    const DisentangledOptions& options) {
+  const Geometry g = validate(q, k, v, pos_key, pos_query, options);
+  const std::vector<int64_t> out_shape{g.batch, g.heads, g.q_len, g.dv};
+  TORCH_CHECK(grad_output.sizes() == at::IntArrayRef(out_shape) &&
+                  output.sizes() == at::IntArrayRef(out_shape),
+              "grad_output and output must have the output's shape ", at::IntArrayRef(out_shape),
+              ", got ", grad_output.sizes(), " and ", output.sizes());
+  TORCH_CHECK(softmax_lse.sizes() == at::IntArrayRef({g.batch, g.heads, g.q_len}),
+              "softmax_lse must have shape [B, H, Sq], got ", softmax_lse.sizes());
+  if (grad_probs.has_value()) {
+    const std::vector<int64_t> probs_shape{g.batch, g.heads, g.q_len, g.k_len};
+    TORCH_CHECK(probs.has_value() && probs->sizes() == at::IntArrayRef(probs_shape) &&
+                    grad_probs->sizes() == at::IntArrayRef(probs_shape),
+                "grad_probs needs the returned probs, both of shape ",
+                at::IntArrayRef(probs_shape));
+  }
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr at::ScalarType compute = c10::CppTypeToScalarType<T>::value;
+    Prepared<T> p;
+    prepare(p, g, q, k, v, pos_key, pos_query, attention_mask, options);
+    const at::Tensor go = grad_output.to(compute).contiguous();
+    const at::Tensor lse = softmax_lse.to(compute).contiguous();
+    // D_i = sum_j P_ij dP_ij = rowsum(dO * O) (+ rowsum(probs * grad_probs)).
+    at::Tensor d = (go * output.to(compute)).sum(-1);
+    at::Tensor gp;
+    if (grad_probs.has_value()) {
+      gp = grad_probs->to(compute).contiguous();
+      d = d + (probs->to(compute) * gp).sum(-1);
+    }
+    d = d.contiguous();
+    const int64_t chunks = choose_chunks(g.batch * g.heads, at::get_num_threads());
+    const int64_t threads = at::get_num_threads();
+    const auto opts = p.q.options();
+    at::Tensor dq = at::zeros({g.batch, g.heads, g.q_len, g.dqk}, opts);
+    at::Tensor dk = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dqk}, opts);
+    at::Tensor dv = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dv}, opts);
+    at::Tensor dpk, dpq;
+    DisentangledGrads<T> grads{dq.mutable_data_ptr<T>(), dk.mutable_data_ptr<T>(),
+                               dv.mutable_data_ptr<T>()};
+    if (g.c2p) {
+      dpk = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, opts);
+      grads.dpos_key = dpk.mutable_data_ptr<T>();
+    }
+    if (g.p2c) {
+      dpq = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, opts);
+      grads.dpos_query = dpq.mutable_data_ptr<T>();
+    }
+    const DisentangledBackwardInputs<T> in{go.const_data_ptr<T>(),
+                                           gp.defined() ? gp.const_data_ptr<T>() : nullptr,
+                                           lse.const_data_ptr<T>(), d.const_data_ptr<T>()};
+    disentangled_backward(p.problem, chunks, in, grads);
+    std::optional<at::Tensor> grad_pos_key, grad_pos_query;
+    if (g.c2p) grad_pos_key = sum_partials(dpk, pos_key->scalar_type());
+    if (g.p2c) grad_pos_query = sum_partials(dpq, pos_query->scalar_type());
+    return std::make_tuple(dq.to(q.scalar_type()), sum_partials(dk, k.scalar_type()),
+                           sum_partials(dv, v.scalar_type()), grad_pos_key, grad_pos_query);
+  });
+}
+
+}  // namespace recops::attention
