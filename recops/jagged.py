@@ -1,9 +1,7 @@
 """Fake kernels and autograd of the jagged family (kernels live in csrc/recops/jagged)."""
 
 import torch
-from torch.library import register_autograd, register_fake
-
-from recops._autograd import input_grads
+from torch.library import register_fake
 
 ops = torch.ops.recops
 
@@ -64,70 +62,8 @@ def _jagged_1d_to_dense_fake(values, offsets, max_sequence_length, padding_value
     return values.new_empty((offsets.shape[0] - 1, max_sequence_length))
 
 
-def _jagged_to_padded_dense_setup(ctx, inputs, output):
-    values, offsets = inputs[0], inputs[1]
-    ctx.offsets = offsets
-    ctx.total_L = values.shape[0]
-
-
-def _jagged_to_padded_dense_backward(ctx, grad_output):
-    grad_values = ops.jagged_to_padded_dense_backward(grad_output, ctx.offsets, ctx.total_L)
-    return input_grads(ctx, grad_values, [None] * len(ctx.offsets), None, None)
-
-
-register_autograd(
-    "recops::jagged_to_padded_dense_forward",
-    _jagged_to_padded_dense_backward,
-    setup_context=_jagged_to_padded_dense_setup,
-)
-
-
-def _dense_to_jagged_setup(ctx, inputs, output):
-    dense, x_offsets = inputs[0], inputs[1]
-    ctx.offsets = x_offsets
-    ctx.max_lengths = list(dense.shape[1 : 1 + len(x_offsets)])
-
-
-def _dense_to_jagged_backward(ctx, grad_values):
-    grad_dense = ops.jagged_to_padded_dense_forward(grad_values, ctx.offsets, ctx.max_lengths, 0.0)
-    return input_grads(ctx, grad_dense, [None] * len(ctx.offsets), None)
-
-
-register_autograd(
-    "recops::dense_to_jagged_forward",
-    _dense_to_jagged_backward,
-    setup_context=_dense_to_jagged_setup,
-)
-
-
-def _jagged_2d_to_dense_setup(ctx, inputs, output):
-    values, offsets = inputs[0], inputs[1]
-    ctx.offsets = offsets
-    ctx.total_L = values.shape[0]
-
-
-def _jagged_2d_to_dense_backward(ctx, grad_output):
-    grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
-    return input_grads(ctx, grad_values, None, None)
-
-
-register_autograd(
-    "recops::jagged_2d_to_dense",
-    _jagged_2d_to_dense_backward,
-    setup_context=_jagged_2d_to_dense_setup,
-)
-
-
-def _jagged_1d_to_dense_backward(ctx, grad_output):
-    grad_values = ops.jagged_to_padded_dense_backward(grad_output, [ctx.offsets], ctx.total_L)
-    return input_grads(ctx, grad_values, None, None, None)
-
-
-register_autograd(
-    "recops::jagged_1d_to_dense",
-    _jagged_1d_to_dense_backward,
-    setup_context=_jagged_2d_to_dense_setup,
-)
+# Autograd of jagged_to_padded_dense_forward, dense_to_jagged_forward and jagged_{1d,2d}_to_dense
+# is registered in C++ (csrc/recops/jagged/autograd.cpp): those ops take microseconds.
 
 
 # --------------------------------------------------------------------------- offsets_range
