@@ -23,7 +23,9 @@ def _sources(pattern):
 
 def _nvcc_major():
     try:
-        out = subprocess.check_output([os.path.join(CUDA_HOME, "bin", "nvcc"), "--version"], text=True)
+        out = subprocess.check_output(
+            [os.path.join(CUDA_HOME, "bin", "nvcc"), "--version"], text=True
+        )
     except (OSError, subprocess.CalledProcessError, TypeError):
         return None
     release = out.rsplit("release ", 1)[-1].split(",")[0]
@@ -36,16 +38,28 @@ def _build_cuda():
         return False
     cu_sources = _sources("*.cu")
     torch_cuda = torch.version.cuda
-    usable = bool(cu_sources) and torch_cuda is not None and _nvcc_major() == torch_cuda.split(".")[0]
+    usable = (
+        bool(cu_sources) and torch_cuda is not None and _nvcc_major() == torch_cuda.split(".")[0]
+    )
     if mode == "1" and not usable:
-        raise RuntimeError("RECOPS_CUDA=1 but no usable nvcc matching torch's CUDA or no .cu sources")
+        raise RuntimeError(
+            "RECOPS_CUDA=1 but no usable nvcc matching torch's CUDA or no .cu sources"
+        )
     return usable
 
 
 def _extension():
     # -fno-trapping-math lets GCC vectorise loops with float selects (clamps); recops never
     # relies on floating-point exception flags.
-    cxx_flags = ["-O3", "-std=c++17", "-fopenmp", "-fno-trapping-math", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    cxx_flags = [
+        "-O3",
+        "-std=c++17",
+        "-fopenmp",
+        "-fno-trapping-math",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+    ]
     common = dict(
         name="recops._C",
         include_dirs=[os.path.join(ROOT, "csrc")],
