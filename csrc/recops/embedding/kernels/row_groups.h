@@ -1,0 +1,220 @@
+// Groups the occurrences of each (table, row) of a batch, for the exact backward: every index
+// becomes a 64-bit key (global row << position_bits | position) and a stable parallel LSD radix
+// sort over the row bits brings all occurrences of one row together, in position order, across
+// bags and across the features that share a table. Compiled per instruction set.
+#pragma once
+
+#ifndef RECOPS_ISA_NS
+#error "compiled once per instruction set: include through recops/embedding/kernels/variant.h"
+#endif
+
+#include "recops/embedding/kernels/bags.h"
+
+namespace recops::embedding::kernels::RECOPS_ISA_NS {
+
+// Number of bits needed to write every value below `bound` (0 for bound <= 1).
+inline int bits_below(uint64_t bound) {
+  return bound <= 1 ? 0 : 64 - __builtin_clzll(bound - 1);
+}
+
+struct Table {
+  int64_t row_base;  // first global row: tables are numbered consecutively in weights order
+  int64_t rows;
+  int64_t D;
+  int64_t weights_offset;
+  int64_t state_offset;
+};
+
+// The distinct tables behind the features (one per weights offset), in weights order.
+struct Tables {
+  std::vector<Table> tables;
+  std::vector<int64_t> feature_row_base;  // [T]
+  int64_t total_rows = 0;
+
+  Tables(const FeatureLayout& layout, const int64_t* state_offsets) {
+    const int64_t T = layout.num_features;
+    std::vector<int64_t> order(T);
+    for (int64_t t = 0; t < T; ++t) order[t] = t;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return layout.weights_offsets[a] < layout.weights_offsets[b];
+    });
+    feature_row_base.resize(T);
+    for (const int64_t t : order) {
+      if (tables.empty() || tables.back().weights_offset != layout.weights_offsets[t]) {
+        tables.push_back({total_rows, layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
+                          layout.weights_offsets[t],
+                          state_offsets != nullptr ? state_offsets[t] : 0});
+        total_rows += layout.rows[t];
+      }
+      feature_row_base[t] = tables.back().row_base;
+    }
+  }
+
+  // Index of the table holding global row `row`.
+  size_t find(int64_t row) const {
+    const auto it =
+        std::upper_bound(tables.begin(), tables.end(), row,
+                         [](int64_t r, const Table& table) { return r < table.row_base; });
+    return static_cast<size_t>(it - tables.begin()) - 1;
+  }
+};
+
+// The occurrences of the batch's indices grouped into runs of one global row each, in row order.
+// Occurrence k (in sorted order) reads grad_output[source[k] : + D] scaled by scale[k] (scale is
+// null when every scale is 1); run u holds occurrences [run_begin[u], run_begin[u + 1]).
+struct RowRuns {
+  int64_t num_runs = 0;
+  std::unique_ptr<int64_t[]> run_row;    // [num_runs]
+  std::unique_ptr<int64_t[]> run_begin;  // [num_runs + 1]
+  std::unique_ptr<int64_t[]> source;     // [occurrences]
+  std::unique_ptr<float[]> scale;        // [occurrences] or null
+};
+
+// Stable LSD radix sort of keys[0, n) on bits [low_bit, low_bit + num_bits), in digits of at
+// most kMaxDigitBits; each pass counts digits per chunk in parallel, then scatters in parallel.
+// Returns the buffer (keys or scratch) that holds the result.
+constexpr int kMaxDigitBits = 11;
+constexpr int64_t kMinSortChunk = 1 << 14;
+
+inline uint64_t* radix_sort(uint64_t* keys, uint64_t* scratch, int64_t n, int low_bit,
+                            int num_bits) {
+  if (n <= 1 || num_bits == 0) return keys;
+  const int passes = (num_bits + kMaxDigitBits - 1) / kMaxDigitBits;
+  const int digit_bits = (num_bits + passes - 1) / passes;
+  const int64_t radix = int64_t{1} << digit_bits;
+  const int64_t chunks =
+      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / kMinSortChunk));
+  const int64_t chunk_size = (n + chunks - 1) / chunks;
+  std::vector<int64_t> counts(chunks * radix);
+  for (int pass = 0; pass < passes; ++pass) {
+    const int shift = low_bit + pass * digit_bits;
+    const uint64_t mask = static_cast<uint64_t>(radix - 1);
+    at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        int64_t* count = counts.data() + c * radix;
+        std::fill(count, count + radix, 0);
+        for (int64_t i = c * chunk_size; i < std::min(n, (c + 1) * chunk_size); ++i) {
+          ++count[(keys[i] >> shift) & mask];
+        }
+      }
+    });
+    int64_t next = 0;  // digit-major, then chunk: the chunks of one digit stay in order
+    for (int64_t digit = 0; digit < radix; ++digit) {
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t count = counts[c * radix + digit];
+        counts[c * radix + digit] = next;
+        next += count;
+      }
+    }
+    at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        int64_t* slot = counts.data() + c * radix;
+        for (int64_t i = c * chunk_size; i < std::min(n, (c + 1) * chunk_size); ++i) {
+          scratch[slot[(keys[i] >> shift) & mask]++] = keys[i];
+        }
+      }
+    });
+    std::swap(keys, scratch);
+  }
+  return keys;
+}
+
+// Splits sorted keys into runs of equal rows and lays out each occurrence's gradient source and
+// scale in sorted order, so the update streams through them. Parallel over chunks of keys:
+// count run starts, then fill.
+inline void collect_runs(const uint64_t* sorted, int64_t n, int shift, const int64_t* source_of,
+                         const float* scale_of, RowRuns& runs) {
+  const uint64_t position_mask = (uint64_t{1} << shift) - 1;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / 4096));
+  const int64_t chunk_size = (n + chunks - 1) / chunks;
+  const auto is_run_start = [&](int64_t k) {
+    return k == 0 || (sorted[k] >> shift) != (sorted[k - 1] >> shift);
+  };
+  std::vector<int64_t> first_run(chunks + 1, 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      int64_t starts = 0;
+      for (int64_t k = c * chunk_size; k < std::min(n, (c + 1) * chunk_size); ++k) {
+        starts += is_run_start(k);
+      }
+      first_run[c + 1] = starts;
+    }
+  });
+  for (int64_t c = 0; c < chunks; ++c) first_run[c + 1] += first_run[c];
+  runs.num_runs = first_run[chunks];
+  runs.run_row.reset(new int64_t[runs.num_runs]);
+  runs.run_begin.reset(new int64_t[runs.num_runs + 1]);
+  runs.run_begin[runs.num_runs] = n;
+  runs.source.reset(new int64_t[n]);
+  if (scale_of != nullptr) runs.scale.reset(new float[n]);
+  at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      int64_t u = first_run[c];
+      for (int64_t k = c * chunk_size; k < std::min(n, (c + 1) * chunk_size); ++k) {
+        if (is_run_start(k)) {
+          runs.run_row[u] = static_cast<int64_t>(sorted[k] >> shift);
+          runs.run_begin[u++] = k;
+        }
+        const int64_t p = static_cast<int64_t>(sorted[k] & position_mask);
+        runs.source[k] = source_of[p];
+        if (scale_of != nullptr) runs.scale[k] = scale_of[p];
+      }
+    }
+  });
+}
+
+// Groups the batch's occurrences by global row (see RowRuns). Returns -1, or the first position
+// whose index is outside its table (then `runs` is left empty).
+template <typename index_t>
+int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tables& tables,
+                   RowRuns& runs) {
+  const TypedBags<index_t> bags(raw_bags);
+  const int64_t T = layout.num_features;
+  const int64_t B = layout.batch_size;
+  const int64_t N = bags.num_indices;
+  if (T * B == 0) return -1;
+  const int64_t first = bags.offsets[0];
+  const int64_t count = static_cast<int64_t>(bags.offsets[T * B]) - first;
+  if (count == 0) return -1;
+  const int shift = bits_below(static_cast<uint64_t>(N));
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[count]);
+  std::unique_ptr<uint64_t[]> scratch(new uint64_t[count]);
+  std::unique_ptr<int64_t[]> source_of(new int64_t[N]);  // by position
+  const bool scaled = bags.per_sample_weights != nullptr || bags.pooling == Pooling::kMean;
+  std::unique_ptr<float[]> scale_of(scaled ? new float[N] : nullptr);
+  const bool pooled = bags.pooling != Pooling::kNone;
+
+  const int64_t bad = for_each_bag_chunk(
+      layout, N, 2 * sizeof(uint64_t) + sizeof(float),
+      [&](ScratchRows&, int64_t t, int64_t b_begin, int64_t b_end, bool) -> int64_t {
+        const uint64_t rows = static_cast<uint64_t>(layout.rows[t]);
+        const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
+        const uint64_t row_base = static_cast<uint64_t>(tables.feature_row_base[t]);
+        const index_t* indices = bags.indices;
+        uint64_t* key = keys.get();  // key[p - first] for position p
+        int64_t* source = source_of.get();
+        float* scale = scale_of.get();
+        int64_t bad_position = -1;
+        for (int64_t b = b_begin; b < b_end; ++b) {
+          const int64_t begin = bags.offsets[t * B + b];
+          const int64_t end = bags.offsets[t * B + b + 1];
+          const float pooling_scale = bags.pooling_scale(end - begin);
+          const int64_t bag_source = b * layout.total_D + layout.D_offsets[t];
+          for (int64_t p = begin; p < end; ++p) {
+            const uint64_t r = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
+            if (r >= rows && bad_position < 0) bad_position = p;
+            key[p - first] = ((row_base + r) << shift) | static_cast<uint64_t>(p);
+            source[p] = pooled ? bag_source : p * D;
+            if (scaled) scale[p] = bags.sample_weight(p) * pooling_scale;
+          }
+        }
+        return bad_position;
+      });
+  if (bad >= 0) return bad;
+  const uint64_t* sorted = radix_sort(keys.get(), scratch.get(), count, shift,
+                                      bits_below(static_cast<uint64_t>(tables.total_rows)));
+  collect_runs(sorted, count, shift, source_of.get(), scale_of.get(), runs);
+  return -1;
+}
+
+}  // namespace recops::embedding::kernels::RECOPS_ISA_NS
