@@ -9,6 +9,7 @@ the autograd formula of the ``split_embedding_codegen_lookup_<optimizer>_functio
 
 import enum
 import itertools
+import warnings
 
 import torch
 from torch import nn
@@ -454,6 +455,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         buffer("weights_offsets", [table_offsets[t] for t in ftm], torch.int64)
         buffer("hash_size_cumsum", [*(row_offsets[t] for t in ftm), row_offsets[-1]], torch.int64)
         buffer("bounds_check_warning", [0], torch.int64)
+        self._warn_on_repair = self.bounds_check_mode == BoundsCheckMode.WARNING
 
         dtype = self.weights_precision.as_dtype()
         self.weights_host = nn.Parameter(torch.zeros(table_offsets[-1], dtype=dtype))
@@ -500,6 +502,14 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 int(self.bounds_check_mode),
                 self.bounds_check_warning,
             )
+            if self._warn_on_repair and self.bounds_check_warning.item() > 0:
+                self._warn_on_repair = False
+                warnings.warn(
+                    "SplitTableBatchedEmbeddingBagsCodegen: out-of-range indices were set to 0 "
+                    "and malformed offsets clamped into range (BoundsCheckMode.WARNING warns "
+                    "once; bounds_check_warning counts the repaired batches)",
+                    stacklevel=2,
+                )
         suffix, state_layout = _OPTIMIZERS[self.optimizer]
         state = {}
         if state_layout is not None:

@@ -52,14 +52,7 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
                       " indices are negative or not below their table's rows");
     return;
   }
-  if (report.bad_bags == 0 && report.bad_indices == 0) return;
-  int64_t* count = warning.mutable_data_ptr<int64_t>();
-  if (bounds_check_mode == 1 && count[0] == 0) {
-    TORCH_WARN("bounds_check_indices: set ", report.bad_indices,
-               " out-of-range indices to 0 and clamped the offsets of ", report.bad_bags,
-               " bags into range (BoundsCheckMode.WARNING warns once per counter)");
-  }
-  count[0] += 1;
+  if (report.bad_bags > 0 || report.bad_indices > 0) warning.mutable_data_ptr<int64_t>()[0] += 1;
 }
 
 }  // namespace recops::embedding

@@ -14,8 +14,10 @@
 
 namespace recops::embedding {
 
-// BoundsCheckMode: FATAL 0 raises, WARNING 1 repairs and warns once per `warning` counter,
-// IGNORE 2 repairs silently, NONE 3 does nothing.
+// BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
+// malformed offsets) and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0,
+// offsets clamped into range) and count repaired batches in `warning` (the module warns once);
+// NONE 3 does nothing.
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
                           const at::Tensor& warning);
