@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "recops/common/checks.h"
@@ -74,12 +75,14 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.numel() == 1, "learning_rate_tensor must hold one value, got ",
               learning_rate_tensor.numel());
-  // Sort keys pack (global row, position) into 64 bits.
-  const int64_t key_bits = batch.total_rows <= 1 ? 0 : 64 - __builtin_clzll(batch.total_rows - 1);
-  const int64_t position_bits =
-      batch.bags.num_indices <= 1 ? 0 : 64 - __builtin_clzll(batch.bags.num_indices - 1);
-  TORCH_CHECK(key_bits + position_bits <= 64, "tables of ", batch.total_rows, " rows with ",
-              batch.bags.num_indices, " indices exceed the 64-bit sort key");
+  // Sort keys pack (global row, bag or position) into 64 bits.
+  const auto bits_below = [](int64_t bound) {
+    return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
+  };
+  const int64_t payloads =
+      std::max(batch.bags.num_indices, batch.layout.num_features * batch.layout.batch_size);
+  TORCH_CHECK(bits_below(batch.total_rows) + bits_below(payloads) <= 64, "tables of ",
+              batch.total_rows, " rows with ", payloads, " indices exceed the 64-bit sort key");
 
   kernels::UpdateArgs args;
   args.layout = batch.layout;

@@ -1,7 +1,8 @@
 // Groups the occurrences of each (table, row) of a batch, for the exact backward: every index
-// becomes a 64-bit key (global row << position_bits | position) and a stable parallel LSD radix
-// sort over the row bits brings all occurrences of one row together, in position order, across
-// bags and across the features that share a table. Compiled per instruction set.
+// becomes a 32- or 64-bit key (global row, then what the occurrence contributes) and a stable
+// parallel LSD radix sort over the row bits brings all occurrences of one row together, in
+// position order, across bags and across the features that share a table. Compiled per
+// instruction set.
 #pragma once
 
 #ifndef RECOPS_ISA_NS
@@ -76,8 +77,8 @@ struct RowRuns {
 constexpr int kMaxDigitBits = 11;
 constexpr int64_t kMinSortChunk = 1 << 14;
 
-inline uint64_t* radix_sort(uint64_t* keys, uint64_t* scratch, int64_t n, int low_bit,
-                            int num_bits) {
+template <typename key_t>
+key_t* radix_sort(key_t* keys, key_t* scratch, int64_t n, int low_bit, int num_bits) {
   if (n <= 1 || num_bits == 0) return keys;
   const int passes = (num_bits + kMaxDigitBits - 1) / kMaxDigitBits;
   const int digit_bits = (num_bits + passes - 1) / passes;
@@ -88,7 +89,7 @@ inline uint64_t* radix_sort(uint64_t* keys, uint64_t* scratch, int64_t n, int lo
   std::vector<int64_t> counts(chunks * radix);
   for (int pass = 0; pass < passes; ++pass) {
     const int shift = low_bit + pass * digit_bits;
-    const uint64_t mask = static_cast<uint64_t>(radix - 1);
+    const key_t mask = static_cast<key_t>(radix - 1);
     at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
       for (int64_t c = c_begin; c < c_end; ++c) {
         int64_t* count = counts.data() + c * radix;
@@ -119,12 +120,13 @@ inline uint64_t* radix_sort(uint64_t* keys, uint64_t* scratch, int64_t n, int lo
   return keys;
 }
 
-// Splits sorted keys into runs of equal rows and lays out each occurrence's gradient source and
-// scale in sorted order, so the update streams through them. Parallel over chunks of keys:
-// count run starts, then fill.
-inline void collect_runs(const uint64_t* sorted, int64_t n, int shift, const int64_t* source_of,
-                         const float* scale_of, RowRuns& runs) {
-  const uint64_t position_mask = (uint64_t{1} << shift) - 1;
+// Splits sorted keys (row << shift | payload) into runs of equal rows and lays out each
+// occurrence's gradient source and scale (looked up by payload) in sorted order, so the update
+// streams through them. Parallel over chunks of keys: count run starts, then fill.
+template <typename key_t>
+void collect_runs(const key_t* sorted, int64_t n, int shift, const int64_t* source_of,
+                  const float* scale_of, RowRuns& runs) {
+  const key_t payload_mask = static_cast<key_t>((key_t{1} << shift) - 1);
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / 4096));
   const int64_t chunk_size = (n + chunks - 1) / chunks;
   const auto is_run_start = [&](int64_t k) {
@@ -155,43 +157,44 @@ inline void collect_runs(const uint64_t* sorted, int64_t n, int shift, const int
           runs.run_row[u] = static_cast<int64_t>(sorted[k] >> shift);
           runs.run_begin[u++] = k;
         }
-        const int64_t p = static_cast<int64_t>(sorted[k] & position_mask);
-        runs.source[k] = source_of[p];
-        if (scale_of != nullptr) runs.scale[k] = scale_of[p];
+        const auto payload = static_cast<int64_t>(sorted[k] & payload_mask);
+        runs.source[k] = source_of[payload];
+        if (scale_of != nullptr) runs.scale[k] = scale_of[payload];
       }
     }
   });
 }
 
-// Groups the batch's occurrences by global row (see RowRuns). Returns -1, or the first position
-// whose index is outside its table (then `runs` is left empty).
-template <typename index_t>
-int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tables& tables,
-                   RowRuns& runs) {
-  const TypedBags<index_t> bags(raw_bags);
+// Groups the batch's occurrences by global row (see RowRuns). The sort key is global_row <<
+// payload_bits | payload, in 32 bits when it fits. The payload names what an occurrence
+// contributes: its bag when every occurrence of a bag contributes alike (no per-sample weights,
+// pooled output), else its position. Returns -1, or the first position whose index is outside
+// its table (then `runs` is left empty).
+template <typename key_t, typename index_t>
+int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bags,
+                      const Tables& tables, int payload_bits, RowRuns& runs) {
   const int64_t T = layout.num_features;
   const int64_t B = layout.batch_size;
   const int64_t N = bags.num_indices;
-  if (T * B == 0) return -1;
   const int64_t first = bags.offsets[0];
   const int64_t count = static_cast<int64_t>(bags.offsets[T * B]) - first;
-  if (count == 0) return -1;
-  const int shift = bits_below(static_cast<uint64_t>(N));
-  std::unique_ptr<uint64_t[]> keys(new uint64_t[count]);
-  std::unique_ptr<uint64_t[]> scratch(new uint64_t[count]);
-  std::unique_ptr<int64_t[]> source_of(new int64_t[N]);  // by position
-  const bool scaled = bags.per_sample_weights != nullptr || bags.pooling == Pooling::kMean;
-  std::unique_ptr<float[]> scale_of(scaled ? new float[N] : nullptr);
   const bool pooled = bags.pooling != Pooling::kNone;
+  const bool by_bag = pooled && bags.per_sample_weights == nullptr;
+  const bool scaled = bags.per_sample_weights != nullptr || bags.pooling == Pooling::kMean;
+  const int64_t num_payloads = by_bag ? T * B : N;
+  std::unique_ptr<key_t[]> keys(new key_t[count]);
+  std::unique_ptr<key_t[]> scratch(new key_t[count]);
+  std::unique_ptr<int64_t[]> source_of(new int64_t[num_payloads]);
+  std::unique_ptr<float[]> scale_of(scaled ? new float[num_payloads] : nullptr);
 
   const int64_t bad = for_each_bag_chunk(
-      layout, N, 2 * sizeof(uint64_t) + sizeof(float),
+      layout, N, 2 * sizeof(key_t) + sizeof(int64_t),
       [&](ScratchRows&, int64_t t, int64_t b_begin, int64_t b_end, bool) -> int64_t {
-        const uint64_t rows = static_cast<uint64_t>(layout.rows[t]);
+        const auto rows = static_cast<uint64_t>(layout.rows[t]);
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
-        const uint64_t row_base = static_cast<uint64_t>(tables.feature_row_base[t]);
+        const auto row_base = static_cast<key_t>(tables.feature_row_base[t]);
         const index_t* indices = bags.indices;
-        uint64_t* key = keys.get();  // key[p - first] for position p
+        key_t* key = keys.get();  // key[p - first] for position p
         int64_t* source = source_of.get();
         float* scale = scale_of.get();
         int64_t bad_position = -1;
@@ -199,22 +202,46 @@ int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tabl
           const int64_t begin = bags.offsets[t * B + b];
           const int64_t end = bags.offsets[t * B + b + 1];
           const float pooling_scale = bags.pooling_scale(end - begin);
-          const int64_t bag_source = b * layout.total_D + layout.D_offsets[t];
+          const int64_t bag = t * B + b;
+          if (by_bag) {
+            source[bag] = b * layout.total_D + layout.D_offsets[t];
+            if (scaled) scale[bag] = pooling_scale;
+          }
           for (int64_t p = begin; p < end; ++p) {
-            const uint64_t r = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
+            const auto r = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
             if (r >= rows && bad_position < 0) bad_position = p;
-            key[p - first] = ((row_base + r) << shift) | static_cast<uint64_t>(p);
-            source[p] = pooled ? bag_source : p * D;
-            if (scaled) scale[p] = bags.sample_weight(p) * pooling_scale;
+            const auto payload = static_cast<key_t>(by_bag ? bag : p);
+            key[p - first] =
+                static_cast<key_t>((row_base + static_cast<key_t>(r)) << payload_bits) | payload;
+            if (!by_bag) {
+              source[p] = pooled ? b * layout.total_D + layout.D_offsets[t] : p * D;
+              if (scaled) scale[p] = bags.sample_weight(p) * pooling_scale;
+            }
           }
         }
         return bad_position;
       });
   if (bad >= 0) return bad;
-  const uint64_t* sorted = radix_sort(keys.get(), scratch.get(), count, shift,
-                                      bits_below(static_cast<uint64_t>(tables.total_rows)));
-  collect_runs(sorted, count, shift, source_of.get(), scale_of.get(), runs);
+  const key_t* sorted = radix_sort(keys.get(), scratch.get(), count, payload_bits,
+                                   bits_below(static_cast<uint64_t>(tables.total_rows)));
+  collect_runs(sorted, count, payload_bits, source_of.get(), scale_of.get(), runs);
   return -1;
+}
+
+template <typename index_t>
+int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tables& tables,
+                   RowRuns& runs) {
+  const TypedBags<index_t> bags(raw_bags);
+  const int64_t T = layout.num_features;
+  const int64_t B = layout.batch_size;
+  if (T * B == 0 || bags.offsets[T * B] == bags.offsets[0]) return -1;
+  const bool by_bag = bags.pooling != Pooling::kNone && bags.per_sample_weights == nullptr;
+  const int payload_bits = bits_below(static_cast<uint64_t>(by_bag ? T * B : bags.num_indices));
+  const int row_bits = bits_below(static_cast<uint64_t>(tables.total_rows));
+  if (row_bits + payload_bits <= 32) {
+    return group_rows_as<uint32_t>(layout, bags, tables, payload_bits, runs);
+  }
+  return group_rows_as<uint64_t>(layout, bags, tables, payload_bits, runs);
 }
 
 }  // namespace recops::embedding::kernels::RECOPS_ISA_NS

@@ -70,11 +70,11 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       if (u + kRowPrefetchDistance < u_end) {
         const int64_t ahead = run_row[u + kRowPrefetchDistance] - table.row_base;
         if (ahead < table.rows) {  // else in a later table: not worth looking up
-          prefetch_bytes(weights + table.weights_offset + ahead * D,
-                         D * static_cast<int64_t>(sizeof(weight_t)));
+          prefetch_bytes<1>(weights + table.weights_offset + ahead * D,
+                            D * static_cast<int64_t>(sizeof(weight_t)));
           if (state_size > 0) {
-            prefetch_bytes(args.state + table.state_offset + ahead * state_size,
-                           state_size * static_cast<int64_t>(sizeof(float)));
+            prefetch_bytes<1>(args.state + table.state_offset + ahead * state_size,
+                              state_size * static_cast<int64_t>(sizeof(float)));
           }
         }
       }
