@@ -1,7 +1,7 @@
 // Groups the occurrences of each (table, row) of a batch, for the exact backward: every index
-// becomes a 32- or 64-bit key (global row, then what the occurrence contributes) and a stable
-// parallel LSD radix sort over the row bits brings all occurrences of one row together, in
-// position order, across bags and across the features that share a table. Compiled per
+// becomes a 32- or 64-bit key (row, then what the occurrence contributes) in its table's block,
+// and a stable LSD radix sort of each block brings all occurrences of one row together, in
+// position order, across bags and across the features that share the table. Compiled per
 // instruction set.
 #pragma once
 
@@ -29,7 +29,7 @@ struct Table {
 // The distinct tables behind the features (one per weights offset), in weights order.
 struct Tables {
   std::vector<Table> tables;
-  std::vector<int64_t> feature_row_base;  // [T]
+  std::vector<int64_t> feature_table;  // [T]: index into tables
   int64_t total_rows = 0;
 
   Tables(const FeatureLayout& layout, const int64_t* state_offsets) {
@@ -39,7 +39,7 @@ struct Tables {
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return layout.weights_offsets[a] < layout.weights_offsets[b];
     });
-    feature_row_base.resize(T);
+    feature_table.resize(T);
     for (const int64_t t : order) {
       if (tables.empty() || tables.back().weights_offset != layout.weights_offsets[t]) {
         tables.push_back({total_rows, layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
@@ -47,7 +47,7 @@ struct Tables {
                           state_offsets != nullptr ? state_offsets[t] : 0});
         total_rows += layout.rows[t];
       }
-      feature_row_base[t] = tables.back().row_base;
+      feature_table[t] = static_cast<int64_t>(tables.size()) - 1;
     }
   }
 
@@ -120,25 +120,39 @@ key_t* radix_sort(key_t* keys, key_t* scratch, int64_t n, int low_bit, int num_b
   return keys;
 }
 
-// Splits sorted keys (row << shift | payload) into runs of equal rows and lays out each
-// occurrence's gradient source and scale (looked up by payload) in sorted order, so the update
-// streams through them. Parallel over chunks of keys: count run starts, then fill.
+// Splits keys sorted per table block (local_row << shift | payload; block i, of table i, is
+// [block_begin[i], block_begin[i + 1])) into runs of one row and lays out each occurrence's
+// gradient source and scale (looked up by payload) in sorted order, so the update streams
+// through them. Parallel over chunks of keys: count run starts, then fill.
 template <typename key_t>
-void collect_runs(const key_t* sorted, int64_t n, int shift, const int64_t* source_of,
-                  const float* scale_of, RowRuns& runs) {
+void collect_runs(const key_t* sorted, const std::vector<int64_t>& block_begin,
+                  const Tables& tables, int shift, const int64_t* source_of, const float* scale_of,
+                  RowRuns& runs) {
+  const int64_t n = block_begin.back();
   const key_t payload_mask = static_cast<key_t>((key_t{1} << shift) - 1);
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / 4096));
   const int64_t chunk_size = (n + chunks - 1) / chunks;
-  const auto is_run_start = [&](int64_t k) {
-    return k == 0 || (sorted[k] >> shift) != (sorted[k - 1] >> shift);
+  // Calls fn(k, table, starts_run) for the occurrences of chunk c in order.
+  const auto for_each_in_chunk = [&](int64_t c, const auto& fn) {
+    const int64_t begin = c * chunk_size;
+    const int64_t end = std::min(n, begin + chunk_size);
+    if (begin >= end) return;
+    size_t table =
+        std::upper_bound(block_begin.begin(), block_begin.end(), begin) - block_begin.begin() - 1;
+    for (int64_t k = begin; k < end; ++k) {
+      bool starts_run = k == block_begin[table];
+      while (k == block_begin[table + 1]) {  // skips empty blocks
+        ++table;
+        starts_run = true;
+      }
+      fn(k, table, starts_run || (sorted[k] >> shift) != (sorted[k - 1] >> shift));
+    }
   };
   std::vector<int64_t> first_run(chunks + 1, 0);
   at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
     for (int64_t c = c_begin; c < c_end; ++c) {
       int64_t starts = 0;
-      for (int64_t k = c * chunk_size; k < std::min(n, (c + 1) * chunk_size); ++k) {
-        starts += is_run_start(k);
-      }
+      for_each_in_chunk(c, [&](int64_t, size_t, bool starts_run) { starts += starts_run; });
       first_run[c + 1] = starts;
     }
   });
@@ -152,36 +166,54 @@ void collect_runs(const key_t* sorted, int64_t n, int shift, const int64_t* sour
   at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
     for (int64_t c = c_begin; c < c_end; ++c) {
       int64_t u = first_run[c];
-      for (int64_t k = c * chunk_size; k < std::min(n, (c + 1) * chunk_size); ++k) {
-        if (is_run_start(k)) {
-          runs.run_row[u] = static_cast<int64_t>(sorted[k] >> shift);
+      for_each_in_chunk(c, [&](int64_t k, size_t table, bool starts_run) {
+        if (starts_run) {
+          runs.run_row[u] =
+              tables.tables[table].row_base + static_cast<int64_t>(sorted[k] >> shift);
           runs.run_begin[u++] = k;
         }
         const auto payload = static_cast<int64_t>(sorted[k] & payload_mask);
         runs.source[k] = source_of[payload];
         if (scale_of != nullptr) runs.scale[k] = scale_of[payload];
-      }
+      });
     }
   });
 }
 
-// Groups the batch's occurrences by global row (see RowRuns). The sort key is global_row <<
-// payload_bits | payload, in 32 bits when it fits. The payload names what an occurrence
-// contributes: its bag when every occurrence of a bag contributes alike (no per-sample weights,
-// pooled output), else its position. Returns -1, or the first position whose index is outside
-// its table (then `runs` is left empty).
+// Groups the batch's occurrences by (table, row) (see RowRuns). Occurrences are first placed in
+// one block per table (features in order, so positions stay in order within a block), then
+// each block is radix sorted on its local row: blocks are small enough to sort in cache, and
+// tables sort in parallel. The key is local_row << payload_bits | payload, in 32 bits when it
+// fits; the payload names what an occurrence contributes: its bag when every occurrence of a bag
+// contributes alike (no per-sample weights, pooled output), else its position. Returns -1, or
+// the first position whose index is outside its table (then `runs` is left empty).
 template <typename key_t, typename index_t>
 int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bags,
                       const Tables& tables, int payload_bits, RowRuns& runs) {
   const int64_t T = layout.num_features;
   const int64_t B = layout.batch_size;
   const int64_t N = bags.num_indices;
-  const int64_t first = bags.offsets[0];
-  const int64_t count = static_cast<int64_t>(bags.offsets[T * B]) - first;
   const bool pooled = bags.pooling != Pooling::kNone;
   const bool by_bag = pooled && bags.per_sample_weights == nullptr;
   const bool scaled = bags.per_sample_weights != nullptr || bags.pooling == Pooling::kMean;
   const int64_t num_payloads = by_bag ? T * B : N;
+
+  // Table blocks, and where each feature's occurrences start in its table's block.
+  const auto num_tables = static_cast<int64_t>(tables.tables.size());
+  std::vector<int64_t> block_begin(num_tables + 1, 0);
+  std::vector<int64_t> feature_begin(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t table = tables.feature_table[t];
+    feature_begin[t] = block_begin[table + 1];
+    block_begin[table + 1] += bags.offsets[(t + 1) * B] - bags.offsets[t * B];
+  }
+  for (int64_t i = 0; i < num_tables; ++i) {
+    for (int64_t t = 0; t < T; ++t) {
+      if (tables.feature_table[t] == i) feature_begin[t] += block_begin[i];
+    }
+    block_begin[i + 1] += block_begin[i];
+  }
+  const int64_t count = block_begin[num_tables];
   std::unique_ptr<key_t[]> keys(new key_t[count]);
   std::unique_ptr<key_t[]> scratch(new key_t[count]);
   std::unique_ptr<int64_t[]> source_of(new int64_t[num_payloads]);
@@ -192,9 +224,9 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
       [&](ScratchRows&, int64_t t, int64_t b_begin, int64_t b_end, bool) -> int64_t {
         const auto rows = static_cast<uint64_t>(layout.rows[t]);
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
-        const auto row_base = static_cast<key_t>(tables.feature_row_base[t]);
         const index_t* indices = bags.indices;
-        key_t* key = keys.get();  // key[p - first] for position p
+        key_t* key = keys.get() + feature_begin[t];  // key[p - first] for position p
+        const int64_t first = bags.offsets[t * B];
         int64_t* source = source_of.get();
         float* scale = scale_of.get();
         int64_t bad_position = -1;
@@ -211,8 +243,7 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
             const auto r = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
             if (r >= rows && bad_position < 0) bad_position = p;
             const auto payload = static_cast<key_t>(by_bag ? bag : p);
-            key[p - first] =
-                static_cast<key_t>((row_base + static_cast<key_t>(r)) << payload_bits) | payload;
+            key[p - first] = static_cast<key_t>(static_cast<key_t>(r) << payload_bits) | payload;
             if (!by_bag) {
               source[p] = pooled ? b * layout.total_D + layout.D_offsets[t] : p * D;
               if (scaled) scale[p] = bags.sample_weight(p) * pooling_scale;
@@ -222,9 +253,20 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
         return bad_position;
       });
   if (bad >= 0) return bad;
-  const key_t* sorted = radix_sort(keys.get(), scratch.get(), count, payload_bits,
-                                   bits_below(static_cast<uint64_t>(tables.total_rows)));
-  collect_runs(sorted, count, payload_bits, source_of.get(), scale_of.get(), runs);
+  // One table per task; a lone table sorts with the radix sort's own parallelism instead.
+  at::parallel_for(0, num_tables, 1, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) {
+      const int64_t begin = block_begin[i];
+      const int64_t size = block_begin[i + 1] - begin;
+      const key_t* sorted =
+          radix_sort(keys.get() + begin, scratch.get() + begin, size, payload_bits,
+                     bits_below(static_cast<uint64_t>(tables.tables[i].rows)));
+      if (sorted != keys.get() + begin)
+        std::memcpy(keys.get() + begin, sorted, size * sizeof(key_t));
+    }
+  });
+  collect_runs(keys.get(), block_begin, tables, payload_bits, source_of.get(), scale_of.get(),
+               runs);
   return -1;
 }
 
@@ -237,7 +279,10 @@ int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tabl
   if (T * B == 0 || bags.offsets[T * B] == bags.offsets[0]) return -1;
   const bool by_bag = bags.pooling != Pooling::kNone && bags.per_sample_weights == nullptr;
   const int payload_bits = bits_below(static_cast<uint64_t>(by_bag ? T * B : bags.num_indices));
-  const int row_bits = bits_below(static_cast<uint64_t>(tables.total_rows));
+  int row_bits = 0;
+  for (const Table& table : tables.tables) {
+    row_bits = std::max(row_bits, bits_below(static_cast<uint64_t>(table.rows)));
+  }
   if (row_bits + payload_bits <= 32) {
     return group_rows_as<uint32_t>(layout, bags, tables, payload_bits, runs);
   }
