@@ -817,3 +817,13 @@ def test_opcheck_lookup_functions(name):
     torch.library.opcheck(
         getattr(ops, f"split_embedding_codegen_lookup_{name}_function"), tuple(args)
     )
+
+
+def test_docs_example_runs():
+    """The example at the top of docs/embedding.md runs as written."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "embedding.md"
+    example = re.search(r"```python\n(.*?)```", page.read_text(), re.DOTALL).group(1)
+    exec(compile(example, str(page), "exec"), {})
