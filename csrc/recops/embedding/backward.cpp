@@ -81,8 +81,9 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   };
   const int64_t payloads =
       std::max(batch.bags.num_indices, batch.layout.num_features * batch.layout.batch_size);
-  TORCH_CHECK(bits_below(batch.total_rows) + bits_below(payloads) <= 64, "tables of ",
-              batch.total_rows, " rows with ", payloads, " indices exceed the 64-bit sort key");
+  TORCH_CHECK(bits_below(batch.max_table_rows) + bits_below(payloads) <= 64, "a table of ",
+              batch.max_table_rows, " rows with ", payloads,
+              " indices or bags exceeds the 64-bit sort key");
 
   kernels::UpdateArgs args;
   args.layout = batch.layout;

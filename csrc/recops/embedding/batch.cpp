@@ -72,7 +72,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
                 "table at weights offset ", w_off[t], " must agree on rows and dim, feature ", t,
                 " has ", rows[t], " x ", D, " but another has ", it->second.first, " x ",
                 it->second.second);
-    if (inserted) batch.total_rows += rows[t];
+    batch.max_table_rows = std::max(batch.max_table_rows, rows[t]);
     max_D = std::max(max_D, D);
   }
   TORCH_CHECK(pooling_mode != 2 || max_D * T == D_off[T],

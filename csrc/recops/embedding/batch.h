@@ -21,7 +21,7 @@ struct CheckedBatch {
   at::Tensor per_sample_weights;  // undefined when absent
   kernels::FeatureLayout layout;
   kernels::Bags bags;
-  int64_t total_rows = 0;  // rows of the distinct tables
+  int64_t max_table_rows = 0;
 };
 
 CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_offsets,

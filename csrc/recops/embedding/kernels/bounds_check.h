@@ -46,25 +46,27 @@ BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* in
     offsets[k] = std::max<index_t>(0, std::min(start, n));
     offsets[k + 1] = std::max(offsets[k], std::min(end, n));
   }
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t begin = offsets[t * B];
-    const int64_t end = offsets[t * B + B];
-    const int64_t table_rows = rows[t];
-    const IndexErrors errors = at::parallel_reduce(
-        begin, end, int64_t{1} << 15, IndexErrors{},
-        [&](int64_t p_begin, int64_t p_end, IndexErrors acc) {
-          for (int64_t p = p_begin; p < p_end; ++p) {
-            const int64_t index = indices[p];
-            if (index >= 0 && index < table_rows) continue;
-            if (acc.count++ == 0) acc.first = p;
-            if (repair) indices[p] = 0;
-          }
-          return acc;
-        },
-        combine);
-    if (errors.count > 0 && report.bad_indices == 0) report.first_bad_index = errors.first;
-    report.bad_indices += errors.count;
-  }
+  // One pass over all indices, in chunks that may span features (one parallel region).
+  const int64_t first = bags > 0 ? offsets[0] : 0;
+  const int64_t last = bags > 0 ? offsets[bags] : 0;
+  const IndexErrors errors = at::parallel_reduce(
+      first, last, int64_t{1} << 14, IndexErrors{},
+      [&](int64_t p_begin, int64_t p_end, IndexErrors acc) {
+        // The feature of p_begin: the last whose first index is at or before it.
+        int64_t t = 0;
+        while (t + 1 < T && offsets[(t + 1) * B] <= p_begin) ++t;
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          while (p >= offsets[(t + 1) * B]) ++t;
+          const int64_t index = indices[p];
+          if (index >= 0 && index < rows[t]) continue;
+          if (acc.count++ == 0) acc.first = p;
+          if (repair) indices[p] = 0;
+        }
+        return acc;
+      },
+      combine);
+  report.bad_indices = errors.count;
+  report.first_bad_index = errors.first;
   return report;
 }
 

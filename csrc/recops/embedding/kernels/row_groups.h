@@ -19,7 +19,6 @@ inline int bits_below(uint64_t bound) {
 }
 
 struct Table {
-  int64_t row_base;  // first global row: tables are numbered consecutively in weights order
   int64_t rows;
   int64_t D;
   int64_t weights_offset;
@@ -30,7 +29,6 @@ struct Table {
 struct Tables {
   std::vector<Table> tables;
   std::vector<int64_t> feature_table;  // [T]: index into tables
-  int64_t total_rows = 0;
 
   Tables(const FeatureLayout& layout, const int64_t* state_offsets) {
     const int64_t T = layout.num_features;
@@ -42,33 +40,31 @@ struct Tables {
     feature_table.resize(T);
     for (const int64_t t : order) {
       if (tables.empty() || tables.back().weights_offset != layout.weights_offsets[t]) {
-        tables.push_back({total_rows, layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
+        tables.push_back({layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
                           layout.weights_offsets[t],
                           state_offsets != nullptr ? state_offsets[t] : 0});
-        total_rows += layout.rows[t];
       }
       feature_table[t] = static_cast<int64_t>(tables.size()) - 1;
     }
   }
-
-  // Index of the table holding global row `row`.
-  size_t find(int64_t row) const {
-    const auto it =
-        std::upper_bound(tables.begin(), tables.end(), row,
-                         [](int64_t r, const Table& table) { return r < table.row_base; });
-    return static_cast<size_t>(it - tables.begin()) - 1;
-  }
 };
 
-// The occurrences of the batch's indices grouped into runs of one global row each, in row order.
-// Occurrence k (in sorted order) reads grad_output[source[k] : + D] scaled by scale[k] (scale is
-// null when every scale is 1); run u holds occurrences [run_begin[u], run_begin[u + 1]).
+// The occurrences of the batch's indices grouped into runs of one row each, table by table in
+// row order. Run j of table i is row tables[i].row[j] with occurrences
+// [tables[i].begin[j], tables[i].begin[j + 1]) in sorted order; occurrence k reads
+// grad_output[source[k] : + D] scaled by scale[k] (scale is null when every scale is 1).
+// first_run[i] numbers table i's runs after the previous tables' runs.
 struct RowRuns {
-  int64_t num_runs = 0;
-  std::unique_ptr<int64_t[]> run_row;    // [num_runs]
-  std::unique_ptr<int64_t[]> run_begin;  // [num_runs + 1]
-  std::unique_ptr<int64_t[]> source;     // [occurrences]
-  std::unique_ptr<float[]> scale;        // [occurrences] or null
+  struct TableRuns {
+    std::vector<int64_t> row;    // [runs]: local row
+    std::vector<int64_t> begin;  // [runs + 1]: the last entry is the end of the table's block
+  };
+  std::vector<TableRuns> tables;
+  std::vector<int64_t> first_run;     // [tables + 1]
+  std::unique_ptr<int64_t[]> source;  // [occurrences]
+  std::unique_ptr<float[]> scale;     // [occurrences] or null
+
+  int64_t num_runs() const { return first_run.empty() ? 0 : first_run.back(); }
 };
 
 // Stable LSD radix sort of keys[0, n) on bits [low_bit, low_bit + num_bits), in digits of at
@@ -120,64 +116,33 @@ key_t* radix_sort(key_t* keys, key_t* scratch, int64_t n, int low_bit, int num_b
   return keys;
 }
 
-// Splits keys sorted per table block (local_row << shift | payload; block i, of table i, is
-// [block_begin[i], block_begin[i + 1])) into runs of one row and lays out each occurrence's
+// Splits a table block of sorted keys (local_row << shift | payload), occurrences [begin, end)
+// with occurrence k at block[k - begin], into runs of one row, and lays out each occurrence's
 // gradient source and scale (looked up by payload) in sorted order, so the update streams
-// through them. Parallel over chunks of keys: count run starts, then fill.
+// through them.
 template <typename key_t>
-void collect_runs(const key_t* sorted, const std::vector<int64_t>& block_begin,
-                  const Tables& tables, int shift, const int64_t* source_of, const float* scale_of,
-                  RowRuns& runs) {
-  const int64_t n = block_begin.back();
+void collect_runs(const key_t* block, int64_t begin, int64_t end, int shift,
+                  const int64_t* source_of, const float* scale_of, RowRuns& runs,
+                  RowRuns::TableRuns& table_runs) {
   const key_t payload_mask = static_cast<key_t>((key_t{1} << shift) - 1);
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / 4096));
-  const int64_t chunk_size = (n + chunks - 1) / chunks;
-  // Calls fn(k, table, starts_run) for the occurrences of chunk c in order.
-  const auto for_each_in_chunk = [&](int64_t c, const auto& fn) {
-    const int64_t begin = c * chunk_size;
-    const int64_t end = std::min(n, begin + chunk_size);
-    if (begin >= end) return;
-    size_t table =
-        std::upper_bound(block_begin.begin(), block_begin.end(), begin) - block_begin.begin() - 1;
-    for (int64_t k = begin; k < end; ++k) {
-      bool starts_run = k == block_begin[table];
-      while (k == block_begin[table + 1]) {  // skips empty blocks
-        ++table;
-        starts_run = true;
-      }
-      fn(k, table, starts_run || (sorted[k] >> shift) != (sorted[k - 1] >> shift));
-    }
+  const auto starts_run = [&](int64_t k) {
+    return k == begin || (block[k - begin] >> shift) != (block[k - begin - 1] >> shift);
   };
-  std::vector<int64_t> first_run(chunks + 1, 0);
-  at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
-    for (int64_t c = c_begin; c < c_end; ++c) {
-      int64_t starts = 0;
-      for_each_in_chunk(c, [&](int64_t, size_t, bool starts_run) { starts += starts_run; });
-      first_run[c + 1] = starts;
+  int64_t num_runs = 0;
+  for (int64_t k = begin; k < end; ++k) num_runs += starts_run(k);
+  table_runs.row.resize(num_runs);
+  table_runs.begin.resize(num_runs + 1);
+  table_runs.begin[num_runs] = end;
+  int64_t u = 0;
+  for (int64_t k = begin; k < end; ++k) {
+    if (starts_run(k)) {
+      table_runs.row[u] = static_cast<int64_t>(block[k - begin] >> shift);
+      table_runs.begin[u++] = k;
     }
-  });
-  for (int64_t c = 0; c < chunks; ++c) first_run[c + 1] += first_run[c];
-  runs.num_runs = first_run[chunks];
-  runs.run_row.reset(new int64_t[runs.num_runs]);
-  runs.run_begin.reset(new int64_t[runs.num_runs + 1]);
-  runs.run_begin[runs.num_runs] = n;
-  runs.source.reset(new int64_t[n]);
-  if (scale_of != nullptr) runs.scale.reset(new float[n]);
-  at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
-    for (int64_t c = c_begin; c < c_end; ++c) {
-      int64_t u = first_run[c];
-      for_each_in_chunk(c, [&](int64_t k, size_t table, bool starts_run) {
-        if (starts_run) {
-          runs.run_row[u] =
-              tables.tables[table].row_base + static_cast<int64_t>(sorted[k] >> shift);
-          runs.run_begin[u++] = k;
-        }
-        const auto payload = static_cast<int64_t>(sorted[k] & payload_mask);
-        runs.source[k] = source_of[payload];
-        if (scale_of != nullptr) runs.scale[k] = scale_of[payload];
-      });
-    }
-  });
+    const auto payload = static_cast<int64_t>(block[k - begin] & payload_mask);
+    runs.source[k] = source_of[payload];
+    if (scale_of != nullptr) runs.scale[k] = scale_of[payload];
+  }
 }
 
 // Groups the batch's occurrences by (table, row) (see RowRuns). Occurrences are first placed in
@@ -253,7 +218,11 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
         return bad_position;
       });
   if (bad >= 0) return bad;
-  // One table per task; a lone table sorts with the radix sort's own parallelism instead.
+  // One table per task, sorted then split into runs; a lone table sorts with the radix sort's
+  // own parallelism instead. One parallel region: each costs a wake-up of the other threads.
+  runs.tables.resize(num_tables);
+  runs.source.reset(new int64_t[count]);
+  if (scaled) runs.scale.reset(new float[count]);
   at::parallel_for(0, num_tables, 1, [&](int64_t i_begin, int64_t i_end) {
     for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t begin = block_begin[i];
@@ -261,12 +230,14 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
       const key_t* sorted =
           radix_sort(keys.get() + begin, scratch.get() + begin, size, payload_bits,
                      bits_below(static_cast<uint64_t>(tables.tables[i].rows)));
-      if (sorted != keys.get() + begin)
-        std::memcpy(keys.get() + begin, sorted, size * sizeof(key_t));
+      collect_runs(sorted, begin, block_begin[i + 1], payload_bits, source_of.get(), scale_of.get(),
+                   runs, runs.tables[i]);
     }
   });
-  collect_runs(keys.get(), block_begin, tables, payload_bits, source_of.get(), scale_of.get(),
-               runs);
+  runs.first_run.assign(num_tables + 1, 0);
+  for (int64_t i = 0; i < num_tables; ++i) {
+    runs.first_run[i + 1] = runs.first_run[i] + static_cast<int64_t>(runs.tables[i].row.size());
+  }
   return -1;
 }
 

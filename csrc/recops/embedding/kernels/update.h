@@ -49,38 +49,35 @@ template <typename Opt, typename weight_t>
 void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& runs) {
   auto* weights = static_cast<weight_t*>(args.weights);
   const int64_t max_D = args.layout.max_D;
+  const int64_t num_runs = runs.num_runs();
+  const int64_t occurrences = runs.tables.empty() ? 0 : runs.tables.back().begin.back();
   // A unique row reads and writes its weights and reads at least one gradient row.
   const int64_t grain = grain_for_bytes(3 * max_D * static_cast<int64_t>(sizeof(float)));
-  at::parallel_for(0, runs.num_runs, grain, [&](int64_t u_begin, int64_t u_end) {
+  at::parallel_for(0, num_runs, grain, [&](int64_t u_begin, int64_t u_end) {
     ScratchRows scratch(2, max_D);
     float* g = scratch.row(0);
     float* converted = scratch.row(1);
-    const int64_t* run_row = runs.run_row.get();
-    const int64_t* run_begin = runs.run_begin.get();
-    const int64_t occurrence_end = run_begin[u_end];
-    size_t table_index = tables.find(run_row[u_begin]);
+    size_t i = std::upper_bound(runs.first_run.begin(), runs.first_run.end(), u_begin) -
+               runs.first_run.begin() - 1;
     for (int64_t u = u_begin; u < u_end; ++u) {
-      const int64_t global_row = run_row[u];
-      while (global_row >= tables.tables[table_index].row_base + tables.tables[table_index].rows) {
-        ++table_index;
-      }
-      const Table& table = tables.tables[table_index];
+      while (u >= runs.first_run[i + 1]) ++i;  // skips tables without runs
+      const Table& table = tables.tables[i];
+      const RowRuns::TableRuns& table_runs = runs.tables[i];
+      const int64_t j = u - runs.first_run[i];
       const int64_t D = table.D;
       const int64_t state_size = Opt::state_size(D);
-      if (u + kRowPrefetchDistance < u_end) {
-        const int64_t ahead = run_row[u + kRowPrefetchDistance] - table.row_base;
-        if (ahead < table.rows) {  // else in a later table: not worth looking up
-          prefetch_bytes<1>(weights + table.weights_offset + ahead * D,
-                            D * static_cast<int64_t>(sizeof(weight_t)));
-          if (state_size > 0) {
-            prefetch_bytes<1>(args.state + table.state_offset + ahead * state_size,
-                              state_size * static_cast<int64_t>(sizeof(float)));
-          }
+      if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
+        const int64_t ahead = table_runs.row[j + kRowPrefetchDistance];
+        prefetch_bytes<1>(weights + table.weights_offset + ahead * D,
+                          D * static_cast<int64_t>(sizeof(weight_t)));
+        if (state_size > 0) {
+          prefetch_bytes<1>(args.state + table.state_offset + ahead * state_size,
+                            state_size * static_cast<int64_t>(sizeof(float)));
         }
       }
-      sum_gradients(args.grad_output, runs.source.get(), runs.scale.get(), run_begin[u],
-                    run_begin[u + 1], occurrence_end, args.max_gradient, D, g);
-      const int64_t row = global_row - table.row_base;
+      sum_gradients(args.grad_output, runs.source.get(), runs.scale.get(), table_runs.begin[j],
+                    table_runs.begin[j + 1], occurrences, args.max_gradient, D, g);
+      const int64_t row = table_runs.row[j];
       float* state = state_size > 0 ? args.state + table.state_offset + row * state_size : nullptr;
       update_row<Opt>(weights + table.weights_offset + row * D, state, g, D, args.params,
                       converted);
