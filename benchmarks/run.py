@@ -2,6 +2,8 @@
 
 Usage: python benchmarks/run.py [suite ...]   (default: all suites in benchmarks/suites/)
 Results: printed as a table, and saved to benchmarks/results/latest.json and latest.md.
+On a shared machine each measurement is retried while other processes load the CPUs; set
+BENCH_PATIENCE=<seconds> to keep retrying each one that long (see harness.measure_quietly).
 """
 
 import importlib
@@ -13,11 +15,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # the repository root: recops built in place
 
 import torch  # noqa: E402
+from harness import geomean, measure_limits  # noqa: E402
 
 import recops  # noqa: E402,F401
-from harness import measure_limits  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 
@@ -27,7 +30,8 @@ def format_table(rows, limits):
         f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s, "
         f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}",
         "",
-        "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) | peak MiB |",
+        "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) "
+        "| peak MiB |",
         "|---|---|---|---:|---|---:|---:|---:|",
     ]
     by_key = {(r.suite, r.case, r.impl): r for r in rows}
@@ -37,22 +41,44 @@ def format_table(rows, limits):
             b = by_key.get((r.suite, r.case, base))
             if b is not None:
                 speedups.append(f"{b.seconds / r.seconds:.2f}x {base}")
-        gbps = (
-            f"{r.bytes_moved / r.seconds / 1e9:.1f} ({100 * r.bytes_moved / r.seconds / 1e9 / limits.copy_gbps:.0f}%)"
-            if r.bytes_moved
-            else ""
-        )
+        rate = r.bytes_moved / r.seconds / 1e9
+        gbps = f"{rate:.1f} ({100 * rate / limits.copy_gbps:.0f}%)" if r.bytes_moved else ""
+        flop_rate = r.flops / r.seconds / 1e9
         gflops = (
-            f"{r.flops / r.seconds / 1e9:.1f} ({100 * r.flops / r.seconds / 1e9 / limits.matmul_gflops:.0f}%)"
-            if r.flops
-            else ""
+            f"{flop_rate:.1f} ({100 * flop_rate / limits.matmul_gflops:.0f}%)" if r.flops else ""
         )
         peak = f"{r.peak_bytes / 2**20:.1f}" if r.peak_bytes else ""
         lines.append(
             f"| {r.suite} | {r.case} | {r.impl} | {1e3 * r.seconds:.3f} | {'; '.join(speedups)} "
             f"| {gbps} | {gflops} | {peak} |"
         )
+    lines += speedup_summary(rows, by_key)
     return "\n".join(lines)
+
+
+def speedup_summary(rows, by_key):
+    """Geometric mean and minimum of each (suite, impl, baseline) speed-up over the cases."""
+    ratios = {}
+    for r in rows:
+        for base in r.extra.get("compare_to", []):
+            b = by_key.get((r.suite, r.case, base))
+            if b is not None:
+                key = (r.suite, r.impl, base)
+                ratios.setdefault(key, []).append((b.seconds / r.seconds, r.case))
+    if not ratios:
+        return []
+    lines = [
+        "",
+        "| suite | impl | vs | cases | geomean speed-up | min (case) |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for (suite, impl, base), vals in ratios.items():
+        low, low_case = min(vals)
+        lines.append(
+            f"| {suite} | {impl} | {base} | {len(vals)} | {geomean(v for v, _ in vals):.2f}x "
+            f"| {low:.2f}x ({low_case}) |"
+        )
+    return lines
 
 
 def main(argv):

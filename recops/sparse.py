@@ -1,6 +1,7 @@
 """Fake kernels and autograd of the sparse family (kernels live in csrc/recops/sparse)."""
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.library import register_autograd, register_fake
 
 from recops._autograd import input_grads
@@ -36,24 +37,34 @@ def _invert_permute_fake(permute):
 
 
 def _permute_setup(ctx, inputs, output):
-    permute, lengths, values = inputs[0], inputs[1], inputs[2]
+    permute, values, weights = inputs[0], inputs[2], inputs[3]
     ctx.permute = permute
     ctx.permuted_lengths = output[0]
-    ctx.num_values = values.shape[0]
+    ctx.num_rows = (values.shape[0], None if weights is None else weights.shape[0])
+
+
+def _pad_rows(t, rows):
+    """``t`` with zero rows appended up to ``rows``: the gradient of input rows that no segment
+    addresses (values or weights longer than the lengths' sum)."""
+    if guard_or_false(t.shape[0] == rows):
+        return t
+    torch._check(t.shape[0] <= rows)
+    return torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])
 
 
 def _make_permute_backward(op):
     # Valid when `permute` is a true permutation: the gradient of each output segment goes back to
-    # the input segment it came from, i.e. the same op applied with the inverse permutation.
+    # the input segment it came from, i.e. the same op applied with the inverse permutation. The
+    # segments then hold as many rows in the output as in the input (grad.shape[0]).
     def backward(ctx, grad_lengths, grad_values, grad_weights):
         inverse = ops.invert_permute(ctx.permute)
         grads = []
-        for grad in (grad_values, grad_weights):
-            if grad is None:
+        for grad, rows in zip((grad_values, grad_weights), ctx.num_rows, strict=True):
+            if grad is None or rows is None:
                 grads.append(None)
                 continue
-            _, restored, _ = op(inverse, ctx.permuted_lengths, grad, None, ctx.num_values)
-            grads.append(restored)
+            _, restored, _ = op(inverse, ctx.permuted_lengths, grad, None, grad.shape[0])
+            grads.append(_pad_rows(restored, rows))
         return input_grads(ctx, None, None, grads[0], grads[1], None)
 
     return backward

@@ -1,13 +1,16 @@
+#include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros.h>
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/memory.h"
 #include "recops/jagged/kernels/jagged_dense.h"
 #include "recops/jagged/ops.h"
 
@@ -69,6 +72,46 @@ JaggedLayout<index_t> make_layout(const CheckedOffsets& offsets, at::IntArrayRef
   return layout;
 }
 
+// padding_value in the values' dtype as raw bits, converted as a fill converts it (checked for
+// float, double, integers and bool, so it raises where a fill would; through float, unchecked, for
+// half and bfloat16). The usual dtypes skip the scalar tensor, whose allocation and fill cost as
+// much as a small op's kernel.
+template <typename elem_t>
+elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
+  elem_t bits{};
+  const at::ScalarType dtype = options.dtype().toScalarType();
+  switch (dtype) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kLong:
+    case at::kInt:
+    case at::kShort:
+    case at::kChar:
+    case at::kByte:
+    case at::kBool:
+      AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "padding", [&] {
+        if constexpr (sizeof(scalar_t) == sizeof(elem_t)) {
+          scalar_t value;
+          if constexpr (std::is_same_v<scalar_t, at::Half> ||
+                        std::is_same_v<scalar_t, at::BFloat16>) {
+            value = static_cast<scalar_t>(static_cast<float>(padding_value));
+          } else {
+            value = c10::Scalar(padding_value).to<scalar_t>();
+          }
+          std::memcpy(&bits, &value, sizeof(elem_t));
+        }
+      });
+      return bits;
+    default: {
+      const at::Tensor padding = at::scalar_tensor(padding_value, options);
+      std::memcpy(&bits, padding.const_data_ptr(), sizeof(elem_t));
+      return bits;
+    }
+  }
+}
+
 // Shared by dense_to_jagged_forward and jagged_to_padded_dense_backward.
 at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
                                 std::optional<int64_t> total_L, const char* dense_name,
@@ -96,9 +139,11 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
 
   // The kernel writes every row of a run; rows outside all runs exist only with several jagged
   // levels (truncated outer rows) or when the runs do not tile [0, total_L).
-  const bool runs_tile_output = num_levels == 1 && checked.first_row == 0 && rows == checked.num_rows;
-  at::Tensor values = runs_tile_output ? at::empty(out_shape, dense_c.options())
-                                       : at::zeros(out_shape, dense_c.options());
+  const bool runs_tile_output =
+      num_levels == 1 && checked.first_row == 0 && rows == checked.num_rows;
+  at::Tensor values = at::empty(out_shape, dense_c.options());
+  advise_huge_pages(values.mutable_data_ptr(), values.nbytes());
+  if (!runs_tile_output) values.zero_();
   dispatch_index_type(checked.levels[0].scalar_type(), [&](auto index_tag) {
     using index_t = typename decltype(index_tag)::type;
     const auto layout = make_layout<index_t>(checked, max_lengths, inner);
@@ -138,18 +183,17 @@ at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorLi
   int64_t inner = 1;
   for (const int64_t s : row_shape) inner *= s;
   at::Tensor dense = at::empty(out_shape, values_c.options());
+  advise_huge_pages(dense.mutable_data_ptr(), dense.nbytes());
 
-  // The padding value converted to the values' dtype, then moved as raw bits.
-  const at::Tensor padding = at::scalar_tensor(padding_value, values_c.options());
   dispatch_index_type(checked.levels[0].scalar_type(), [&](auto index_tag) {
     using index_t = typename decltype(index_tag)::type;
     const auto layout = make_layout<index_t>(checked, max_lengths, inner);
     dispatch_element_width(values_c.element_size(), [&](auto elem_tag) {
       using elem_t = typename decltype(elem_tag)::type;
-      elem_t padding_bits;
-      std::memcpy(&padding_bits, padding.const_data_ptr(), sizeof(elem_t));
+      // The padding value converted to the values' dtype, then moved as raw bits.
+      const elem_t padding = padding_bits<elem_t>(padding_value, values_c.options());
       kernels::jagged_to_dense(layout, static_cast<const elem_t*>(values_c.const_data_ptr()),
-                               padding_bits, static_cast<elem_t*>(dense.mutable_data_ptr()));
+                               padding, static_cast<elem_t*>(dense.mutable_data_ptr()));
     });
   });
   return dense;

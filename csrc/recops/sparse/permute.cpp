@@ -5,6 +5,7 @@
 
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/memory.h"
 #include "recops/sparse/kernels/permute.h"
 #include "recops/sparse/ops.h"
 
@@ -34,10 +35,26 @@ std::vector<int64_t> segment_offsets(const at::Tensor& lengths_2d) {
   std::vector<int64_t> offsets(num_segments + 1, 0);
   dispatch_index_type(lengths_2d.scalar_type(), [&](auto tag) {
     using index_t = typename decltype(tag)::type;
-    kernels::row_sums(lengths_2d.const_data_ptr<index_t>(), num_segments, lengths_2d.size(1),
-                      offsets.data() + 1);
+    const index_t* lengths = lengths_2d.const_data_ptr<index_t>();
+    if (lengths_2d.size(1) == 1) {  // the 1-D form: one length per segment
+      for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] = offsets[t] + lengths[t];
+      return;
+    }
+    kernels::row_sums(lengths, num_segments, lengths_2d.size(1), offsets.data() + 1);
+    for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] += offsets[t];
   });
-  for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] += offsets[t];
+  return offsets;
+}
+
+// Offsets of the output segments: dst segment i is as long as src segment permute[i].
+template <typename perm_t>
+std::vector<int64_t> permuted_offsets(const perm_t* permute, int64_t num_out,
+                                      const std::vector<int64_t>& src_offsets) {
+  std::vector<int64_t> offsets(num_out + 1, 0);
+  for (int64_t i = 0; i < num_out; ++i) {
+    const int64_t p = permute[i];
+    offsets[i + 1] = offsets[i] + src_offsets[p + 1] - src_offsets[p];
+  }
   return offsets;
 }
 
@@ -45,24 +62,24 @@ int64_t row_bytes(const at::Tensor& t) {
   return t.size(0) == 0 ? 0 : t.numel() / t.size(0) * t.element_size();
 }
 
-at::Tensor permute_rows_of(const at::Tensor& permute, const at::Tensor& src,
-                           const std::vector<int64_t>& src_offsets,
-                           const std::vector<int64_t>& dst_offsets, const char* name) {
+// Checks `src` (values or weights), allocates its permuted output of `dst_rows` rows and
+// describes both for kernels::permute_segments.
+kernels::PermutedStream permuted_stream(const at::Tensor& src, int64_t src_rows, int64_t dst_rows,
+                                        const char* name, at::Tensor* src_c, at::Tensor* dst) {
   TORCH_CHECK(src.dim() >= 1, name, " must be at least 1-D, got a scalar");
-  TORCH_CHECK(src.size(0) >= src_offsets.back(), name, " has ", src.size(0),
-              " rows but lengths sum to ", src_offsets.back());
-  const at::Tensor src_c = src.contiguous();
-  std::vector<int64_t> shape = src_c.sizes().vec();
-  shape[0] = dst_offsets.back();
-  at::Tensor dst = at::empty(shape, src_c.options());
-  dispatch_index_type(permute.scalar_type(), [&](auto tag) {
-    using perm_t = typename decltype(tag)::type;
-    kernels::permute_segments(permute.const_data_ptr<perm_t>(), permute.numel(),
-                              src_offsets.data(), dst_offsets.data(),
-                              static_cast<const char*>(src_c.const_data_ptr()),
-                              static_cast<char*>(dst.mutable_data_ptr()), row_bytes(src_c));
-  });
-  return dst;
+  TORCH_CHECK(src.size(0) >= src_rows, name, " has ", src.size(0), " rows but lengths sum to ",
+              src_rows);
+  *src_c = src.contiguous();
+  std::vector<int64_t> shape = src_c->sizes().vec();
+  shape[0] = dst_rows;
+  *dst = at::empty(shape, src_c->options());
+  advise_huge_pages(dst->mutable_data_ptr(), dst->nbytes());
+  kernels::PermutedStream stream;
+  stream.src = static_cast<const char*>(src_c->const_data_ptr());
+  stream.src_bytes = src_c->nbytes();
+  stream.dst = static_cast<char*>(dst->mutable_data_ptr());
+  stream.row_bytes = row_bytes(*src_c);
+  return stream;
 }
 
 // Both public forms: the 2-D form's segments are rows of lengths [T, B] (a feature's B bags are
@@ -84,32 +101,40 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
 
   const int64_t num_out = permute_c.numel();
   const std::vector<int64_t> src_offsets = segment_offsets(lengths_2d);
-  std::vector<int64_t> dst_offsets(num_out + 1, 0);
-  for (int64_t i = 0; i < num_out; ++i) {
-    const int64_t p = index_at(permute_c, i);
-    dst_offsets[i + 1] = dst_offsets[i] + src_offsets[p + 1] - src_offsets[p];
-  }
+  const std::vector<int64_t> dst_offsets =
+      dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+        using perm_t = typename decltype(tag)::type;
+        return permuted_offsets(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets);
+      });
   if (permuted_lengths_sum.has_value()) {
-    TORCH_CHECK(*permuted_lengths_sum == dst_offsets.back(), "permuted_lengths_sum = ",
-                *permuted_lengths_sum, " does not match the sum of the permuted lengths, ",
-                dst_offsets.back());
+    TORCH_CHECK(*permuted_lengths_sum == dst_offsets.back(),
+                "permuted_lengths_sum = ", *permuted_lengths_sum,
+                " does not match the sum of the permuted lengths, ", dst_offsets.back());
   }
 
   at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
-  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
-    using perm_t = typename decltype(tag)::type;
-    kernels::permute_rows(permute_c.const_data_ptr<perm_t>(), num_out,
-                          static_cast<const char*>(lengths_2d.const_data_ptr()),
-                          static_cast<char*>(permuted_lengths.mutable_data_ptr()),
-                          row_bytes(lengths_2d));
-  });
-  at::Tensor permuted_values = permute_rows_of(permute_c, values, src_offsets, dst_offsets, "values");
-  std::optional<at::Tensor> permuted_weights;
+  at::Tensor values_c, permuted_values, weights_c, permuted_weights;
+  kernels::PermutedStream streams[kernels::kMaxStreams];
+  int num_streams = 0;
+  streams[num_streams++] = permuted_stream(values, src_offsets.back(), dst_offsets.back(), "values",
+                                           &values_c, &permuted_values);
   if (weights.has_value()) {
     check_cpu(*weights, "weights");
-    permuted_weights = permute_rows_of(permute_c, *weights, src_offsets, dst_offsets, "weights");
+    streams[num_streams++] = permuted_stream(*weights, src_offsets.back(), dst_offsets.back(),
+                                             "weights", &weights_c, &permuted_weights);
   }
-  return {permuted_lengths, permuted_values, permuted_weights};
+  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    const perm_t* perm = permute_c.const_data_ptr<perm_t>();
+    kernels::permute_rows(
+        perm, num_out, static_cast<const char*>(lengths_2d.const_data_ptr()), lengths_2d.size(0),
+        static_cast<char*>(permuted_lengths.mutable_data_ptr()), row_bytes(lengths_2d));
+    kernels::permute_segments(perm, num_out, src_offsets.data(), dst_offsets.data(), streams,
+                              num_streams);
+  });
+  std::optional<at::Tensor> maybe_weights;
+  if (weights.has_value()) maybe_weights = permuted_weights;
+  return {permuted_lengths, permuted_values, maybe_weights};
 }
 
 at::Tensor checked_lengths(const at::Tensor& lengths, int64_t dim) {
@@ -145,6 +170,14 @@ at::Tensor invert_permute(const at::Tensor& permute) {
   check_index_dtype(permute, "permute");
   const at::Tensor permute_c = permute.contiguous();
   const int64_t n = permute_c.numel();
+  at::Tensor inverse = at::empty_like(permute_c);
+  // The kernel validates as it inverts; the checks below only name the offending entry.
+  const bool inverted = dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    return kernels::invert_permutation(permute_c.const_data_ptr<perm_t>(), n,
+                                       inverse.mutable_data_ptr<perm_t>());
+  });
+  if (inverted) return inverse;
   check_permute_entries(permute_c, n);
   // A repeated entry would leave some inverse slot unwritten.
   std::vector<bool> seen(n, false);
@@ -154,13 +187,7 @@ at::Tensor invert_permute(const at::Tensor& permute) {
                       " appears twice (again at permute[", i, "])");
     seen[p] = true;
   }
-  at::Tensor inverse = at::empty_like(permute_c);
-  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
-    using perm_t = typename decltype(tag)::type;
-    kernels::invert_permutation(permute_c.const_data_ptr<perm_t>(), n,
-                                inverse.mutable_data_ptr<perm_t>());
-  });
-  return inverse;
+  TORCH_CHECK(false, "invert_permute: internal error, permute is a permutation but not inverted");
 }
 
 }  // namespace recops::sparse

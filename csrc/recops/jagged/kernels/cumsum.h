@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace recops::jagged::kernels {
@@ -22,7 +23,29 @@ acc_t sum_serial(const scalar_t* in, int64_t n) {
 // out[i] = carry + in[0] + ... + in[i] (inclusive) or + in[i-1] (exclusive).
 template <bool kInclusive, typename acc_t, typename scalar_t>
 void scan_serial(const scalar_t* in, scalar_t* out, int64_t n, acc_t carry) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+  if constexpr (std::is_integral_v<acc_t> && !std::is_same_v<acc_t, bool>) {
+    // Integer sums come out the same in any order (computed unsigned, so they wrap by definition
+    // as the sequential loop's do): prefix sums inside a block are formed independently of the
+    // carry, leaving one loop-carried add per block instead of one per element.
+    using uacc_t = std::make_unsigned_t<acc_t>;
+    constexpr int kBlock = 8;
+    uacc_t running = static_cast<uacc_t>(carry);
+    for (; i + kBlock <= n; i += kBlock) {
+      uacc_t local[kBlock + 1];
+      local[0] = 0;
+      for (int k = 0; k < kBlock; ++k) {
+        local[k + 1] = static_cast<uacc_t>(local[k] + static_cast<uacc_t>(in[i + k]));
+      }
+      for (int k = 0; k < kBlock; ++k) {
+        out[i + k] =
+            static_cast<scalar_t>(static_cast<uacc_t>(running + local[kInclusive ? k + 1 : k]));
+      }
+      running = static_cast<uacc_t>(running + local[kBlock]);
+    }
+    carry = static_cast<acc_t>(running);
+  }
+  for (; i < n; ++i) {
     const acc_t next = carry + static_cast<acc_t>(in[i]);
     out[i] = static_cast<scalar_t>(kInclusive ? next : carry);
     carry = next;

@@ -13,6 +13,22 @@
 
 namespace recops::jagged::kernels {
 
+// Fills [out, end) with `value`. When all bytes of `value` are equal (0 and -1 are), memset does
+// it: it uses the widest stores the CPU has, where the compiler's loop in this portable build is
+// limited to baseline 16-byte vectors.
+template <typename elem_t>
+void fill_elements(elem_t* out, elem_t* end, elem_t value) {
+  unsigned char bytes[sizeof(elem_t)];
+  std::memcpy(bytes, &value, sizeof(elem_t));
+  bool uniform = true;
+  for (size_t i = 1; i < sizeof(elem_t); ++i) uniform &= bytes[i] == bytes[0];
+  if (uniform) {
+    if (end > out) std::memset(out, bytes[0], (end - out) * sizeof(elem_t));
+  } else {
+    std::fill(out, end, value);
+  }
+}
+
 // dense[slab] = values[run] followed by `padding` up to the slab's end.
 template <typename elem_t, typename index_t>
 void jagged_to_dense(const JaggedLayout<index_t>& layout, const elem_t* values, elem_t padding,
@@ -30,7 +46,7 @@ void jagged_to_dense(const JaggedLayout<index_t>& layout, const elem_t* values, 
                        if (copied > 0) {
                          std::memcpy(out, values + begin * inner, copied * sizeof(elem_t));
                        }
-                       std::fill(out + copied, out + slab_numel, padding);
+                       fill_elements(out + copied, out + slab_numel, padding);
                      }
                    });
 }
@@ -53,7 +69,7 @@ void dense_to_jagged(const JaggedLayout<index_t>& layout, const elem_t* dense, e
                        if (copied > 0) {
                          std::memcpy(out, dense + slab * slab_numel, copied * sizeof(elem_t));
                        }
-                       std::fill(out + copied, out + length * inner, elem_t{0});
+                       fill_elements(out + copied, out + length * inner, elem_t{0});
                      }
                    });
 }

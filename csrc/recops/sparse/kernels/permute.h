@@ -1,10 +1,11 @@
 // Segment permutation on raw bytes: output segment i is a copy of input segment permute[i].
-// Segments are contiguous runs of rows, so each one moves with a single memcpy whatever the
-// dtype; segments are independent and copied in parallel.
+// Segments are contiguous runs of rows, so each one moves with a single copy whatever the dtype
+// (a fixed-size one for short runs); segments are independent and copied in parallel.
 #pragma once
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -12,32 +13,110 @@
 
 namespace recops::sparse::kernels {
 
-// dst segment i (rows [dst_offsets[i], dst_offsets[i+1])) = src segment permute[i]
-// (rows [src_offsets[p], src_offsets[p+1])). Offsets count rows of `row_bytes` bytes.
+// One tensor moved by a segment permutation (values, weights): its source and destination bytes,
+// whose segments are runs of rows of `row_bytes` bytes; `src_bytes` bounds copy_run's over-reads.
+struct PermutedStream {
+  const char* src = nullptr;
+  int64_t src_bytes = 0;
+  char* dst = nullptr;
+  int64_t row_bytes = 0;
+};
+
+// Runs of at most this many bytes are moved with one fixed-size copy (a few vector moves) instead
+// of a memcpy call whose cost, on runs of a few ids, exceeds the copy.
+constexpr int64_t kShortRunBytes = 128;
+
+// Copies `bytes` bytes. A short run copies 64 or kShortRunBytes bytes when both ends allow it: the
+// excess written past the run lands in [dst + bytes, dst_limit), which the caller rewrites
+// afterwards (later runs of the same task, in order); the excess read stays inside the source.
+inline void copy_run(char* dst, const char* src, int64_t bytes, const char* dst_limit,
+                     const char* src_limit) {
+  if (bytes <= kShortRunBytes && dst_limit - dst >= kShortRunBytes &&
+      src_limit - src >= kShortRunBytes) {
+    if (bytes <= kShortRunBytes / 2) {
+      std::memcpy(dst, src, kShortRunBytes / 2);
+    } else {
+      std::memcpy(dst, src, kShortRunBytes);
+    }
+  } else if (bytes > 0) {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+// Segments ahead of the current one whose source is prefetched: a permuted segment's offsets and
+// data sit at unpredictable addresses (two dependent cache misses), which the hardware prefetcher
+// cannot anticipate. The offsets are fetched twice as far ahead as the data they locate.
+constexpr int64_t kPrefetchSegments = 8;
+
+inline void prefetch(const void* address) {
+#if defined(__GNUC__)
+  __builtin_prefetch(address);
+#else
+  (void)address;
+#endif
+}
+
+// For every stream: dst segment i (rows [dst_offsets[i], dst_offsets[i+1])) = src segment
+// permute[i] (rows [src_offsets[p], src_offsets[p+1])). Segments of all streams share the offsets
+// (values and weights), so one pass over the segments moves them all. At most kMaxStreams streams.
+constexpr int kMaxStreams = 2;
+
 template <typename perm_t>
 void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src_offsets,
-                      const int64_t* dst_offsets, const char* src, char* dst, int64_t row_bytes) {
-  const int64_t total_bytes = dst_offsets[num_out] * row_bytes;
-  const int64_t avg_bytes = num_out > 0 ? total_bytes / num_out : 0;
-  at::parallel_for(0, num_out, grain_for_bytes(avg_bytes), [&](int64_t i0, int64_t i1) {
+                      const int64_t* dst_offsets, const PermutedStream* streams, int num_streams) {
+  int64_t total_row_bytes = 0;
+  for (int s = 0; s < num_streams; ++s) total_row_bytes += streams[s].row_bytes;
+  const int64_t avg_bytes = num_out > 0 ? dst_offsets[num_out] * total_row_bytes / num_out : 0;
+  at::parallel_for(0, num_out, grain_for_bytes(avg_bytes + 16), [&](int64_t i0, int64_t i1) {
+    const char* dst_limits[kMaxStreams];  // end of this task's output, per stream
+    for (int s = 0; s < num_streams; ++s) {
+      dst_limits[s] = streams[s].dst + dst_offsets[i1] * streams[s].row_bytes;
+    }
     for (int64_t i = i0; i < i1; ++i) {
+      if (i + 2 * kPrefetchSegments < i1)
+        prefetch(src_offsets + permute[i + 2 * kPrefetchSegments]);
+      if (i + kPrefetchSegments < i1) {
+        const int64_t ahead = src_offsets[permute[i + kPrefetchSegments]];
+        for (int s = 0; s < num_streams; ++s) {
+          prefetch(streams[s].src + ahead * streams[s].row_bytes);
+        }
+      }
       const int64_t p = permute[i];
-      const int64_t bytes = (src_offsets[p + 1] - src_offsets[p]) * row_bytes;
-      if (bytes > 0) {
-        std::memcpy(dst + dst_offsets[i] * row_bytes, src + src_offsets[p] * row_bytes, bytes);
+      const int64_t src_row = src_offsets[p];
+      const int64_t rows = src_offsets[p + 1] - src_row;
+      for (int s = 0; s < num_streams; ++s) {
+        const PermutedStream& st = streams[s];
+        const int64_t rb = st.row_bytes;
+        copy_run(st.dst + dst_offsets[i] * rb, st.src + src_row * rb, rows * rb, dst_limits[s],
+                 st.src + st.src_bytes);
       }
     }
   });
 }
 
-// dst row i = src row permute[i], all rows `row_bytes` wide.
-template <typename perm_t>
-void permute_rows(const perm_t* permute, int64_t num_out, const char* src, char* dst,
-                  int64_t row_bytes) {
-  at::parallel_for(0, num_out, grain_for_bytes(row_bytes), [&](int64_t i0, int64_t i1) {
+// dst[i] = src[permute[i]] for rows of one word_t.
+template <typename word_t, typename perm_t>
+void gather_words(const perm_t* permute, int64_t num_out, const char* src, char* dst) {
+  at::parallel_for(0, num_out, grain_for_bytes(2 * sizeof(word_t)), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      std::memcpy(dst + i * row_bytes, src + static_cast<int64_t>(permute[i]) * row_bytes,
-                  row_bytes);
+      std::memcpy(dst + i * sizeof(word_t), src + static_cast<int64_t>(permute[i]) * sizeof(word_t),
+                  sizeof(word_t));
+    }
+  });
+}
+
+// dst row i = src row permute[i], all rows `row_bytes` wide; src has num_src rows.
+template <typename perm_t>
+void permute_rows(const perm_t* permute, int64_t num_out, const char* src, int64_t num_src,
+                  char* dst, int64_t row_bytes) {
+  if (row_bytes == sizeof(uint32_t)) return gather_words<uint32_t>(permute, num_out, src, dst);
+  if (row_bytes == sizeof(uint64_t)) return gather_words<uint64_t>(permute, num_out, src, dst);
+  at::parallel_for(0, num_out, grain_for_bytes(row_bytes + 8), [&](int64_t i0, int64_t i1) {
+    const char* dst_limit = dst + i1 * row_bytes;
+    const char* src_limit = src + num_src * row_bytes;
+    for (int64_t i = i0; i < i1; ++i) {
+      copy_run(dst + i * row_bytes, src + static_cast<int64_t>(permute[i]) * row_bytes, row_bytes,
+               dst_limit, src_limit);
     }
   });
 }
@@ -54,12 +133,26 @@ void row_sums(const index_t* lengths, int64_t rows, int64_t cols, int64_t* sums)
   });
 }
 
-// inverse[permute[i]] = i.
+// inverse[permute[i]] = i. Returns false, leaving `inverse` unspecified, unless permute is a
+// permutation of [0, n). Every slot starts at -1 and entries outside [0, n) are skipped: with all
+// n entries in range, every slot is stored iff no entry repeats, so one sequential pass for a
+// slot still at -1 finds repeats. Serial on purpose: threads storing to random slots share cache
+// lines, which made the parallel scatter slower than this loop (whose checks are nearly free).
 template <typename perm_t>
-void invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
-  at::parallel_for(0, n, grain_for_bytes(2 * sizeof(perm_t)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) inverse[permute[i]] = static_cast<perm_t>(i);
-  });
+bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
+  std::fill(inverse, inverse + n, perm_t{-1});
+  bool in_range = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const perm_t p = permute[i];
+    if (p < 0 || p >= n) {
+      in_range = false;
+      continue;
+    }
+    inverse[p] = static_cast<perm_t>(i);
+  }
+  bool unstored = false;
+  for (int64_t j = 0; j < n; ++j) unstored |= inverse[j] < 0;
+  return in_range && !unstored;
 }
 
 }  // namespace recops::sparse::kernels

@@ -1,0 +1,417 @@
+"""Jagged and sparse ops (OPS.md section 1): recops vs FBGEMM's CPU kernels vs PyTorch.
+
+Every case runs the same inputs through torch.ops.recops.X, torch.ops.fbgemm.X (FBGEMM's own CPU
+kernel: recops only fills dispatch keys FBGEMM lacks) and PyTorch's equivalent (an aten op where
+one exists, else a plain torch composition), checks once that all three agree exactly, then times
+them interleaved. Bytes moved count what the op must read and write: values/dense data actually
+copied, padding written, index tensors read and written.
+
+Shapes follow FBGEMM's own benchmarks (bench/jagged_tensor_benchmark.py `device`: B=128, D=128,
+max_len=128, lengths uniform in [0, max_len), fp16; sparse_ops_benchmark cumsum 2048x1024) plus a
+production-like KJT permute (T=100, B=4096, ~5 ids per bag), a large fp32 jagged<->dense case and
+a size sweep of jagged_to_padded_dense / dense_to_jagged written to results/sweep_jagged.{csv,png}.
+"""
+
+import csv
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from harness import Row, geomean, measure_quietly, results_dir
+
+SUITE = "jagged_sparse"
+R = torch.ops.recops
+FB = torch.ops.fbgemm
+A = torch.ops.aten
+
+IMPLS = ("recops", "fbgemm", "torch")
+COPY = "copy_"
+
+
+@dataclass
+class Case:
+    name: str
+    fns: dict  # impl name -> zero-argument callable running the op once
+    bytes_moved: float
+    # impl name -> output -> what is compared (impls whose outputs differ in form, e.g. a tuple)
+    views: dict = field(default_factory=dict)
+
+
+def _same(a, b, where: str) -> None:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), where
+        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} != {b.dtype}"
+        assert a.shape == b.shape, f"{where}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+        assert torch.equal(a, b), f"{where}: values differ"
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: structure differs"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a is None and b is None, f"{where}: {a!r} != {b!r}"
+
+
+def _verify(case: Case) -> None:
+    """Exact agreement with FBGEMM, once per case: a wrong fast kernel must never be reported."""
+    outs = {name: case.views.get(name, lambda o: o)(fn()) for name, fn in case.fns.items()}
+    for name, out in outs.items():
+        if name not in ("fbgemm", COPY):
+            _same(out, outs["fbgemm"], f"{case.name}: {name} vs fbgemm")
+
+
+def _measure(case: Case, min_seconds: float = 0.3) -> list[Row]:
+    _verify(case)
+    times, load = measure_quietly(case.fns, min_seconds=min_seconds)
+    if load > 0.3:
+        print(f"  noisy: {case.name} measured while others used {load:.1f} cores; rerun it")
+    rows = []
+    for name in case.fns:
+        # Speed-up columns: recops vs fbgemm and torch, fbgemm vs torch; vs copy_ (a plain copy of
+        # the same bytes, timed alongside) for the cases that carry one.
+        compare = [b for b in (*IMPLS, COPY) if b in case.fns and _rank(b) > _rank(name)]
+        extra = {"compare_to": compare, "others_load": round(load, 2)}
+        rows.append(Row(SUITE, case.name, name, times[name], case.bytes_moved, extra=extra))
+    return rows
+
+
+def _rank(impl: str) -> int:
+    return (*IMPLS, COPY).index(impl)
+
+
+def _with_copy_reference(case: Case) -> Case:
+    """Adds a `copy_` row: torch's copy of bytes_moved / 2 bytes into a preallocated buffer (the
+    runner's bandwidth limit), timed in the same rounds, so `recops vs copy_` reads as the fraction
+    of copy bandwidth reached at that very moment on a shared machine."""
+    src = torch.ones(int(case.bytes_moved // 2), dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    case.fns[COPY] = lambda: dst.copy_(src)
+    case.views[COPY] = lambda out: None
+    return case
+
+
+def _nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _random_jagged(batch: int, max_len: int, dim: int, dtype, gen) -> tuple:
+    lengths = torch.randint(max_len, (batch,), generator=gen)
+    offsets = FB.asynchronous_complete_cumsum(lengths)
+    total = int(offsets[-1])
+    values = torch.rand(total, dim, generator=gen).to(dtype)
+    return values, offsets, total
+
+
+# --------------------------------------------------------------------------- jagged <-> dense
+def jagged_dense_cases(tag: str, batch: int, max_len: int, dim: int, dtype, gen) -> list[Case]:
+    """jagged_to_padded_dense and dense_to_jagged on one jagged tensor (no truncation: every
+    length < max_len, so every value is read or written exactly once)."""
+    values, offsets, total = _random_jagged(batch, max_len, dim, dtype, gen)
+    dense = FB.jagged_to_padded_dense(values, [offsets], [max_len])
+    off_b = _nbytes(offsets)
+    j2d_bytes = _nbytes(values, dense) + off_b
+    d2j_bytes = 2 * _nbytes(values) + off_b
+    first = {"recops": lambda o: o[0], "fbgemm": lambda o: o[0]}
+    return [
+        Case(
+            f"jagged_to_padded_dense {tag}",
+            {
+                "recops": lambda: R.jagged_to_padded_dense(values, [offsets], [max_len]),
+                "fbgemm": lambda: FB.jagged_to_padded_dense(values, [offsets], [max_len]),
+                "torch": lambda: A._jagged_to_padded_dense_forward(values, [offsets], [max_len]),
+            },
+            j2d_bytes,
+        ),
+        Case(
+            f"dense_to_jagged {tag}",
+            {
+                "recops": lambda: R.dense_to_jagged(dense, [offsets], total),
+                "fbgemm": lambda: FB.dense_to_jagged(dense, [offsets], total),
+                "torch": lambda: A._padded_dense_to_jagged_forward(dense, [offsets], total),
+            },
+            d2j_bytes,
+            views=first,
+        ),
+    ]
+
+
+def fbgemm_default_jagged_cases(gen) -> list[Case]:
+    batch, max_len, dim = 128, 128, 128
+    tag = f"B={batch} N={max_len} D={dim} fp16"
+    cases = jagged_dense_cases(tag, batch, max_len, dim, torch.half, gen)
+    values, offsets, total = _random_jagged(batch, max_len, dim, torch.half, gen)
+    grad = torch.rand(batch, max_len, dim, generator=gen).half()
+    values_1d = torch.rand(total, generator=gen)
+    off_b = _nbytes(offsets)
+    cases += [
+        Case(
+            f"jagged_to_padded_dense_backward {tag}",
+            {
+                "recops": lambda: R.jagged_to_padded_dense_backward(grad, [offsets], total),
+                "fbgemm": lambda: FB.jagged_to_padded_dense_backward(grad, [offsets], total),
+                "torch": lambda: A._padded_dense_to_jagged_forward(grad, [offsets], total),
+            },
+            2 * _nbytes(values) + off_b,
+        ),
+        Case(
+            f"jagged_2d_to_dense {tag}",
+            {
+                "recops": lambda: R.jagged_2d_to_dense(values, offsets, max_len),
+                "fbgemm": lambda: FB.jagged_2d_to_dense(values, offsets, max_len),
+                "torch": lambda: A._jagged_to_padded_dense_forward(values, [offsets], [max_len]),
+            },
+            _nbytes(values, grad) + off_b,
+        ),
+        Case(
+            f"jagged_1d_to_dense B={batch} N={max_len} fp32",
+            {
+                "recops": lambda: R.jagged_1d_to_dense(values_1d, offsets, max_len, 0),
+                "fbgemm": lambda: FB.jagged_1d_to_dense(values_1d, offsets, max_len, 0),
+                "torch": lambda: A._jagged_to_padded_dense_forward(values_1d, [offsets], [max_len]),
+            },
+            _nbytes(values_1d) + batch * max_len * 4 + off_b,
+        ),
+    ]
+    return cases
+
+
+# --------------------------------------------------------------------------- cumsum
+def cumsum_cases(gen) -> list[Case]:
+    rows, cols = 2048, 1024
+    x = torch.randint(0, 100, (rows, cols), generator=gen)
+    flat = x.flatten()
+    n = flat.numel()
+    tag = f"{rows}x{cols} int64"
+    return [
+        Case(
+            f"complete_cumsum 2-D {tag}",
+            {
+                "recops": lambda: R.asynchronous_complete_cumsum(x),
+                "fbgemm": lambda: FB.asynchronous_complete_cumsum(x),
+                "torch": lambda: F.pad(torch.cumsum(x, 1), (1, 0)),
+            },
+            (n + rows * (cols + 1)) * 8,
+        ),
+        Case(
+            f"complete_cumsum 1-D {n} int64",
+            {
+                "recops": lambda: R.asynchronous_complete_cumsum(flat),
+                "fbgemm": lambda: FB.asynchronous_complete_cumsum(flat),
+                "torch": lambda: F.pad(torch.cumsum(flat, 0), (1, 0)),
+            },
+            (2 * n + 1) * 8,
+        ),
+        Case(
+            f"exclusive_cumsum 1-D {n} int64",
+            {
+                "recops": lambda: R.asynchronous_exclusive_cumsum(flat),
+                "fbgemm": lambda: FB.asynchronous_exclusive_cumsum(flat),
+                "torch": lambda: F.pad(torch.cumsum(flat[:-1], 0), (1, 0)),
+            },
+            2 * n * 8,
+        ),
+        Case(
+            f"inclusive_cumsum 1-D {n} int64",
+            {
+                "recops": lambda: R.asynchronous_inclusive_cumsum(flat),
+                "fbgemm": lambda: FB.asynchronous_inclusive_cumsum(flat),
+                "torch": lambda: torch.cumsum(flat, 0),
+            },
+            2 * n * 8,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- permutes
+def _torch_permute(permute, lengths, values, weights, segment_lengths):
+    """Reference permute in plain torch: gather every permuted segment's element indices."""
+    perm = permute.long()
+    starts = F.pad(torch.cumsum(segment_lengths, 0), (1, 0))[:-1]
+    seg_len = segment_lengths[perm]
+    out_starts = F.pad(torch.cumsum(seg_len, 0), (1, 0))[:-1]
+    index = torch.repeat_interleave(starts[perm] - out_starts, seg_len)
+    index += torch.arange(index.numel())
+    return lengths[perm], values[index], weights[index] if weights is not None else None
+
+
+def _permute_bytes(permute, lengths, values, weights) -> float:
+    return _nbytes(permute) + 2 * _nbytes(lengths) + 2 * _nbytes(values, weights)
+
+
+def permute_cases(gen) -> list[Case]:
+    cases = []
+
+    def kjt(num_features, batch, low, high):
+        lengths = torch.randint(low, high, (num_features, batch), dtype=torch.int32, generator=gen)
+        total = int(lengths.sum())
+        values = torch.randint(0, 2**40, (total,), generator=gen)
+        weights = torch.rand(total, generator=gen)
+        permute = torch.randperm(num_features, generator=gen).int()
+        return lengths, values, weights, permute
+
+    def permute_2d(tag, lengths, values, weights, permute):
+        seg = lengths.long().sum(1)
+        return Case(
+            f"permute_2D_sparse_data {tag}",
+            {
+                "recops": lambda: R.permute_2D_sparse_data(permute, lengths, values, weights),
+                "fbgemm": lambda: FB.permute_2D_sparse_data(permute, lengths, values, weights),
+                "torch": lambda: _torch_permute(permute, lengths, values, weights, seg),
+            },
+            _permute_bytes(permute, lengths, values, weights),
+        )
+
+    def permute_1d(tag, permute, lengths, values, weights):
+        seg = lengths.long()
+        return Case(
+            f"permute_1D_sparse_data {tag}",
+            {
+                "recops": lambda: R.permute_1D_sparse_data(permute, lengths, values, weights),
+                "fbgemm": lambda: FB.permute_1D_sparse_data(permute, lengths, values, weights),
+                "torch": lambda: _torch_permute(permute, lengths, values, weights, seg),
+            },
+            _permute_bytes(permute, lengths, values, weights),
+        )
+
+    # FBGEMM's permute benchmark shape: few features, long bags.
+    lengths, values, weights, permute = kjt(40, 128, 1000, 2000)
+    cases.append(permute_2d("T=40 B=128 L~1500 +w", lengths, values, weights, permute))
+
+    # Production-like KJT: 100 features x 4096 samples, ~5 ids per bag, int64 ids, fp32 weights.
+    t, b = 100, 4096
+    lengths, values, weights, permute = kjt(t, b, 0, 11)
+    cases.append(permute_2d(f"T={t} B={b} L~5 +w", lengths, values, weights, permute))
+    # The same feature permutation in the 1-D form: one segment per (feature, sample).
+    perm_1d = (permute.long()[:, None] * b + torch.arange(b)).flatten().int()
+    flat = lengths.flatten()
+    cases.append(permute_1d(f"T*B={t * b} feature-major L~5 +w", perm_1d, flat, values, weights))
+    # 1-D with every segment moved independently (random gather of ~5-id segments).
+    perm_rand = torch.randperm(t * b, generator=gen).int()
+    cases.append(permute_1d(f"T*B={t * b} random L~5 +w", perm_rand, flat, values, weights))
+
+    # invert_permute on the 1-D segment permutation; offsets_range on the KJT's offsets.
+    cases.append(
+        Case(
+            f"invert_permute n={t * b} int32",
+            {
+                "recops": lambda: R.invert_permute(perm_rand),
+                "fbgemm": lambda: FB.invert_permute(perm_rand),
+                "torch": lambda: torch.empty_like(perm_rand).scatter_(
+                    0, perm_rand.long(), torch.arange(t * b, dtype=torch.int32)
+                ),
+            },
+            2 * _nbytes(perm_rand),
+        )
+    )
+    seg = flat.long()
+    offsets = F.pad(torch.cumsum(seg, 0), (1, 0))[:-1]
+    range_size = int(seg.sum())
+    cases.append(
+        Case(
+            f"offsets_range {t * b} segments -> {range_size} int64",
+            {
+                "recops": lambda: R.offsets_range(offsets, range_size),
+                "fbgemm": lambda: FB.offsets_range(offsets, range_size),
+                "torch": lambda: torch.arange(range_size) - torch.repeat_interleave(offsets, seg),
+            },
+            _nbytes(offsets) + range_size * 8,
+        )
+    )
+    return cases
+
+
+# --------------------------------------------------------------------------- size sweep
+LARGE = "large B=1024 N=512 D=128 fp32"
+SWEEP_BATCHES = [16 * 2**i for i in range(9)]  # dense [B, 128, 128] fp32: 1 MiB .. 256 MiB
+
+
+def sweep(limits, gen) -> list[dict]:
+    """jagged_to_padded_dense and dense_to_jagged over total dense size; returns CSV records."""
+    records = []
+    for batch in SWEEP_BATCHES:
+        j2d, d2j = jagged_dense_cases(f"B={batch}", batch, 128, 128, torch.float, gen)
+        for op, case in (("jagged_to_padded_dense", j2d), ("dense_to_jagged", d2j)):
+            _verify(case)
+            times, _ = measure_quietly(case.fns, attempts=2, min_runs=5, min_seconds=0.15)
+            for impl, seconds in times.items():
+                gbps = case.bytes_moved / seconds / 1e9
+                records.append(
+                    {
+                        "op": op,
+                        "impl": impl,
+                        "batch": batch,
+                        "dense_mib": batch * 128 * 128 * 4 / 2**20,
+                        "bytes_moved": int(case.bytes_moved),
+                        "seconds": seconds,
+                        "gbps": gbps,
+                        "pct_copy": 100 * gbps / limits.copy_gbps,
+                    }
+                )
+        del j2d, d2j
+    return records
+
+
+def write_sweep(records: list[dict], limits) -> None:
+    out = results_dir()
+    with open(os.path.join(out, "sweep_jagged.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: sweep plot skipped")
+        return
+    ops = sorted({r["op"] for r in records}, reverse=True)
+    fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.5), sharey=True)
+    for ax, op in zip(axes, ops, strict=True):
+        for impl in IMPLS:
+            mine = [r for r in records if r["op"] == op and r["impl"] == impl]
+            ax.plot([r["dense_mib"] for r in mine], [r["gbps"] for r in mine], "o-", label=impl)
+        ax.axhline(limits.copy_gbps, color="gray", linestyle="--", label="copy_ (measured)")
+        # glibc maps allocations of >= 32 MiB afresh, so larger outputs are faulted in every call
+        # (dense_to_jagged's output, the values, is about half the dense size).
+        at = 32 if op == "jagged_to_padded_dense" else 64
+        ax.axvline(at, color="gray", linestyle=":", label="output 32 MiB: fresh pages per call")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("padded dense size [B, 128, 128] fp32 (MiB)")
+        ax.set_title(op)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("achieved GB/s (read + written)")
+    axes[0].legend(loc="upper right", fontsize="small")
+    fig.suptitle(f"recops vs FBGEMM vs torch, CPU, {limits.threads} threads")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "sweep_jagged.png"), dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- entry point
+def run(limits) -> list[Row]:
+    gen = torch.Generator().manual_seed(0)
+    groups: list[Callable[[], list[Case]]] = [
+        lambda: fbgemm_default_jagged_cases(gen),
+        lambda: cumsum_cases(gen),
+        lambda: permute_cases(gen),
+        lambda: map(
+            _with_copy_reference, jagged_dense_cases(LARGE, 1024, 512, 128, torch.float, gen)
+        ),
+    ]
+    rows = []
+    for make in groups:
+        for case in make():  # one group's inputs live at a time
+            rows += _measure(case)
+    write_sweep(sweep(limits, gen), limits)
+
+    speedups = {}
+    for r in rows:
+        if r.impl == "recops":
+            base = {b.impl: b.seconds for b in rows if b.case == r.case}
+            for impl in ("fbgemm", "torch"):
+                speedups.setdefault(impl, []).append(base[impl] / r.seconds)
+    for impl, vals in speedups.items():
+        print(f"{SUITE}: recops vs {impl}: geomean {geomean(vals):.2f}x, min {min(vals):.2f}x")
+    return rows

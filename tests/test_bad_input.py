@@ -1,0 +1,289 @@
+"""Bad input raises a Python exception naming the argument and the violated rule (OPS.md section 1,
+DESIGN.md "validate inputs"), never a crash or a silent bad write.
+
+Each case runs on torch.ops.recops and, when FBGEMM is hidden, on torch.ops.fbgemm (recops' own
+definitions then). FBGEMM's own CPU kernels are not exercised here: on several of these inputs
+they read or write out of bounds (garbage output or heap corruption) instead of raising.
+"""
+
+import pytest
+import torch
+
+import recops
+
+I32, I64 = torch.int32, torch.int64
+
+
+def idx(values, dtype=I64):
+    return torch.tensor(values, dtype=dtype)
+
+
+@pytest.fixture(params=["recops", "fbgemm"])
+def ops(request):
+    if request.param == "fbgemm" and recops.fbgemm_loaded:
+        pytest.skip("torch.ops.fbgemm is FBGEMM's own implementation in this configuration")
+    return getattr(torch.ops, request.param)
+
+
+# --------------------------------------------------------------------------- offsets
+BAD_OFFSETS = [
+    # (offsets, exception, match)
+    (
+        [idx([0, 3, 2, 5])],
+        ValueError,
+        r"offsets\[0\] must be non-decreasing.*\[1\] = 3 > .*\[2\] = 2",
+    ),
+    ([idx([-1, 2, 2, 5])], ValueError, r"offsets\[0\] must be >= 0.*= -1"),
+    (
+        [idx([0, 2, 2, 5]), idx([0, 1, 1])],
+        RuntimeError,
+        r"offsets\[1\] must have .* 6 entries, got 3",
+    ),
+    ([idx([0, 1, 2, 3]), idx([0, 2, 1, 3])], ValueError, r"offsets\[1\] must be non-decreasing"),
+    ([idx([0, 1, 2, 3], I32), idx([0, 1, 2, 3], I64)], RuntimeError, r"must share one dtype"),
+    ([torch.tensor([0.0, 2.0, 2.0, 5.0])], RuntimeError, r"offsets\[0\] must be int32 or int64"),
+    ([idx([[0, 2], [2, 5]])], RuntimeError, r"offsets\[0\] must be 1-D"),
+    ([idx([])], RuntimeError, r"offsets\[0\] must have at least one entry"),
+    ([idx([0, 1, 2, 3])] * 6, RuntimeError, r"must hold 1 to 5 tensors .* got 6"),
+    ([], RuntimeError, r"must hold 1 to 5 tensors .* got 0"),
+]
+
+
+@pytest.mark.parametrize("offsets, error, match", BAD_OFFSETS)
+def test_jagged_to_padded_dense_bad_offsets(ops, offsets, error, match):
+    values = torch.randn(100, 2)
+    max_lengths = [2] * len(offsets)
+    with pytest.raises(error, match=match):
+        ops.jagged_to_padded_dense(values, offsets, max_lengths, 0.0)
+    with pytest.raises(error, match=match):
+        ops.jagged_to_padded_dense_forward(values, offsets, max_lengths, 0.0)
+
+
+@pytest.mark.parametrize("offsets, error, match", BAD_OFFSETS)
+def test_dense_to_jagged_bad_offsets(ops, offsets, error, match):
+    dense = torch.randn(3, *([2] * len(offsets)), 2)
+    match = match.replace("offsets", "x_offsets")
+    with pytest.raises(error, match=match):
+        ops.dense_to_jagged(dense, offsets)
+    with pytest.raises(error, match=match):
+        ops.dense_to_jagged_forward(dense, offsets, 100)
+
+
+# The single-tensor cases: non-monotonic, negative, float, 2-D, empty.
+@pytest.mark.parametrize("offsets, error, match", BAD_OFFSETS[:2] + BAD_OFFSETS[5:8])
+def test_jagged_wrappers_bad_offsets(ops, offsets, error, match):
+    with pytest.raises(error, match=match):
+        ops.jagged_2d_to_dense(torch.randn(10, 2), offsets[0], 3)
+    with pytest.raises(error, match=match):
+        ops.jagged_1d_to_dense(torch.randn(10), offsets[0], 3, 0)
+    with pytest.raises(error, match=match):
+        ops.jagged_to_padded_dense_backward(torch.randn(3, 2, 2), offsets, 10)
+
+
+# --------------------------------------------------------------------------- jagged <-> dense
+def test_values_fewer_rows_than_offsets(ops):
+    offsets = [idx([0, 2, 5])]
+    match = r"values has 4 rows but offsets\[0\]\[-1\] = 5 rows are addressed"
+    with pytest.raises(RuntimeError, match=match):
+        ops.jagged_to_padded_dense(torch.randn(4, 2), offsets, [3], 0.0)
+    with pytest.raises(RuntimeError, match=match):
+        ops.jagged_2d_to_dense(torch.randn(4, 2), offsets[0], 3)
+    with pytest.raises(RuntimeError, match=match):
+        ops.jagged_1d_to_dense(torch.randn(4), offsets[0], 3, 0)
+    match = r"values has 5 rows but offsets\[1\]\[-1\] = 6 rows are addressed"
+    with pytest.raises(RuntimeError, match=match):
+        ops.jagged_to_padded_dense(torch.randn(5), [idx([0, 1, 3]), idx([0, 2, 2, 6])], [2, 2])
+
+
+def test_total_L(ops):
+    dense = torch.randn(2, 3, 2)
+    offsets = [idx([0, 2, 5])]
+    for total_L in (-1, -100):
+        with pytest.raises(ValueError, match=r"total_L must be >= 0, got -"):
+            ops.dense_to_jagged(dense, offsets, total_L)
+        with pytest.raises(ValueError, match=r"total_L must be >= 0"):
+            ops.dense_to_jagged_forward(dense, offsets, total_L)
+        with pytest.raises(ValueError, match=r"total_L must be >= 0"):
+            ops.jagged_to_padded_dense_backward(dense, offsets, total_L)
+    match = r"total_L = 4 is smaller than x_offsets\[0\]\[-1\] = 5"
+    with pytest.raises(RuntimeError, match=match):
+        ops.dense_to_jagged(dense, offsets, 4)
+    with pytest.raises(RuntimeError, match=r"total_L = 0 is smaller than offsets\[0\]\[-1\] = 5"):
+        ops.jagged_to_padded_dense_backward(dense, offsets, 0)
+
+
+def test_dense_batch_mismatch(ops):
+    match = r"dense.size\(0\) = 4 must equal len\(x_offsets\[0\]\) - 1 = 2"
+    with pytest.raises(RuntimeError, match=match):
+        ops.dense_to_jagged(torch.randn(4, 3, 2), [idx([0, 2, 5])])
+    match = r"grad_output.size\(0\) = 1 must equal len\(offsets\[0\]\) - 1 = 2"
+    with pytest.raises(RuntimeError, match=match):
+        ops.jagged_to_padded_dense_backward(torch.randn(1, 3, 2), [idx([0, 2, 5])], 5)
+
+
+def test_dense_too_few_dims(ops):
+    offsets = [idx([0, 1, 2]), idx([0, 1, 2])]
+    with pytest.raises(
+        RuntimeError, match=r"dense must have at least 3 dims .* got shape \[2, 3\]"
+    ):
+        ops.dense_to_jagged(torch.randn(2, 3), offsets)
+
+
+def test_max_lengths(ops):
+    offsets = [idx([0, 2, 5])]
+    with pytest.raises(RuntimeError, match=r"max_lengths must have one entry per jagged dim \(1\)"):
+        ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [3, 3], 0.0)
+    with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -1"):
+        ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [-1], 0.0)
+    with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -2"):
+        ops.jagged_2d_to_dense(torch.randn(5, 2), offsets[0], -2)
+
+
+def test_wrapper_value_ranks(ops):
+    offsets = idx([0, 2, 5])
+    with pytest.raises(RuntimeError, match=r"values must be 2-D, got shape \[5\]"):
+        ops.jagged_2d_to_dense(torch.randn(5), offsets, 3)
+    with pytest.raises(RuntimeError, match=r"values must be 1-D, got shape \[5, 2\]"):
+        ops.jagged_1d_to_dense(torch.randn(5, 2), offsets, 3, 0)
+    with pytest.raises(RuntimeError, match=r"values must be at least 1-D"):
+        ops.jagged_to_padded_dense(torch.tensor(1.0), [offsets], [3], 0.0)
+
+
+# --------------------------------------------------------------------------- cumsum
+@pytest.mark.parametrize(
+    "name",
+    [
+        "asynchronous_complete_cumsum",
+        "asynchronous_exclusive_cumsum",
+        "asynchronous_inclusive_cumsum",
+    ],
+)
+def test_cumsum_bad_input(ops, name):
+    op = getattr(ops, name)
+    if name == "asynchronous_complete_cumsum":
+        with pytest.raises(
+            RuntimeError, match=r"t_in must be 1-D \[N\] or 2-D \[B, N\], got shape"
+        ):
+            op(torch.ones(2, 3, 4, dtype=I64))
+        with pytest.raises(RuntimeError, match=r"t_in must be 1-D \[N\] or 2-D"):
+            op(torch.tensor(3))
+    with pytest.raises(RuntimeError, match=r"not implemented for 'Bool'"):
+        op(torch.ones(3, dtype=torch.bool))
+
+
+# --------------------------------------------------------------------------- permute
+PERMUTE_OPS = ["permute_1D_sparse_data", "permute_2D_sparse_data"]
+
+
+def permute_input(op_name):
+    lengths = idx([[1, 2], [0, 3], [2, 0]])  # T = 3 features, B = 2, 8 values
+    if op_name == "permute_1D_sparse_data":
+        lengths = lengths[:, 0].contiguous()  # 3 segments, 3 values
+    return lengths, int(lengths.sum())
+
+
+@pytest.mark.parametrize("op_name", PERMUTE_OPS)
+@pytest.mark.parametrize(
+    "permute, match",
+    [
+        (idx([0, 3, 1], I32), r"permute entries must be in \[0, 3\), got permute\[1\] = 3"),
+        (idx([0, 1, -1], I32), r"permute entries must be in \[0, 3\), got permute\[2\] = -1"),
+        (idx([7], I64), r"permute entries must be in \[0, 3\), got permute\[0\] = 7"),
+    ],
+)
+def test_permute_out_of_range(ops, op_name, permute, match):
+    lengths, total = permute_input(op_name)
+    with pytest.raises(ValueError, match=match):
+        getattr(ops, op_name)(permute, lengths, torch.arange(total), None)
+
+
+@pytest.mark.parametrize("op_name", PERMUTE_OPS)
+def test_permuted_lengths_sum(ops, op_name):
+    op = getattr(ops, op_name)
+    lengths, total = permute_input(op_name)
+    permute = idx([2, 0, 1], I32)
+    values, weights = torch.arange(total), torch.randn(total)
+    with pytest.raises(ValueError, match=r"permuted_lengths_sum must be >= 0, got -1"):
+        op(permute, lengths, values, weights, -1)
+    for wrong in (total - 1, total + 1, 0):
+        match = rf"permuted_lengths_sum = {wrong} does not match .* permuted lengths, {total}"
+        with pytest.raises(RuntimeError, match=match):
+            op(permute, lengths, values, weights, wrong)
+
+
+@pytest.mark.parametrize("op_name", PERMUTE_OPS)
+def test_permute_bad_lengths(ops, op_name):
+    op = getattr(ops, op_name)
+    lengths, total = permute_input(op_name)
+    permute = idx([2, 0, 1], I32)
+    negative = lengths.clone()
+    negative.view(-1)[2] = -1
+    with pytest.raises(
+        ValueError, match=r"lengths must be >= 0, got lengths.flatten\(\)\[2\] = -1"
+    ):
+        op(permute, negative, torch.arange(total), None)
+    with pytest.raises(RuntimeError, match=r"lengths must be int32 or int64, got Float"):
+        op(permute, lengths.float(), torch.arange(total), None)
+    with pytest.raises(
+        RuntimeError, match=rf"values has {total - 1} rows but lengths sum to {total}"
+    ):
+        op(permute, lengths, torch.arange(total - 1), None)
+    with pytest.raises(RuntimeError, match=rf"weights has 0 rows but lengths sum to {total}"):
+        op(permute, lengths, torch.arange(total), torch.zeros(0))
+    with pytest.raises(RuntimeError, match=r"values must be at least 1-D"):
+        op(idx([], I32), lengths, torch.tensor(1.0), None)
+
+
+def test_permute_wrong_ranks(ops):
+    lengths_2d, total = permute_input("permute_2D_sparse_data")
+    lengths_1d = lengths_2d.flatten()
+    permute = idx([2, 0, 1], I32)
+    with pytest.raises(RuntimeError, match=r"lengths must be 2-D, got shape \[6\]"):
+        ops.permute_2D_sparse_data(permute, lengths_1d, torch.arange(total), None)
+    with pytest.raises(RuntimeError, match=r"lengths must be 1-D, got shape \[3, 2\]"):
+        ops.permute_1D_sparse_data(permute, lengths_2d, torch.arange(total), None)
+    with pytest.raises(RuntimeError, match=r"permute must be 1-D, got shape \[1, 3\]"):
+        ops.permute_2D_sparse_data(permute[None], lengths_2d, torch.arange(total), None)
+    with pytest.raises(RuntimeError, match=r"permute must be int32 or int64, got Float"):
+        ops.permute_2D_sparse_data(permute.float(), lengths_2d, torch.arange(total), None)
+
+
+@pytest.mark.parametrize(
+    "permute, error, match",
+    [
+        (idx([0, 2, 0], I32), ValueError, r"permute must be a permutation, but 0 appears twice"),
+        (idx([1, 1], I64), ValueError, r"1 appears twice \(again at permute\[1\]\)"),
+        (idx([0, 3, 1], I32), ValueError, r"permute entries must be in \[0, 3\), got permute\[1\]"),
+        (idx([-1], I64), ValueError, r"permute entries must be in \[0, 1\), got permute\[0\] = -1"),
+        (idx([[0, 1]], I32), RuntimeError, r"permute must be 1-D"),
+        (torch.tensor([0.0]), RuntimeError, r"permute must be int32 or int64"),
+    ],
+)
+def test_invert_permute_bad_input(ops, permute, error, match):
+    with pytest.raises(error, match=match):
+        ops.invert_permute(permute)
+
+
+def test_permute_backward_needs_a_permutation():
+    # Autograd is defined for true permutations only; with repeats the backward raises.
+    lengths, total = permute_input("permute_2D_sparse_data")
+    values = torch.randn(total, requires_grad=True)
+    _, out, _ = torch.ops.recops.permute_2D_sparse_data(idx([0, 0, 1], I32), lengths, values, None)
+    with pytest.raises(ValueError, match=r"permute must be a permutation"):
+        out.sum().backward()
+
+
+# --------------------------------------------------------------------------- offsets_range
+def test_offsets_range_bad_input(ops):
+    with pytest.raises(RuntimeError, match=r"offsets\[-1\] = 5 must be <= range_size = 4"):
+        ops.offsets_range(idx([0, 2, 5]), 4)
+    with pytest.raises(ValueError, match=r"range_size must be >= 0, got -1"):
+        ops.offsets_range(idx([0]), -1)
+    with pytest.raises(ValueError, match=r"offsets must be non-decreasing"):
+        ops.offsets_range(idx([0, 3, 2]), 6)
+    with pytest.raises(ValueError, match=r"offsets must be >= 0, got offsets\[0\] = -2"):
+        ops.offsets_range(idx([-2, 3], I32), 6)
+    with pytest.raises(RuntimeError, match=r"offsets must be 1-D"):
+        ops.offsets_range(idx([[0, 3]]), 6)
+    with pytest.raises(RuntimeError, match=r"offsets must be int32 or int64"):
+        ops.offsets_range(torch.tensor([0.0, 3.0]), 6)
