@@ -178,6 +178,11 @@ def _grad_indice_weights_fake(
     return grad_output.new_empty((indices.shape[0],), dtype=torch.float32)
 
 
+@register_fake("recops::embedding_host_zeros")
+def _embedding_host_zeros_fake(numel, dtype):
+    return torch.empty(numel, dtype=dtype)
+
+
 @register_fake("recops::bounds_check_indices")
 def _bounds_check_indices_fake(rows_per_table, indices, offsets, bounds_check_mode, warning):
     return None
@@ -339,7 +344,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ``embedding_specs`` lists ``(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)`` per table;
     ``feature_table_map[f]`` is the table of feature f (several features may share one). Weights
     live in one flat buffer ``weights_host`` (zeros until initialised), optimizer state in
-    ``momentum1_host``. ``forward(indices, offsets, per_sample_weights=None,
+    ``momentum1_host``; large buffers are backed by transparent huge pages
+    (``RECOPS_HUGE_PAGES=0`` turns that off). ``forward(indices, offsets, per_sample_weights=None,
     feature_requires_grad=None)`` takes feature-major bags (``offsets`` has T * B + 1 entries) and
     returns ``[B, sum of dims]`` (``[len(indices), dim]`` for ``PoolingMode.NONE``); its backward
     applies ``optimizer`` to the weights in place and returns no weight gradient.
@@ -458,14 +464,16 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self._warn_on_repair = self.bounds_check_mode == BoundsCheckMode.WARNING
 
         dtype = self.weights_precision.as_dtype()
-        self.weights_host = nn.Parameter(torch.zeros(table_offsets[-1], dtype=dtype))
+        self.weights_host = nn.Parameter(ops.embedding_host_zeros(table_offsets[-1], dtype))
         self._state_layout = _OPTIMIZERS[self.optimizer][1]
         if self._state_layout is not None:
             per_row = dims if self._state_layout == "elementwise" else [1] * num_tables
             sizes = (r * s for r, s in zip(rows, per_row, strict=True))
             state_offsets = [0, *itertools.accumulate(sizes)]
             buffer("momentum1_offsets", [state_offsets[t] for t in ftm], torch.int64)
-            self.register_buffer("momentum1_host", torch.zeros(state_offsets[-1]))
+            self.register_buffer(
+                "momentum1_host", ops.embedding_host_zeros(state_offsets[-1], torch.float32)
+            )
         self._table_offsets = table_offsets
 
     # ----------------------------------------------------------------------- forward

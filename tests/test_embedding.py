@@ -778,6 +778,12 @@ def test_opcheck_backward_ops(name, weighted):
     torch.library.opcheck(getattr(ops, f"backward_codegen_{name}_{kind}_exact"), tuple(args))
 
 
+def test_host_buffers():
+    buffer = ops.embedding_host_zeros(1000, torch.float16)
+    assert buffer.dtype == torch.float16 and buffer.shape == (1000,) and torch.all(buffer == 0)
+    torch.library.opcheck(ops.embedding_host_zeros, (10, torch.bfloat16))
+
+
 def test_opcheck_bounds_check():
     rows = torch.tensor([10, 10])
     torch.library.opcheck(

@@ -33,17 +33,6 @@ namespace recops {
 
 enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 
-inline const char* cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return "avx512";
-    case CpuIsa::kAvx2:
-      return "avx2";
-    default:
-      return "baseline";
-  }
-}
-
 // The widest instruction set this CPU runs, ignoring RECOPS_CPU_ISA.
 inline CpuIsa probe_cpu_isa() {
 #if RECOPS_X86_VARIANTS

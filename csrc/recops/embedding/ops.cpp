@@ -3,7 +3,8 @@
 //   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding.py binds its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
-// plus the plain forward, the per-sample-weight gradient and the bounds check they build on.
+// plus the plain forward, the per-sample-weight gradient and the bounds check they build on, and
+// the huge-page-backed buffers the module keeps tables and optimizer state in.
 // Fake kernels and autograd are registered from Python (recops/embedding.py).
 #include <torch/library.h>
 
@@ -160,6 +161,7 @@ at::Tensor lookup_stateful(const at::Tensor& weights, const at::Tensor& weights_
 TORCH_LIBRARY_FRAGMENT(recops, m) {
   using namespace recops::embedding;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
+  m.def("embedding_host_zeros(SymInt numel, ScalarType dtype) -> Tensor", pt2);
   m.def(
       "bounds_check_indices(Tensor rows_per_table, Tensor(a!) indices, Tensor(b!) offsets, "
       "int bounds_check_mode, Tensor(c!) warning) -> ()",
@@ -180,6 +182,11 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
     m.def(backward_schema(opt, /*weighted=*/false).c_str(), pt2);
     m.def(backward_schema(opt, /*weighted=*/true).c_str(), pt2);
   }
+}
+
+// No tensor argument to dispatch on: the buffer is a CPU tensor by construction.
+TORCH_LIBRARY_IMPL(recops, CompositeExplicitAutograd, m) {
+  m.impl("embedding_host_zeros", TORCH_FN(recops::embedding::embedding_host_zeros));
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {

@@ -14,6 +14,11 @@
 
 namespace recops::embedding {
 
+// A zero-filled flat buffer for tables or optimizer state, advised to use transparent huge pages
+// before it is first written (see common/memory.h): rows are read at random, and with 4 KiB pages
+// nearly every row costs a TLB miss.
+at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
+
 // BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
 // malformed offsets) and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0,
 // offsets clamped into range) and count repaired batches in `warning` (the module warns once);
