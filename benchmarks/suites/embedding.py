@@ -58,7 +58,8 @@ def recops_module(optimizer):
     return module
 
 
-def fbgemm_module(optimizer):
+def fbgemm_module(optimizer, weights):
+    """FBGEMM's CPU module with the same tables and the same initial weights."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -71,7 +72,8 @@ def fbgemm_module(optimizer):
         optimizer=EmbOptimType[optimizer.name],
         learning_rate=LEARNING_RATE,
     )
-    module.init_embedding_weights_uniform(-0.01, 0.01)
+    with torch.no_grad():
+        module.weights_host.copy_(weights)
     return module
 
 
@@ -148,7 +150,7 @@ def run(limits):
     for optimizer in recops.OptimType:
         impls = {"recops": recops_module(optimizer)}
         if recops.fbgemm_loaded:
-            impls["fbgemm"] = fbgemm_module(optimizer)
+            impls["fbgemm"] = fbgemm_module(optimizer, impls["recops"].weights_host)
         torch_bags = TorchBags(optimizer)
         short = optimizer.name.removeprefix("EXACT_").lower()
         for dist, (indices, offsets) in batches.items():
