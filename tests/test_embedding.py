@@ -246,6 +246,25 @@ def test_gradient_clipping(optimizer):
     check_against_reference(module, batches, lambda idx: torch.rand(idx.numel(), generator=gen))
 
 
+def test_large_table_sorts_with_64_bit_keys():
+    """2^23 rows and per-sample weights (positions as payload) need more than 32 key bits."""
+    rows = 1 << 23
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, 1, *HOST)], optimizer=OptimType.EXACT_SGD, learning_rate=1.0
+    )
+    gen = torch.Generator().manual_seed(17)
+    hot = torch.tensor([0, rows - 1, rows // 2])
+    indices = torch.cat([hot, torch.randint(0, rows, (3000,), generator=gen), hot.flip(0)])
+    offsets = torch.tensor([0, 700, 701, indices.numel()])
+    psw = torch.rand(indices.numel(), generator=gen)
+    module(indices, offsets, psw).sum().backward()
+    expected = torch.zeros(rows, dtype=torch.float64).index_add_(0, indices, -psw.double())
+    touched = indices.unique()
+    torch.testing.assert_close(
+        module.weights_host.detach()[touched].double(), expected[touched], rtol=1e-5, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize("output_dtype", PRECISIONS, ids=lambda p: p.name)
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
 def test_index_and_output_dtypes(index_dtype, output_dtype):
