@@ -49,10 +49,6 @@ inline void from_float(const float* src, c10::Half* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = static_cast<c10::Half>(src[i]);
 }
 
-inline void to_float(const float* src, float* dst, int64_t n) {
-  std::memcpy(dst, src, n * sizeof(float));
-}
-
 inline void from_float(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, n * sizeof(float));
 }
