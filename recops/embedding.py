@@ -236,7 +236,7 @@ _lookup_schemas = {
 def _make_lookup_autograd(suffix):
     schema_args = _lookup_schemas[suffix]
     names = [a.name for a in schema_args]
-    weights_index = names.index("indice_weights")
+    sample_weights_index = names.index("indice_weights")
     updates = {
         weighted: (
             getattr(ops, f"backward_codegen_{suffix}_{weighted}_exact"),
@@ -252,7 +252,7 @@ def _make_lookup_autograd(suffix):
         a = ctx.args
         weighted = a["indice_weights"] is not None
         grad_sample_weights = None
-        if weighted and ctx.needs_input_grad[weights_index]:
+        if weighted and ctx.needs_input_grad[sample_weights_index]:
             # The gradient at the weights of the forward: taken before the update below.
             grad_sample_weights = ops.split_embedding_codegen_grad_indice_weights(
                 grad_output,
@@ -270,7 +270,7 @@ def _make_lookup_autograd(suffix):
         update, update_args = updates["weighted" if weighted else "unweighted"]
         update(grad_output, *(a[name] for name in update_args))
         grads = [None] * len(names)
-        grads[weights_index] = grad_sample_weights
+        grads[sample_weights_index] = grad_sample_weights
         return input_grads(ctx, *grads)
 
     return setup_context, backward
