@@ -49,13 +49,15 @@ def _build_cuda():
 
 
 def _extension():
-    # -fno-trapping-math lets GCC vectorise loops with float selects (clamps); recops never
-    # relies on floating-point exception flags.
+    # -fno-trapping-math lets GCC vectorise loops with float selects (clamps) and -fno-math-errno
+    # lets sqrt vectorise (the embedding optimizers); recops never relies on floating-point
+    # exception flags or errno.
     cxx_flags = [
         "-O3",
         "-std=c++17",
         "-fopenmp",
         "-fno-trapping-math",
+        "-fno-math-errno",
         "-Wall",
         "-Wextra",
         "-Wno-unused-parameter",

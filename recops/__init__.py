@@ -11,8 +11,28 @@ from recops import _fbgemm, _library
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import deberta, fuxi, gather, hstu, jagged, relative_bias, sparse  # noqa: E402
+from recops import (  # noqa: E402  (registers fake kernels and autograd)
+    deberta,
+    embedding,
+    fuxi,
+    gather,
+    hstu,
+    jagged,
+    relative_bias,
+    sparse,
+)
 from recops.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
+from recops.embedding import (  # noqa: E402
+    BoundsCheckMode,
+    ComputeDevice,
+    EmbeddingLocation,
+    EmbOptimType,
+    OptimType,
+    PoolingMode,
+    SparseType,
+    SplitTableBatchedEmbeddingBagsCodegen,
+    WeightDecayMode,
+)
 from recops.fuxi import fuxi_attention  # noqa: E402
 from recops.hstu import hstu_attention  # noqa: E402
 from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
@@ -22,10 +42,20 @@ fbgemm_bindings = _fbgemm.bind()
 ops = torch.ops.recops
 
 __all__ = [
+    "BoundsCheckMode",
+    "ComputeDevice",
     "DisentangledSelfAttention",
+    "EmbOptimType",
+    "EmbeddingLocation",
+    "OptimType",
+    "PoolingMode",
     "RelativeBucketedTimeAndPositionBasedBias",
+    "SparseType",
+    "SplitTableBatchedEmbeddingBagsCodegen",
+    "WeightDecayMode",
     "deberta",
     "disentangled_attention",
+    "embedding",
     "fbgemm_bindings",
     "fbgemm_loaded",
     "fuxi",

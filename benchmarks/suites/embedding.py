@@ -1,0 +1,166 @@
+"""Table-batched embedding bags with fused optimizer (OPS.md section 7), side by side with
+FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen and with nn.EmbeddingBag + torch.optim
+(sparse SGD / Adagrad).
+
+Workload: FBGEMM's TBE benchmark scaled to a small machine: T = 8 tables of 1e5 rows, D = 128,
+B = 512, bags of L = 20, fp32, indices uniform or Zipf(1.15) (FBGEMM's generator: distinct
+within a bag, hashed over the rows). Byte model: FBGEMM's, B * T * D * L * 4 bytes of weights
+read per forward (plus the output), three times that for forward + backward. Timing: the
+harness's interleaved rounds, retried while other processes load the machine
+(BENCH_PATIENCE=<s> to insist). About 30-60 s on this 2-core machine.
+"""
+
+import gc
+from functools import partial
+
+import numpy as np
+import torch
+from harness import Row, measure_quietly
+
+import recops
+
+T, ROWS, D, B, L = 8, 100_000, 128, 512, 20
+ZIPF_ALPHA = 1.15
+LEARNING_RATE = 0.01
+SUITE = "embedding"
+
+
+def zipf_bags(rng):
+    """FBGEMM's Zipf requests: per bag, the first L distinct draws of Zipf(alpha) - 1 (mod rows),
+    then one random permutation of the rows so hot rows are spread over the table."""
+    draws = (rng.zipf(ZIPF_ALPHA, size=(T * B, 3 * L)) - 1) % ROWS
+    bags = np.empty((T * B, L), dtype=np.int64)
+    for i, row in enumerate(draws):
+        _, first = np.unique(row, return_index=True)
+        distinct = row[np.sort(first)]
+        if distinct.size < L:  # rare: pad with uniform draws
+            distinct = np.concatenate([distinct, rng.integers(0, ROWS, L - distinct.size)])
+        bags[i] = distinct[:L]
+    return rng.permutation(ROWS)[bags]
+
+
+def make_batch(distribution, rng):
+    if distribution == "zipf":
+        bags = zipf_bags(rng)
+    else:
+        bags = rng.integers(0, ROWS, size=(T * B, L))
+    indices = torch.from_numpy(bags.reshape(-1))
+    offsets = torch.arange(0, T * B * L + 1, L, dtype=torch.int64)
+    return indices, offsets
+
+
+def recops_module(optimizer):
+    host = (recops.EmbeddingLocation.HOST, recops.ComputeDevice.CPU)
+    module = recops.SplitTableBatchedEmbeddingBagsCodegen(
+        [(ROWS, D, *host)] * T, optimizer=optimizer, learning_rate=LEARNING_RATE
+    )
+    module.init_embedding_weights_uniform(-0.01, 0.01)
+    return module
+
+
+def fbgemm_module(optimizer, weights):
+    """FBGEMM's CPU module with the same tables and the same initial weights."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(ROWS, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
+        optimizer=EmbOptimType[optimizer.name],
+        learning_rate=LEARNING_RATE,
+    )
+    with torch.no_grad():
+        module.weights_host.copy_(weights)
+    return module
+
+
+class TorchBags:
+    """nn.EmbeddingBag per table with sparse gradients and a torch.optim sparse optimizer (none
+    for rowwise Adagrad, which torch.optim lacks)."""
+
+    def __init__(self, optimizer):
+        self.bags = [torch.nn.EmbeddingBag(ROWS, D, mode="sum", sparse=True) for _ in range(T)]
+        params = [p for bag in self.bags for p in bag.parameters()]
+        self.optimizer = None
+        if optimizer == recops.OptimType.EXACT_SGD:
+            self.optimizer = torch.optim.SGD(params, lr=LEARNING_RATE)
+        elif optimizer == recops.OptimType.EXACT_ADAGRAD:
+            self.optimizer = torch.optim.Adagrad(params, lr=LEARNING_RATE, eps=1e-8)
+
+    def __call__(self, indices, offsets):
+        outs = []
+        for t, bag in enumerate(self.bags):
+            begin, end = int(offsets[t * B]), int(offsets[(t + 1) * B])
+            outs.append(bag(indices[begin:end], offsets[t * B : (t + 1) * B] - begin))
+        return torch.cat(outs, dim=1)
+
+    def step(self, indices, offsets, grad):
+        self.optimizer.zero_grad(set_to_none=True)
+        self(indices, offsets).backward(grad)
+        self.optimizer.step()
+
+
+def forward_fns(impls, torch_bags, indices, offsets):
+    fns = {name: partial(module, indices, offsets) for name, module in impls.items()}
+    fns["torch"] = partial(torch_bags, indices, offsets)
+    return fns
+
+
+def training_fns(impls, torch_bags, indices, offsets, grad):
+    def step(module):
+        module(indices, offsets).backward(grad)
+
+    fns = {name: partial(step, module) for name, module in impls.items()}
+    if torch_bags.optimizer is not None:
+        fns["torch"] = partial(torch_bags.step, indices, offsets, grad)
+    return fns
+
+
+def check_forward(impls, indices, offsets):
+    """recops' forward matches FBGEMM's on the benchmark input before anything is timed."""
+    if "fbgemm" in impls:
+        with torch.no_grad():
+            torch.testing.assert_close(
+                impls["recops"](indices, offsets), impls["fbgemm"](indices, offsets)
+            )
+
+
+def run(limits):
+    rows = []
+    rng = np.random.default_rng(0)
+    batches = {dist: make_batch(dist, rng) for dist in ("zipf", "uniform")}
+    grad = torch.randn(B, T * D)
+    weight_bytes = B * T * D * L * 4
+
+    def measure(case, fns, bytes_moved):
+        times, load = measure_quietly(fns)
+        if load > 0.3:
+            print(f"  noisy: {case} measured while others used {load:.1f} cores; rerun it")
+        for impl, seconds in times.items():
+            compare = [i for i in ("fbgemm", "torch") if i in times and i != impl]
+            extra = {
+                "compare_to": compare if impl == "recops" else [],
+                "others_load": round(load, 2),
+            }
+            rows.append(Row(SUITE, case, impl, seconds, bytes_moved=bytes_moved, extra=extra))
+
+    for optimizer in recops.OptimType:
+        impls = {"recops": recops_module(optimizer)}
+        if recops.fbgemm_loaded:
+            impls["fbgemm"] = fbgemm_module(optimizer, impls["recops"].weights_host)
+        torch_bags = TorchBags(optimizer)
+        short = optimizer.name.removeprefix("EXACT_").lower()
+        for dist, (indices, offsets) in batches.items():
+            if optimizer == recops.OptimType.EXACT_SGD:  # the forward, once
+                check_forward(impls, indices, offsets)
+                with torch.no_grad():
+                    fns = forward_fns(impls, torch_bags, indices, offsets)
+                    measure(f"fwd {dist}", fns, weight_bytes + B * T * D * 4)
+            fns = training_fns(impls, torch_bags, indices, offsets, grad)
+            measure(f"fwd+bwd {short} {dist}", fns, 3 * weight_bytes)
+        impls.clear()
+        gc.collect()
+    return rows

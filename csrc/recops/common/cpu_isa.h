@@ -1,0 +1,68 @@
+// Run-time choice of the CPU instruction set for hot kernels. The build stays portable (no
+// -march=native): a family compiles its hot kernels several times, once per instruction set, each
+// copy in its own namespace between RECOPS_TARGET_<ISA>_BEGIN / RECOPS_TARGET_END, and calls the
+// best copy the CPU supports. RECOPS_CPU_ISA=baseline|avx2|avx512 caps the choice (for tests and
+// comparisons); it never raises it above what the CPU supports.
+//
+// A variant translation unit must include every external header before RECOPS_TARGET_*_BEGIN, so
+// that only its own (namespaced) code is compiled for the wider instruction set; inline functions
+// from shared headers would otherwise be emitted with different code in different objects.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RECOPS_X86_VARIANTS 1
+// Each _Pragma needs one unbroken string literal.
+// clang-format off
+// AVX2 + FMA + F16C (Haswell, Zen 1 and later).
+#define RECOPS_TARGET_AVX2_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt\")")
+// AVX-512 F/BW/VL/DQ with 512-bit vectors preferred (Skylake-SP, Zen 4 and later).
+#define RECOPS_TARGET_AVX512_BEGIN \
+  _Pragma("GCC push_options") \
+  _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512\")")
+// clang-format on
+#define RECOPS_TARGET_END _Pragma("GCC pop_options")
+#else
+#define RECOPS_X86_VARIANTS 0
+#endif
+
+namespace recops {
+
+enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The widest instruction set this CPU runs, ignoring RECOPS_CPU_ISA.
+inline CpuIsa probe_cpu_isa() {
+#if RECOPS_X86_VARIANTS
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
+  return avx512 ? CpuIsa::kAvx512 : avx2 ? CpuIsa::kAvx2 : CpuIsa::kBaseline;
+#else
+  return CpuIsa::kBaseline;
+#endif
+}
+
+inline CpuIsa supported_cpu_isa() {
+  static const CpuIsa supported = probe_cpu_isa();
+  return supported;
+}
+
+// The instruction set kernels use: the supported one, capped by RECOPS_CPU_ISA (read per call so
+// tests can switch it).
+inline CpuIsa cpu_isa() {
+  const CpuIsa supported = supported_cpu_isa();
+  const char* cap = std::getenv("RECOPS_CPU_ISA");
+  if (cap == nullptr) return supported;
+  CpuIsa requested = supported;
+  if (std::strcmp(cap, "baseline") == 0) requested = CpuIsa::kBaseline;
+  if (std::strcmp(cap, "avx2") == 0) requested = CpuIsa::kAvx2;
+  return static_cast<int>(requested) < static_cast<int>(supported) ? requested : supported;
+}
+
+}  // namespace recops

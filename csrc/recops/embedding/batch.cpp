@@ -1,0 +1,158 @@
+#include "recops/embedding/batch.h"
+
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "recops/common/checks.h"
+
+namespace recops::embedding {
+namespace {
+
+at::Tensor checked_table_info(const at::Tensor& t, const char* name, at::ScalarType dtype,
+                              int64_t numel) {
+  check_cpu(t, name);
+  check_dim(t, 1, name);
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.numel() == numel, name, " must have ", numel, " entries, got ", t.numel());
+  return t.contiguous();
+}
+
+}  // namespace
+
+kernels::FloatKind float_kind(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return kernels::FloatKind::kFloat;
+    case at::kHalf:
+      return kernels::FloatKind::kHalf;
+    case at::kBFloat16:
+      return kernels::FloatKind::kBFloat16;
+    default:
+      TORCH_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+}
+
+CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_offsets,
+                         const at::Tensor& D_offsets, const at::Tensor& rows_per_table,
+                         const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
+                         const std::optional<at::Tensor>& indice_weights) {
+  check_cpu(weights, "weights");
+  check_dim(weights, 1, "weights");
+  float_kind(weights, "weights");
+  TORCH_CHECK(pooling_mode >= 0 && pooling_mode <= 2,
+              "pooling_mode must be 0 (SUM), 1 (MEAN) or 2 (NONE), got ", pooling_mode);
+
+  CheckedBatch batch;
+  check_cpu(D_offsets, "D_offsets");
+  check_dim(D_offsets, 1, "D_offsets");
+  const int64_t T = D_offsets.numel() - 1;
+  TORCH_CHECK(T >= 1, "D_offsets must have at least 2 entries (one feature), got ",
+              D_offsets.numel());
+  batch.D_offsets = checked_table_info(D_offsets, "D_offsets", at::kInt, T + 1);
+  batch.weights_offsets = checked_table_info(weights_offsets, "weights_offsets", at::kLong, T);
+  batch.rows = checked_table_info(rows_per_table, "rows_per_table", at::kLong, T);
+  const int32_t* D_off = batch.D_offsets.const_data_ptr<int32_t>();
+  const int64_t* w_off = batch.weights_offsets.const_data_ptr<int64_t>();
+  const int64_t* rows = batch.rows.const_data_ptr<int64_t>();
+
+  TORCH_CHECK(D_off[0] == 0, "D_offsets[0] must be 0, got ", D_off[0]);
+  int64_t max_D = 0;
+  std::map<int64_t, std::pair<int64_t, int64_t>> tables;  // weights offset -> (rows, D)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t D = D_off[t + 1] - D_off[t];
+    TORCH_CHECK(D >= 1, "feature ", t, " must have a positive embedding dim, got D_offsets[", t + 1,
+                "] - D_offsets[", t, "] = ", D);
+    TORCH_CHECK(rows[t] >= 0, "rows_per_table[", t, "] must be >= 0, got ", rows[t]);
+    TORCH_CHECK(w_off[t] >= 0 && rows[t] <= (weights.numel() - w_off[t]) / D, "feature ", t,
+                "'s table (", rows[t], " rows of ", D, " at weights_offsets[", t, "] = ", w_off[t],
+                ") does not fit in weights of ", weights.numel(), " elements");
+    const auto [it, inserted] = tables.emplace(w_off[t], std::make_pair(rows[t], D));
+    TORCH_CHECK(inserted || it->second == std::make_pair(rows[t], D), "features sharing the ",
+                "table at weights offset ", w_off[t], " must agree on rows and dim, feature ", t,
+                " has ", rows[t], " x ", D, " but another has ", it->second.first, " x ",
+                it->second.second);
+    batch.max_table_rows = std::max(batch.max_table_rows, rows[t]);
+    max_D = std::max(max_D, D);
+  }
+  TORCH_CHECK(pooling_mode != 2 || max_D * T == D_off[T],
+              "PoolingMode.NONE needs one embedding dim for all features, got dims from 1 to ",
+              max_D, " summing to ", D_off[T]);
+
+  check_cpu(indices, "indices");
+  check_cpu(offsets, "offsets");
+  check_dim(indices, 1, "indices");
+  check_dim(offsets, 1, "offsets");
+  check_index_dtype(indices, "indices");
+  check_same_dtype(indices, "indices", offsets, "offsets");
+  TORCH_CHECK(offsets.numel() >= 1 && (offsets.numel() - 1) % T == 0, "offsets must have T * B + 1",
+              " entries for T = ", T, " features, got ", offsets.numel());
+  batch.indices = indices.contiguous();
+  batch.offsets = offsets.contiguous();
+  check_offsets_monotonic(batch.offsets, "offsets");
+  const int64_t num_indices = batch.indices.numel();
+  const int64_t last = index_at(batch.offsets, batch.offsets.numel() - 1);
+  TORCH_CHECK_VALUE(last <= num_indices, "offsets[-1] = ", last, " exceeds the ", num_indices,
+                    " indices");
+
+  if (indice_weights.has_value()) {
+    const at::Tensor& w = *indice_weights;
+    check_cpu(w, "per_sample_weights");
+    check_dim(w, 1, "per_sample_weights");
+    TORCH_CHECK(w.scalar_type() == at::kFloat, "per_sample_weights must be float32, got ",
+                w.scalar_type());
+    TORCH_CHECK(w.numel() == num_indices, "per_sample_weights must have one entry per index (",
+                num_indices, "), got ", w.numel());
+    batch.per_sample_weights = w.contiguous();
+  }
+
+  batch.layout.num_features = T;
+  batch.layout.batch_size = (offsets.numel() - 1) / T;
+  batch.layout.total_D = D_off[T];
+  batch.layout.max_D = max_D;
+  batch.layout.D_offsets = D_off;
+  batch.layout.weights_offsets = w_off;
+  batch.layout.rows = rows;
+  batch.bags.index_kind =
+      indices.scalar_type() == at::kInt ? kernels::IndexKind::kInt32 : kernels::IndexKind::kInt64;
+  batch.bags.indices = batch.indices.const_data_ptr();
+  batch.bags.offsets = batch.offsets.const_data_ptr();
+  batch.bags.num_indices = num_indices;
+  batch.bags.per_sample_weights = batch.per_sample_weights.defined()
+                                      ? batch.per_sample_weights.const_data_ptr<float>()
+                                      : nullptr;
+  batch.bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+  return batch;
+}
+
+at::Tensor checked_grad_output(const at::Tensor& grad_output, const CheckedBatch& batch) {
+  check_cpu(grad_output, "grad_output");
+  float_kind(grad_output, "grad_output");
+  const bool pooled = batch.bags.pooling != kernels::Pooling::kNone;
+  const int64_t rows = pooled ? batch.layout.batch_size : batch.bags.num_indices;
+  const int64_t cols = pooled ? batch.layout.total_D : batch.layout.max_D;
+  TORCH_CHECK(grad_output.dim() == 2 && grad_output.size(0) == rows && grad_output.size(1) == cols,
+              "grad_output must have the output's shape [", rows, ", ", cols, "], got ",
+              grad_output.sizes());
+  return grad_output.to(at::kFloat).contiguous();
+}
+
+float clip_bound(bool gradient_clipping, double max_gradient) {
+  if (!gradient_clipping) return std::numeric_limits<float>::infinity();
+  TORCH_CHECK_VALUE(max_gradient >= 0, "max_gradient must be >= 0 when clipping, got ",
+                    max_gradient);
+  return static_cast<float>(max_gradient);
+}
+
+void raise_out_of_range(const CheckedBatch& batch, int64_t position) {
+  const int64_t B = batch.layout.batch_size;
+  const int64_t num_bags = batch.layout.num_features * B;
+  int64_t bag = 0;  // the last bag starting at or before `position` (bags are in order)
+  while (bag + 1 < num_bags && index_at(batch.offsets, bag + 1) <= position) ++bag;
+  const int64_t t = bag / B;
+  TORCH_CHECK_INDEX(false, "indices[", position, "] = ", index_at(batch.indices, position),
+                    " is out of range for feature ", t, " (bag ", bag % B, "), whose table has ",
+                    batch.layout.rows[t], " rows");
+}
+
+}  // namespace recops::embedding

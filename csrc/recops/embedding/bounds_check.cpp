@@ -1,0 +1,58 @@
+#include "recops/embedding/kernels/bounds_check.h"
+#include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
+#include "recops/embedding/ops.h"
+
+namespace recops::embedding {
+
+void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
+                          const at::Tensor& offsets, int64_t bounds_check_mode,
+                          const at::Tensor& warning) {
+  TORCH_CHECK(bounds_check_mode >= 0 && bounds_check_mode <= 3, "bounds_check_mode must be 0 ",
+              "(FATAL), 1 (WARNING), 2 (IGNORE) or 3 (NONE), got ", bounds_check_mode);
+  if (bounds_check_mode == 3) return;
+  for (const auto& [t, name] : {std::pair{&rows_per_table, "rows_per_table"},
+                                {&indices, "indices"},
+                                {&offsets, "offsets"},
+                                {&warning, "warning"}}) {
+    check_cpu(*t, name);
+    check_dim(*t, 1, name);
+  }
+  TORCH_CHECK(rows_per_table.scalar_type() == at::kLong, "rows_per_table must be int64, got ",
+              rows_per_table.scalar_type());
+  TORCH_CHECK(warning.scalar_type() == at::kLong && warning.numel() == 1,
+              "warning must be an int64 counter of one element");
+  check_index_dtype(indices, "indices");
+  check_same_dtype(indices, "indices", offsets, "offsets");
+  const int64_t T = rows_per_table.numel();
+  TORCH_CHECK(T >= 1 && offsets.numel() >= 1 && (offsets.numel() - 1) % T == 0,
+              "offsets must have T * B + 1 entries for T = ", T, " features, got ",
+              offsets.numel());
+  TORCH_CHECK(indices.is_contiguous() && offsets.is_contiguous(),
+              "indices and offsets must be contiguous: bad entries are repaired in place");
+  const at::Tensor rows = rows_per_table.contiguous();
+  const int64_t B = (offsets.numel() - 1) / T;
+  const bool fatal = bounds_check_mode == 0;
+  const kernels::BoundsReport report = dispatch_index_type(indices.scalar_type(), [&](auto tag) {
+    using index_t = typename decltype(tag)::type;
+    return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, B,
+                                 indices.mutable_data_ptr<index_t>(),
+                                 offsets.mutable_data_ptr<index_t>(), indices.numel(), !fatal);
+  });
+  if (fatal) {
+    const int64_t k = report.first_bad_bag;
+    TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k % B, " of feature ", k / B,
+                      " are malformed: offsets[", k, "] = ", index_at(offsets, k), ", offsets[",
+                      k + 1, "] = ", index_at(offsets, k + 1),
+                      " must satisfy 0 <= start <= end <= ", indices.numel(),
+                      " (number of indices)");
+    const int64_t p = report.first_bad_index;
+    TORCH_CHECK_INDEX(report.bad_indices == 0, "indices[", p, "] = ", index_at(indices, p),
+                      " is out of range: ", report.bad_indices,
+                      " indices are negative or not below their table's rows");
+    return;
+  }
+  if (report.bad_bags > 0 || report.bad_indices > 0) warning.mutable_data_ptr<int64_t>()[0] += 1;
+}
+
+}  // namespace recops::embedding

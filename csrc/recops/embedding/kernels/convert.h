@@ -1,0 +1,120 @@
+// Row conversions between the stored element types (fp32, fp16, bf16) and the fp32 the kernels
+// compute in, and the register-blocked row sums built on them. Compiled per instruction set
+// (RECOPS_ISA_NS / RECOPS_ISA_LEVEL, see variant.h): plain loops the compiler vectorises, plus F16C
+// instructions for fp16 from the AVX2 level up. Narrowing rounds to nearest even, as c10::Half /
+// c10::BFloat16 do.
+#pragma once
+
+#ifndef RECOPS_ISA_NS
+#error "compiled once per instruction set: include through recops/embedding/kernels/variant.h"
+#endif
+
+namespace recops::embedding::kernels::RECOPS_ISA_NS {
+
+inline void to_float(const c10::BFloat16* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(src[i].x) << 16;
+    std::memcpy(dst + i, &bits, sizeof(float));
+  }
+}
+
+inline void from_float(const float* src, c10::BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof(float));
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    dst[i].x = static_cast<uint16_t>(src[i] != src[i] ? 0x7FC0u : rounded);  // NaN stays NaN
+  }
+}
+
+inline void to_float(const c10::Half* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if RECOPS_ISA_LEVEL >= 1
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(half8));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+inline void from_float(const float* src, c10::Half* dst, int64_t n) {
+  int64_t i = 0;
+#if RECOPS_ISA_LEVEL >= 1
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half8 = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), half8);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = static_cast<c10::Half>(src[i]);
+}
+
+inline void from_float(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+// A row of T as fp32: the row itself for fp32, else converted into `scratch` (n floats).
+template <typename T>
+const float* row_as_float(const T* row, float* scratch, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return row;
+  } else {
+    to_float(row, scratch, n);
+    return scratch;
+  }
+}
+
+// Sums over many rows run column block by column block, each block a compile-time width so that
+// its accumulator stays in vector registers (a memory accumulator is re-stored and re-loaded for
+// every row, which measured 2x slower): blocks of kMaxBlock columns (8 vector registers), then
+// 16, 4 and 1.
+constexpr int64_t kMaxBlock = RECOPS_ISA_LEVEL == 2 ? 128 : RECOPS_ISA_LEVEL == 1 ? 64 : 32;
+
+template <int64_t kWidth>
+using BlockWidth = std::integral_constant<int64_t, kWidth>;
+
+// Calls fn(BlockWidth<W>{}, first_column) for consecutive blocks covering columns [0, D).
+template <typename Fn>
+inline void for_each_column_block(int64_t D, const Fn& fn) {
+  int64_t c = 0;
+  for (; c + kMaxBlock <= D; c += kMaxBlock) fn(BlockWidth<kMaxBlock>{}, c);
+  for (; c + 16 <= D; c += 16) fn(BlockWidth<16>{}, c);
+  for (; c + 4 <= D; c += 4) fn(BlockWidth<4>{}, c);
+  for (; c < D; ++c) fn(BlockWidth<1>{}, c);
+}
+
+// acc[0, W) += scale * row[0, W), widening row to fp32.
+template <int64_t kWidth, typename T>
+inline void add_scaled_block(float* __restrict acc, const T* __restrict row, float scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t i = 0; i < kWidth; ++i) acc[i] += scale * row[i];
+  } else {
+    float widened[kWidth];
+    to_float(row, widened, kWidth);
+    for (int64_t i = 0; i < kWidth; ++i) acc[i] += scale * widened[i];
+  }
+}
+
+inline float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Prefetches the cache lines of `bytes` bytes starting at p (addresses are never dereferenced);
+// kForWrite fetches them ready to be written (prefetchw), kLocality is __builtin_prefetch's
+// (3: all cache levels, 2: L2 and below). Always inlined: GCC deems a function that only
+// prefetches free of side effects and deletes calls to it that it did not inline.
+template <int kForWrite = 0, int kLocality = 3>
+__attribute__((always_inline)) inline void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* line = static_cast<const char*>(p);
+  const char* end = line + bytes;
+  for (; line + 512 <= end; line += 512) {  // unrolled: a loop per line measured 20% slower
+    for (int64_t off = 0; off < 512; off += 64)
+      __builtin_prefetch(line + off, kForWrite, kLocality);
+  }
+  for (; line < end; line += 64) __builtin_prefetch(line, kForWrite, kLocality);
+}
+
+}  // namespace recops::embedding::kernels::RECOPS_ISA_NS

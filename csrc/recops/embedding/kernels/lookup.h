@@ -1,0 +1,194 @@
+// Forward lookup and the per-sample-weight gradient. Parallel over (feature, chunk of bags); each
+// bag is accumulated in fp32 and written once; rows are prefetched kPrefetchDistance indices
+// ahead. Compiled per instruction set.
+#pragma once
+
+#ifndef RECOPS_ISA_NS
+#error "compiled once per instruction set: include through recops/embedding/kernels/variant.h"
+#endif
+
+#include "recops/embedding/kernels/bags.h"
+
+namespace recops::embedding::kernels::RECOPS_ISA_NS {
+
+// One feature's table, by value so the hot loops keep it in registers.
+template <typename weight_t>
+struct FeatureTable {
+  const weight_t* rows_data;
+  int64_t rows;
+  int64_t D;
+
+  // One unsigned comparison checks 0 <= r < rows.
+  bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
+  const weight_t* row(int64_t r) const { return rows_data + r * D; }
+  // Prefetching needs no bounds check: a prefetch never faults, and the address is formed as an
+  // integer, so an out-of-range index is harmless.
+  __attribute__((always_inline)) void prefetch(int64_t r) const {
+    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(weight_t));
+    const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
+    prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
+  }
+};
+
+// block[0, W) += psw[p] * row(indices[p])[c, c + W) over the bag's positions [begin, end),
+// prefetching rows kPrefetchDistance positions ahead (below prefetch_end) on the first block.
+// An out-of-range index adds `zeros` (a row of at least W zeros) instead; returns the first such
+// position, or -1. Everything is passed by value and only `block` is written, so the loop's
+// loads never wait on possibly aliasing stores, and every row is added unconditionally, which
+// keeps the accumulator in registers.
+template <int64_t kWidth, typename weight_t, typename index_t>
+inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_weights, int64_t begin,
+                             int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
+                             const weight_t* zeros, int64_t c, float* block) {
+  int64_t bad = -1;
+  for (int64_t p = begin; p < end; ++p) {
+    if (c == 0 && p + kPrefetchDistance < prefetch_end) {
+      table.prefetch(indices[p + kPrefetchDistance]);
+    }
+    const int64_t r = indices[p];
+    const bool valid = table.contains(r);
+    if (!valid && bad < 0) bad = p;
+    const weight_t* row = valid ? table.row(r) + c : zeros;
+    const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
+    add_scaled_block<kWidth>(block, row, scale);
+  }
+  return bad;
+}
+
+inline int64_t first_bad(int64_t a, int64_t b) {
+  return a < 0 ? b : b < 0 ? a : std::min(a, b);
+}
+
+// Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end). Returns the first
+// out-of-range position, or -1 (its output row is left unwritten).
+template <typename weight_t, typename out_t, typename index_t>
+int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64_t begin,
+                  int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
+                  ScratchRows& scratch, out_t* out) {
+  const int64_t D = table.D;
+  float* scaled = scratch.row(0);
+  float* converted = scratch.row(1);
+  int64_t bad = -1;
+  for (int64_t p = begin; p < end; ++p) {
+    if (p + kPrefetchDistance < prefetch_end) table.prefetch(indices[p + kPrefetchDistance]);
+    const int64_t r = indices[p];
+    if (!table.contains(r)) {
+      if (bad < 0) bad = p;
+      continue;
+    }
+    const float* values = row_as_float(table.row(r), converted, D);
+    const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
+    for (int64_t d = 0; d < D; ++d) scaled[d] = scale * values[d];
+    from_float(scaled, out + p * D, D);
+  }
+  return bad;
+}
+
+// Pooled: out[b, D_offsets[t]:+D] = pooling_scale * sum_i psw[i] * row(indices[i]) over bag (t, b).
+// Pooling::kNone: out[i, :D] = psw[i] * row(indices[i]).
+template <typename weight_t, typename out_t, typename index_t>
+int64_t forward(const ForwardArgs& args) {
+  const FeatureLayout& layout = args.layout;
+  const TypedBags<index_t> bags(args.bags);
+  const auto* weights = static_cast<const weight_t*>(args.weights);
+  auto* out = static_cast<out_t*>(args.out);
+  const int64_t B = layout.batch_size;
+  const bool pooled = bags.pooling != Pooling::kNone;
+  const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
+
+  return for_each_bag_chunk(
+      layout, bags.num_indices, bytes_per_index,
+      [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
+          bool continued) -> int64_t {
+        const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
+        const FeatureTable<weight_t> table{weights + layout.weights_offsets[t], layout.rows[t], D};
+        const index_t* indices = bags.indices;
+        const float* sample_weights = bags.per_sample_weights;
+        const auto* zeros = reinterpret_cast<const weight_t*>(scratch.zeros());
+        // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a
+        // task's first chunk of a feature prefetches its own first rows.
+        const int64_t first = bags.offsets[t * B + b_begin];
+        const int64_t feature_end = bags.offsets[t * B + B];
+        if (!continued) {
+          for (int64_t p = first; p < std::min(feature_end, first + kPrefetchDistance); ++p) {
+            table.prefetch(indices[p]);
+          }
+        }
+        int64_t bad = -1;
+        for (int64_t b = b_begin; b < b_end; ++b) {
+          const int64_t begin = bags.offsets[t * B + b];
+          const int64_t end = bags.offsets[t * B + b + 1];
+          if (!pooled) {
+            bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
+                                           scratch, out));
+            continue;
+          }
+          out_t* out_row = out + b * layout.total_D + layout.D_offsets[t];
+          const float bag_scale = bags.pooling_scale(end - begin);
+          for_each_column_block(D, [&](auto width, int64_t c) {
+            constexpr int64_t kWidth = decltype(width)::value;
+            float block[kWidth] = {};
+            bad = first_bad(bad, sum_bag_block<kWidth>(indices, sample_weights, begin, end,
+                                                       feature_end, table, zeros, c, block));
+            for (int64_t i = 0; i < kWidth; ++i) block[i] *= bag_scale;
+            from_float(block, out_row + c, kWidth);
+          });
+        }
+        return bad;
+      });
+}
+
+// grad[i] = <clip(g), row(indices[i])> * pooling_scale, where g is grad_output's row of i's bag
+// (its own row for Pooling::kNone); 0 for features that do not require the gradient.
+template <typename weight_t, typename index_t>
+int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
+  const FeatureLayout& layout = args.layout;
+  const TypedBags<index_t> bags(args.bags);
+  const auto* weights = static_cast<const weight_t*>(args.weights);
+  const int64_t B = layout.batch_size;
+  const bool pooled = bags.pooling != Pooling::kNone;
+  const float bound = args.max_gradient;
+  const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
+
+  return for_each_bag_chunk(
+      layout, bags.num_indices, bytes_per_index,
+      [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end, bool) -> int64_t {
+        float* g = scratch.row(0);
+        float* converted = scratch.row(1);
+        const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
+        const weight_t* table = weights + layout.weights_offsets[t];
+        const int64_t rows = layout.rows[t];
+        const int64_t first = bags.offsets[t * B + b_begin];
+        const int64_t last = bags.offsets[t * B + b_end];
+        if (args.feature_requires_grad != nullptr && args.feature_requires_grad[t] == 0) {
+          std::fill(args.grad + first, args.grad + last, 0.0f);
+          return -1;
+        }
+        // g = clip(src) * scale, the gradient row the bag's (or index's) rows are dotted with.
+        const auto load_grad = [&](const float* src, float scale) {
+          for (int64_t d = 0; d < D; ++d) g[d] = std::min(std::max(src[d], -bound), bound) * scale;
+        };
+        int64_t bad = -1;
+        for (int64_t b = b_begin; b < b_end; ++b) {
+          const int64_t begin = bags.offsets[t * B + b];
+          const int64_t end = bags.offsets[t * B + b + 1];
+          if (pooled) {
+            load_grad(args.grad_output + b * layout.total_D + layout.D_offsets[t],
+                      bags.pooling_scale(end - begin));
+          }
+          for (int64_t p = begin; p < end; ++p) {
+            const int64_t r = bags.indices[p];
+            if (r < 0 || r >= rows) {
+              if (bad < 0) bad = p;
+              args.grad[p] = 0.0f;
+              continue;
+            }
+            if (!pooled) load_grad(args.grad_output + p * D, 1.0f);
+            args.grad[p] = dot(g, row_as_float(table + r * D, converted, D), D);
+          }
+        }
+        return bad;
+      });
+}
+
+}  // namespace recops::embedding::kernels::RECOPS_ISA_NS

@@ -1,0 +1,154 @@
+// Torch-free interface of the table-batched embedding (TBE) kernels (OPS.md section 7): plain
+// structs of raw pointers and sizes, and one table of entry points per instruction-set variant.
+// The variants (variant_baseline.cpp, variant_avx2.cpp, variant_avx512.cpp) compile the same
+// templates of kernels/variant.h for each instruction set; tbe_kernels() picks the one to call.
+//
+// This header also includes every external header the variants use, so that a variant includes
+// them all before switching the instruction set (see common/cpu_isa.h).
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "recops/common/cpu_isa.h"
+#include "recops/common/dispatch.h"
+#include "recops/common/parallel.h"
+
+#if RECOPS_X86_VARIANTS
+#include <immintrin.h>
+#endif
+
+namespace recops::embedding::kernels {
+
+enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's PoolingMode values
+enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
+enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad };
+enum class FloatKind { kFloat, kHalf, kBFloat16 };
+enum class IndexKind { kInt32, kInt64 };
+
+// Features (FBGEMM's T) and where each one's table lives. Features sharing a table have equal
+// weights_offsets (and equal D, rows and optimizer-state offsets).
+struct FeatureLayout {
+  int64_t num_features = 0;  // T
+  int64_t batch_size = 0;    // B
+  int64_t total_D = 0;       // width of the pooled output
+  int64_t max_D = 0;
+  const int32_t* D_offsets = nullptr;  // [T + 1]: feature t owns columns [D_offsets[t], [t+1])
+  const int64_t* weights_offsets = nullptr;  // [T]: first element of feature t's table
+  const int64_t* rows = nullptr;             // [T]: rows of feature t's table
+};
+
+// One batch: bag t * B + b of feature t is indices[offsets[t * B + b], offsets[t * B + b + 1]).
+// Offsets are validated (non-decreasing, within indices) before a kernel runs; indices are
+// checked against their table's rows by the kernels themselves.
+struct Bags {
+  IndexKind index_kind = IndexKind::kInt64;
+  const void* indices = nullptr;
+  const void* offsets = nullptr;  // [T * B + 1]
+  int64_t num_indices = 0;
+  const float* per_sample_weights = nullptr;  // [num_indices], or null
+  Pooling pooling = Pooling::kSum;
+};
+
+struct ForwardArgs {
+  FeatureLayout layout;
+  Bags bags;
+  FloatKind weights_kind = FloatKind::kFloat;
+  const void* weights = nullptr;
+  FloatKind out_kind = FloatKind::kFloat;
+  void* out = nullptr;  // [B, total_D] pooled; [num_indices, max_D] for Pooling::kNone
+};
+
+// Gradient of the per-sample weights: grad[i] = <clip(grad_output row of i's bag), row of i>,
+// divided by the bag length for MEAN pooling.
+struct SampleWeightsGradArgs {
+  FeatureLayout layout;
+  Bags bags;
+  FloatKind weights_kind = FloatKind::kFloat;
+  const void* weights = nullptr;
+  const float* grad_output = nullptr;              // fp32, the forward output's shape
+  float max_gradient = 0;                          // clip bound; +inf for none
+  const int32_t* feature_requires_grad = nullptr;  // [T] (0: gradient 0), or null for all
+  float* grad = nullptr;                           // [num_indices]
+};
+
+struct OptimizerParams {
+  float learning_rate = 0;
+  float eps = 0;
+  float weight_decay = 0;
+  WeightDecay weight_decay_mode = WeightDecay::kNone;
+};
+
+// The fused backward: sums the gradient of every occurrence of each (table, row) over all bags
+// and features, then applies one optimizer step per unique row, in place.
+struct UpdateArgs {
+  FeatureLayout layout;
+  Bags bags;
+  const float* grad_output = nullptr;  // fp32, the forward output's shape
+  float max_gradient = 0;              // elementwise clip bound on grad_output; +inf for none
+  FloatKind weights_kind = FloatKind::kFloat;
+  void* weights = nullptr;
+  float* state = nullptr;                  // optimizer state (null for SGD)
+  const int64_t* state_offsets = nullptr;  // [T]: first state element of feature t's table
+  Optimizer optimizer = Optimizer::kSgd;
+  OptimizerParams params;
+};
+
+// Entry points of one instruction-set variant. Each returns -1, or the position of the first
+// index outside its table; then nothing was written to weights or state (forward and the
+// sample-weight gradient leave that row out of their output).
+struct TbeKernels {
+  int64_t (*forward)(const ForwardArgs&);
+  int64_t (*sample_weights_grad)(const SampleWeightsGradArgs&);
+  int64_t (*exact_update)(const UpdateArgs&);
+};
+
+namespace baseline {
+extern const TbeKernels kTbeKernels;
+}
+#if RECOPS_X86_VARIANTS
+namespace avx2 {
+extern const TbeKernels kTbeKernels;
+}
+namespace avx512 {
+extern const TbeKernels kTbeKernels;
+}
+#endif
+
+// Calls fn(TypeTag<T>{}) with the element type of a FloatKind / IndexKind.
+template <typename Fn>
+decltype(auto) dispatch_float_kind(FloatKind kind, Fn&& fn) {
+  switch (kind) {
+    case FloatKind::kHalf:
+      return fn(TypeTag<c10::Half>{});
+    case FloatKind::kBFloat16:
+      return fn(TypeTag<c10::BFloat16>{});
+    default:
+      return fn(TypeTag<float>{});
+  }
+}
+
+template <typename Fn>
+decltype(auto) dispatch_index_kind(IndexKind kind, Fn&& fn) {
+  return kind == IndexKind::kInt32 ? fn(TypeTag<int32_t>{}) : fn(TypeTag<int64_t>{});
+}
+
+inline const TbeKernels& tbe_kernels(CpuIsa isa) {
+#if RECOPS_X86_VARIANTS
+  if (isa == CpuIsa::kAvx512) return avx512::kTbeKernels;
+  if (isa == CpuIsa::kAvx2) return avx2::kTbeKernels;
+#endif
+  return baseline::kTbeKernels;
+}
+
+}  // namespace recops::embedding::kernels

@@ -1,0 +1,66 @@
+// One instruction-set variant of the TBE kernels: the type-erased entry points of tbe.h, which
+// pick the element, index and optimizer types and call the templates. Included once by each
+// variant_<isa>.cpp after it selected the instruction set and defined RECOPS_ISA_NS (the
+// variant's namespace) and RECOPS_ISA_LEVEL (0 baseline, 1 AVX2, 2 AVX-512).
+#pragma once
+
+#ifndef RECOPS_ISA_NS
+#error "compiled once per instruction set: include from a variant_<isa>.cpp"
+#endif
+
+#include "recops/embedding/kernels/lookup.h"
+#include "recops/embedding/kernels/update.h"
+
+namespace recops::embedding::kernels::RECOPS_ISA_NS {
+
+template <typename Fn>
+decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
+  switch (optimizer) {
+    case Optimizer::kAdagrad:
+      return fn(TypeTag<ExactAdagrad>{});
+    case Optimizer::kRowwiseAdagrad:
+      return fn(TypeTag<ExactRowwiseAdagrad>{});
+    default:
+      return fn(TypeTag<ExactSgd>{});
+  }
+}
+
+inline int64_t forward_entry(const ForwardArgs& args) {
+  return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+    return dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
+      return dispatch_float_kind(args.out_kind, [&](auto out_tag) {
+        return forward<typename decltype(weight_tag)::type, typename decltype(out_tag)::type,
+                       typename decltype(index_tag)::type>(args);
+      });
+    });
+  });
+}
+
+inline int64_t sample_weights_grad_entry(const SampleWeightsGradArgs& args) {
+  return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+    return dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
+      return sample_weights_grad<typename decltype(weight_tag)::type,
+                                 typename decltype(index_tag)::type>(args);
+    });
+  });
+}
+
+inline int64_t exact_update_entry(const UpdateArgs& args) {
+  const Tables tables(args.layout, args.state_offsets);
+  RowRuns runs;
+  const int64_t bad = dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+    return group_rows<typename decltype(index_tag)::type>(args.layout, args.bags, tables, runs);
+  });
+  if (bad >= 0) return bad;
+  dispatch_optimizer(args.optimizer, [&](auto optimizer_tag) {
+    dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
+      apply_updates<typename decltype(optimizer_tag)::type, typename decltype(weight_tag)::type>(
+          args, tables, runs);
+    });
+  });
+  return -1;
+}
+
+const TbeKernels kTbeKernels = {&forward_entry, &sample_weights_grad_entry, &exact_update_entry};
+
+}  // namespace recops::embedding::kernels::RECOPS_ISA_NS

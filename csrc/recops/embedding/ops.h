@@ -1,0 +1,58 @@
+// ATen adapters of the embedding family (OPS.md section 7): validate, allocate, dispatch to the
+// instruction-set variant of kernels/. Argument names follow FBGEMM's TBE ops: per feature t,
+// weights_offsets[t] is the first element of its table in the flat `weights`, D_offsets[t] its
+// first output column, rows_per_table[t] its table's rows; momentum1_offsets[t] likewise for the
+// optimizer state. pooling_mode is PoolingMode (SUM 0, MEAN 1, NONE 2), output_dtype SparseType's
+// integer (FP32 0, FP16 1, BF16 5), weight_decay_mode WeightDecayMode (NONE 0, L2 1, DECOUPLE 2).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "recops/embedding/kernels/tbe.h"
+
+namespace recops::embedding {
+
+// A zero-filled flat buffer for tables or optimizer state, advised to use transparent huge pages
+// before it is first written (see common/memory.h): rows are read at random, and with 4 KiB pages
+// nearly every row costs a TLB miss.
+at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
+
+// BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
+// malformed offsets) and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0,
+// offsets clamped into range) and count repaired batches in `warning` (the module warns once);
+// NONE 3 does nothing.
+void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
+                          const at::Tensor& offsets, int64_t bounds_check_mode,
+                          const at::Tensor& warning);
+
+at::Tensor split_embedding_codegen_forward(
+    const at::Tensor& weights, const at::Tensor& weights_offsets, const at::Tensor& D_offsets,
+    int64_t total_D, int64_t max_D, const at::Tensor& rows_per_table, const at::Tensor& indices,
+    const at::Tensor& offsets, int64_t pooling_mode,
+    const std::optional<at::Tensor>& indice_weights, int64_t output_dtype);
+
+at::Tensor split_embedding_codegen_grad_indice_weights(
+    const at::Tensor& grad_output, const at::Tensor& weights, const at::Tensor& weights_offsets,
+    const at::Tensor& D_offsets, const at::Tensor& rows_per_table, const at::Tensor& indices,
+    const at::Tensor& offsets, int64_t pooling_mode,
+    const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
+    double max_gradient);
+
+// The fused backward of every optimizer: updates weights (and momentum1) in place.
+struct OptimizerState {
+  std::optional<at::Tensor> momentum1;
+  std::optional<at::Tensor> momentum1_offsets;
+  double eps = 0;
+};
+
+void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
+                    const at::Tensor& weights, const at::Tensor& weights_offsets,
+                    const at::Tensor& D_offsets, const at::Tensor& rows_per_table,
+                    const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
+                    const std::optional<at::Tensor>& indice_weights, const OptimizerState& state,
+                    const at::Tensor& learning_rate_tensor, double weight_decay,
+                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient);
+
+}  // namespace recops::embedding

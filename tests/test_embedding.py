@@ -1,0 +1,854 @@
+"""Table-batched embedding bags with fused optimizer (OPS.md section 7).
+
+Every configuration is checked against a reference built here from torch.nn.functional
+embedding_bag / embedding per table (sparse gradients, coalesced: summed per row) plus the update
+formulas of OPS.md, in float64; and, where FBGEMM's CPU module implements the feature, side by
+side with fbgemm_gpu's SplitTableBatchedEmbeddingBagsCodegen on identical weights and inputs.
+"""
+
+import itertools
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import recops
+from recops import (
+    BoundsCheckMode,
+    ComputeDevice,
+    EmbeddingLocation,
+    OptimType,
+    PoolingMode,
+    SparseType,
+    SplitTableBatchedEmbeddingBagsCodegen,
+    WeightDecayMode,
+)
+
+ops = torch.ops.recops
+
+OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
+POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
+PRECISIONS = [SparseType.FP32, SparseType.FP16, SparseType.BF16]
+HOST = (EmbeddingLocation.HOST, ComputeDevice.CPU)
+LR, EPS = 0.05, 1e-2
+# Per storage dtype: (rtol, atol) for weights and outputs after a few steps.
+TOLERANCES = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (4e-3, 1e-2),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+# --------------------------------------------------------------------------- configurations
+def make_tables(gen, num_tables, pooling, max_dim=256):
+    """(rows, dim) per table: dims multiples of 4 up to max_dim, one dim for NONE pooling."""
+    dims = [4 * int(torch.randint(1, max_dim // 4 + 1, (1,), generator=gen)) for _ in range(2)]
+    shapes = []
+    for t in range(num_tables):
+        rows = int(torch.randint(8, 40, (1,), generator=gen))
+        dim = dims[0] if pooling == PoolingMode.NONE else dims[t % 2] + 4 * t
+        shapes.append((rows, min(dim, max_dim)))
+    return shapes
+
+
+def shared_table_map(num_tables, adjacent):
+    """Features of num_tables tables where table 0 serves two features: next to each other, or
+    apart (FBGEMM's CPU backward aggregates a shared table exactly only when they are adjacent)."""
+    features = list(range(num_tables))
+    return [0, *features] if adjacent or num_tables == 1 else [*features, 0]
+
+
+def make_batch(gen, rows_per_feature, batch_size, max_bag, index_dtype=torch.int64):
+    """Feature-major bags of 0..max_bag indices, drawn from few rows so duplicates occur within
+    and across bags."""
+    lengths = torch.randint(0, max_bag + 1, (len(rows_per_feature) * batch_size,), generator=gen)
+    indices = []
+    for f, rows in enumerate(rows_per_feature):
+        n = int(lengths[f * batch_size : (f + 1) * batch_size].sum())
+        indices.append(torch.randint(0, min(rows, 6 + rows // 3), (n,), generator=gen))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    return torch.cat(indices).to(index_dtype), offsets.to(index_dtype)
+
+
+def make_module(shapes, ftm, optimizer, pooling, precision=SparseType.FP32, **kwargs):
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, dim, *HOST) for rows, dim in shapes],
+        feature_table_map=ftm,
+        optimizer=optimizer,
+        pooling_mode=pooling,
+        weights_precision=precision,
+        learning_rate=LR,
+        eps=EPS,
+        **kwargs,
+    )
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for w in module.split_embedding_weights():
+            w.copy_(torch.rand(w.shape, generator=gen, dtype=torch.float64) * 2 - 1)
+    return module
+
+
+def grad_like(out, seed):
+    return torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
+
+
+# --------------------------------------------------------------------------- reference
+class Reference:
+    """The same tables in float64 with torch's embedding ops and the update formulas."""
+
+    def __init__(self, module):
+        self.ftm = module.feature_table_map
+        self.dtype = module.weights_precision.as_dtype()
+        self.weights = [w.double().clone() for w in module.split_embedding_weights()]
+        self.states = [s[0].double().clone() for s in module.split_optimizer_states()]
+        self.optimizer = module.optimizer
+        self.pooling = module.pooling_mode
+        self.wd, self.wd_mode = module.weight_decay, module.weight_decay_mode
+        self.clip = module.max_gradient if module.gradient_clipping else None
+
+    def forward(self, indices, offsets, psw, leaves):
+        indices, offsets = indices.long(), offsets.long()
+        T = len(self.ftm)
+        B = (offsets.numel() - 1) // T
+        outs = []
+        for f, t in enumerate(self.ftm):
+            begin, end = int(offsets[f * B]), int(offsets[(f + 1) * B])
+            idx = indices[begin:end]
+            bag_offsets = offsets[f * B : (f + 1) * B] - begin
+            weights = None if psw is None else psw[begin:end]
+            if self.pooling == PoolingMode.NONE:
+                out = F.embedding(idx, leaves[t], sparse=True)
+                outs.append(out if weights is None else out * weights[:, None])
+                continue
+            out = F.embedding_bag(
+                idx, leaves[t], bag_offsets, mode="sum", per_sample_weights=weights, sparse=True
+            )
+            if self.pooling == PoolingMode.MEAN:
+                lengths = torch.diff(offsets[f * B : (f + 1) * B + 1]).clamp(min=1)
+                out = out / lengths[:, None]
+            outs.append(out)
+        return torch.cat(outs, dim=0 if self.pooling == PoolingMode.NONE else 1)
+
+    def step(self, indices, offsets, grad_output, psw=None):
+        """Returns (output, per-sample-weight gradient) and applies the update."""
+        leaves = [w.clone().requires_grad_() for w in self.weights]
+        psw = None if psw is None else psw.double().detach().requires_grad_()
+        out = self.forward(indices, offsets, psw, leaves)
+        grad = grad_output.double()
+        if self.clip is not None:
+            grad = grad.clamp(-self.clip, self.clip)
+        out.backward(grad)
+        for t, leaf in enumerate(leaves):
+            if leaf.grad is not None:
+                g = leaf.grad.coalesce()
+                self.update(t, g.indices()[0], g.values())
+        return out.detach(), None if psw is None else psw.grad
+
+    def update(self, t, rows, g):
+        w, lr = self.weights[t], LR
+        keep = 1.0
+        if self.wd_mode == WeightDecayMode.L2:
+            g = g + self.wd * w[rows]
+        elif self.wd_mode == WeightDecayMode.DECOUPLE:
+            keep = 1 - lr * self.wd
+        if self.optimizer == OptimType.EXACT_SGD:
+            new = keep * w[rows] - lr * g
+        elif self.optimizer == OptimType.EXACT_ADAGRAD:
+            self.states[t][rows] += g * g
+            new = keep * w[rows] - lr * g / (self.states[t][rows].sqrt() + EPS)
+        else:
+            self.states[t][rows] += (g * g).mean(dim=1)
+            multiplier = lr / (self.states[t][rows].sqrt() + EPS)
+            new = keep * w[rows] - multiplier[:, None] * g
+        w[rows] = new.to(self.dtype).double()  # stored precision
+
+
+def assert_close(actual, expected, dtype, msg=""):
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, msg=msg)
+
+
+def check_against_reference(module, batches, psw_fn=None, steps_dtype=None):
+    ref = Reference(module)
+    dtype = steps_dtype or module.weights_precision.as_dtype()
+    for step, (indices, offsets) in enumerate(batches):
+        psw = None if psw_fn is None else psw_fn(indices)
+        psw_leaf = None if psw is None else psw.clone().requires_grad_()
+        out = module(indices, offsets, psw_leaf)
+        grad = grad_like(out, seed=step)
+        expected, expected_psw_grad = ref.step(indices, offsets, grad, psw)
+        assert_close(out, expected, max(dtype, out.dtype, key=lambda d: TOLERANCES[d][0]))
+        out.backward(grad)
+        if psw is not None:
+            assert_close(psw_leaf.grad, expected_psw_grad, dtype, msg="per-sample weight grad")
+        for t, w in enumerate(module.split_embedding_weights()):
+            assert_close(w, ref.weights[t], dtype, msg=f"weights of table {t}, step {step}")
+        for t, state in enumerate(module.split_optimizer_states()):
+            torch.testing.assert_close(state[0].double(), ref.states[t], rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- vs reference
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("precision", PRECISIONS, ids=lambda p: p.name)
+@pytest.mark.parametrize("pooling", POOLINGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_matches_reference(optimizer, pooling, precision, weighted):
+    seed = OPTIMIZERS.index(optimizer) * 100 + int(pooling) * 10 + int(precision) * 2 + weighted
+    gen = torch.Generator().manual_seed(seed)
+    num_tables = int(torch.randint(1, 5, (1,), generator=gen))
+    shapes = make_tables(gen, num_tables, pooling)
+    ftm = shared_table_map(num_tables, adjacent=False)
+    module = make_module(shapes, ftm, optimizer, pooling, precision)
+    rows = [shapes[t][0] for t in ftm]
+    batch_size = int(torch.randint(1, 24, (1,), generator=gen))
+    batches = [make_batch(gen, rows, batch_size, max_bag=8) for _ in range(3)]
+    psw_fn = (lambda idx: torch.rand(idx.numel(), generator=gen) + 0.5) if weighted else None
+    check_against_reference(module, batches, psw_fn)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shapes_and_batches(seed):
+    """T = 1..5 features (one table shared), mixed dims up to 256, B = 1..128, bags of 0..20."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    num_tables = 1 + seed
+    shapes = make_tables(gen, num_tables, PoolingMode.SUM)
+    ftm = shared_table_map(num_tables, adjacent=seed % 2 == 0)
+    optimizer = OPTIMIZERS[seed % 3]
+    module = make_module(shapes, ftm, optimizer, PoolingMode.SUM)
+    rows = [shapes[t][0] for t in ftm]
+    batches = [make_batch(gen, rows, batch_size, max_bag=20) for batch_size in (1, 128, 37)]
+    check_against_reference(module, batches)
+
+
+@pytest.mark.parametrize("mode", [WeightDecayMode.L2, WeightDecayMode.DECOUPLE], ids=str)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_weight_decay(optimizer, mode):
+    gen = torch.Generator().manual_seed(3)
+    shapes = make_tables(gen, 2, PoolingMode.SUM)
+    ftm = shared_table_map(2, adjacent=True)
+    module = make_module(
+        shapes, ftm, optimizer, PoolingMode.SUM, weight_decay=0.3, weight_decay_mode=mode
+    )
+    batches = [make_batch(gen, [shapes[t][0] for t in ftm], 9, max_bag=6) for _ in range(3)]
+    check_against_reference(module, batches)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_gradient_clipping(optimizer):
+    gen = torch.Generator().manual_seed(4)
+    shapes = make_tables(gen, 2, PoolingMode.MEAN)
+    ftm = shared_table_map(2, adjacent=False)
+    module = make_module(
+        shapes, ftm, optimizer, PoolingMode.MEAN, gradient_clipping=True, max_gradient=0.4
+    )
+    batches = [make_batch(gen, [shapes[t][0] for t in ftm], 9, max_bag=6) for _ in range(3)]
+    check_against_reference(module, batches, lambda idx: torch.rand(idx.numel(), generator=gen))
+
+
+def test_large_table_sorts_with_64_bit_keys():
+    """2^23 rows and per-sample weights (positions as payload) need more than 32 key bits."""
+    rows = 1 << 23
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, 1, *HOST)], optimizer=OptimType.EXACT_SGD, learning_rate=1.0
+    )
+    gen = torch.Generator().manual_seed(17)
+    hot = torch.tensor([0, rows - 1, rows // 2])
+    indices = torch.cat([hot, torch.randint(0, rows, (3000,), generator=gen), hot.flip(0)])
+    offsets = torch.tensor([0, 700, 701, indices.numel()])
+    psw = torch.rand(indices.numel(), generator=gen)
+    module(indices, offsets, psw).sum().backward()
+    expected = torch.zeros(rows, dtype=torch.float64).index_add_(0, indices, -psw.double())
+    touched = indices.unique()
+    torch.testing.assert_close(
+        module.weights_host.detach()[touched].double(), expected[touched], rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("output_dtype", PRECISIONS, ids=lambda p: p.name)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
+def test_index_and_output_dtypes(index_dtype, output_dtype):
+    gen = torch.Generator().manual_seed(5)
+    shapes = make_tables(gen, 3, PoolingMode.SUM)
+    ftm = shared_table_map(3, adjacent=False)
+    module = make_module(
+        shapes, ftm, OptimType.EXACT_ROWWISE_ADAGRAD, PoolingMode.SUM, output_dtype=output_dtype
+    )
+    rows = [shapes[t][0] for t in ftm]
+    batches = [make_batch(gen, rows, 11, max_bag=5, index_dtype=index_dtype) for _ in range(2)]
+    out = module(*batches[0])
+    assert out.dtype == output_dtype.as_dtype()
+    check_against_reference(module, batches[1:])
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_instruction_set_variants_agree(isa, monkeypatch):
+    """Every compiled variant computes the same results (up to fp32 summation order)."""
+    gen = torch.Generator().manual_seed(6)
+    shapes = [(30, 132), (20, 36)]  # column blocks of every width, fp16 tails
+    for precision, optimizer in itertools.product(PRECISIONS, OPTIMIZERS):
+        batch = make_batch(gen, [30, 30, 20], 8, max_bag=7)
+        results = []
+        for cap in (None, isa):
+            if cap is not None:
+                monkeypatch.setenv("RECOPS_CPU_ISA", cap)
+            module = make_module(shapes, [0, 0, 1], optimizer, PoolingMode.SUM, precision)
+            out = module(*batch, torch.rand(batch[0].numel(), generator=torch.Generator()))
+            out.backward(torch.ones_like(out))
+            results.append((out.detach(), module.weights_host.detach().clone()))
+            monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
+        dtype = precision.as_dtype()
+        for a, b in zip(results[0], results[1], strict=True):
+            assert_close(a, b, dtype)
+
+
+def test_thread_count_does_not_change_results():
+    gen = torch.Generator().manual_seed(8)
+    shapes = make_tables(gen, 3, PoolingMode.SUM)
+    rows = [shapes[t][0] for t in [0, 0, 1, 2]]
+    batch = make_batch(gen, rows, 64, max_bag=20)
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, max(2, threads)):
+            torch.set_num_threads(n)
+            module = make_module(shapes, [0, 0, 1, 2], OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+            out = module(*batch)
+            out.backward(grad_like(out, 0))
+            results.append(module.weights_host.detach().clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0], results[1])
+
+
+def test_feature_requires_grad():
+    gen = torch.Generator().manual_seed(9)
+    module = make_module([(20, 8), (20, 12)], [0, 1], OptimType.EXACT_SGD, PoolingMode.SUM)
+    indices, offsets = make_batch(gen, [20, 20], 5, max_bag=4)
+    psw = torch.rand(indices.numel(), requires_grad=True)
+    out = module(indices, offsets, psw, feature_requires_grad=torch.tensor([0, 1]))
+    out.backward(grad_like(out, 1))
+    first_feature = slice(0, int(offsets[5]))
+    assert torch.all(psw.grad[first_feature] == 0)
+    assert torch.any(psw.grad[int(offsets[5]) :] != 0)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS, ids=lambda p: p.name)
+def test_empty_batches(pooling):
+    module = make_module([(10, 8), (10, 8)], [0, 1], OptimType.EXACT_ADAGRAD, pooling)
+    before = module.weights_host.detach().clone()
+    for offsets in (torch.zeros(1, dtype=torch.long), torch.zeros(7, dtype=torch.long)):
+        out = module(torch.zeros(0, dtype=torch.long), offsets)
+        batch = (offsets.numel() - 1) // 2
+        expected = (0, 8) if pooling == PoolingMode.NONE else (batch, 16)
+        assert out.shape == expected and torch.all(out == 0)
+        out.sum().backward()
+    assert torch.equal(module.weights_host.detach(), before)
+    assert torch.all(module.momentum1_host == 0)
+
+
+# --------------------------------------------------------------------------- vs FBGEMM
+def fbgemm_module(fbgemm, module, **kwargs):
+    """FBGEMM's CPU module with the same configuration and weights as `module`."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_embedding_configs import SparseType as FbgemmSparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+        EmbeddingLocation as FbgemmLocation,
+    )
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode as FbgemmPooling
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice as FbgemmDevice,
+    )
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        SplitTableBatchedEmbeddingBagsCodegen as FbgemmTBE,
+    )
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        WeightDecayMode as FbgemmWeightDecay,
+    )
+
+    reference = FbgemmTBE(
+        [
+            (rows, dim, FbgemmLocation.HOST, FbgemmDevice.CPU)
+            for rows, dim, *_ in module.embedding_specs
+        ],
+        feature_table_map=module.feature_table_map,
+        optimizer=EmbOptimType[module.optimizer.name],
+        pooling_mode=FbgemmPooling(int(module.pooling_mode)),
+        weights_precision=FbgemmSparseType[module.weights_precision.name],
+        output_dtype=FbgemmSparseType[module.output_dtype.name],
+        learning_rate=LR,
+        eps=EPS,
+        weight_decay=module.weight_decay,
+        weight_decay_mode=FbgemmWeightDecay(int(module.weight_decay_mode)),
+        gradient_clipping=module.gradient_clipping,
+        max_gradient=module.max_gradient,
+        **kwargs,
+    )
+    with torch.no_grad():
+        reference.weights_host.copy_(module.weights_host)
+    return reference
+
+
+def run_side_by_side(fbgemm, module, batches, weighted=False):
+    theirs = fbgemm_module(fbgemm, module)
+    dtype = module.weights_precision.as_dtype()
+    gen = torch.Generator().manual_seed(11)
+    for step, (indices, offsets) in enumerate(batches):
+        psw = torch.rand(indices.numel(), generator=gen) + 0.5 if weighted else None
+        ours_psw = None if psw is None else psw.clone().requires_grad_()
+        theirs_psw = None if psw is None else psw.clone().requires_grad_()
+        ours_out = module(indices, offsets, ours_psw)
+        theirs_out = theirs(indices, offsets, theirs_psw)
+        assert_close(
+            ours_out, theirs_out, max(dtype, ours_out.dtype, key=lambda d: TOLERANCES[d][0])
+        )
+        grad = grad_like(ours_out, seed=step)
+        ours_out.backward(grad)
+        theirs_out.backward(grad)
+        if psw is not None:
+            assert_close(ours_psw.grad, theirs_psw.grad, dtype, msg="per-sample weight grad")
+        ours_w, theirs_w = module.split_embedding_weights(), theirs.split_embedding_weights()
+        for t, (ours, expected) in enumerate(zip(ours_w, theirs_w, strict=True)):
+            assert_close(ours, expected, dtype, msg=f"weights of table {t}, step {step}")
+        for ours, expected in zip(
+            module.split_optimizer_states(), theirs.split_optimizer_states(), strict=True
+        ):
+            torch.testing.assert_close(ours[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+# FBGEMM's CPU module lacks bf16 weights and outputs; with per-sample weights it ignores them
+# under NONE pooling and leaves the 1/L out of MEAN pooling's backward; those are compared with
+# the reference only.
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("precision", PRECISIONS[:2], ids=lambda p: p.name)
+@pytest.mark.parametrize("pooling", POOLINGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_matches_fbgemm(fbgemm_ops, optimizer, pooling, precision, weighted):
+    if weighted and pooling != PoolingMode.SUM:
+        pytest.skip("FBGEMM's CPU module mishandles per-sample weights with MEAN / NONE pooling")
+    gen = torch.Generator().manual_seed(OPTIMIZERS.index(optimizer) * 10 + int(pooling))
+    num_tables = 3
+    shapes = make_tables(gen, num_tables, pooling)
+    ftm = shared_table_map(num_tables, adjacent=True)
+    module = make_module(shapes, ftm, optimizer, pooling, precision)
+    rows = [shapes[t][0] for t in ftm]
+    batches = [make_batch(gen, rows, batch_size, max_bag=12) for batch_size in (5, 16, 1, 32)]
+    run_side_by_side(fbgemm_ops, module, batches, weighted)
+
+
+@pytest.mark.parametrize("mode", [WeightDecayMode.L2, WeightDecayMode.DECOUPLE], ids=str)
+def test_rowwise_weight_decay_matches_fbgemm(fbgemm_ops, mode):
+    # FBGEMM's CPU rowwise Adagrad applies weight decay only on its generic path, taken by shared
+    # tables (and fp16 weights); its fast path for unshared fp32 tables ignores weight decay. So
+    # here one table serves both features.
+    gen = torch.Generator().manual_seed(12)
+    shapes = make_tables(gen, 1, PoolingMode.SUM)
+    module = make_module(
+        shapes,
+        [0, 0],
+        OptimType.EXACT_ROWWISE_ADAGRAD,
+        PoolingMode.SUM,
+        weight_decay=0.2,
+        weight_decay_mode=mode,
+    )
+    batches = [make_batch(gen, [shapes[0][0]] * 2, 8, max_bag=6) for _ in range(3)]
+    run_side_by_side(fbgemm_ops, module, batches)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_gradient_clipping_matches_fbgemm(fbgemm_ops, optimizer):
+    gen = torch.Generator().manual_seed(13)
+    shapes = make_tables(gen, 2, PoolingMode.SUM)
+    ftm = shared_table_map(2, adjacent=True)
+    module = make_module(
+        shapes, ftm, optimizer, PoolingMode.SUM, gradient_clipping=True, max_gradient=0.3
+    )
+    batches = [make_batch(gen, [shapes[t][0] for t in ftm], 8, max_bag=6) for _ in range(3)]
+    run_side_by_side(fbgemm_ops, module, batches, weighted=True)
+
+
+def test_state_dict_loads_from_fbgemm(fbgemm_ops):
+    gen = torch.Generator().manual_seed(14)
+    module = make_module([(20, 8), (30, 4)], [0, 1, 1], OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+    theirs = fbgemm_module(fbgemm_ops, module)
+    out = theirs(*make_batch(gen, [20, 30, 30], 6, max_bag=5))
+    out.backward(torch.ones_like(out))
+    fresh = make_module([(20, 8), (30, 4)], [0, 1, 1], OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+    fresh.load_state_dict(theirs.state_dict(), strict=False)
+    assert torch.equal(fresh.weights_host, theirs.weights_host)
+    assert torch.equal(fresh.momentum1_host, theirs.momentum1_host)
+
+
+def test_fbgemm_enums_are_accepted(fbgemm_ops):
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_embedding_configs import SparseType as FbgemmSparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+        EmbeddingLocation as FbgemmLocation,
+    )
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice as FbgemmDevice,
+    )
+
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)],
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+        weights_precision=FbgemmSparseType.FP16,
+    )
+    assert module.optimizer == OptimType.EXACT_ROWWISE_ADAGRAD
+    assert module.weights_host.dtype == torch.float16
+    with pytest.raises(NotImplementedError, match="optimizer"):
+        SplitTableBatchedEmbeddingBagsCodegen(
+            [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.ADAM
+        )
+
+
+# --------------------------------------------------------------------------- bounds checking
+def bad_inputs():
+    """(name, indices, offsets, exception) for a 2-feature, B=2 batch on tables of 10 rows."""
+    good_idx = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8])
+    good_off = torch.tensor([0, 2, 4, 6, 8])
+    too_big = good_idx.clone()
+    too_big[5] = 10
+    negative = good_idx.clone()
+    negative[0] = -1
+    decreasing = good_off.clone()
+    decreasing[2] = 1
+    past_end = good_off.clone()
+    past_end[4] = 9
+    return [
+        ("index too large", too_big, good_off, IndexError),
+        ("negative index", negative, good_off, IndexError),
+        ("decreasing offsets", good_idx, decreasing, ValueError),
+        ("offsets past the indices", good_idx, past_end, ValueError),
+    ]
+
+
+@pytest.mark.parametrize("case", bad_inputs(), ids=lambda c: c[0])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_fatal_raises_and_leaves_state_untouched(optimizer, case):
+    _, indices, offsets, error = case
+    module = make_module(
+        [(10, 8), (10, 4)],
+        [0, 1],
+        optimizer,
+        PoolingMode.SUM,
+        bounds_check_mode=BoundsCheckMode.FATAL,
+    )
+    out = module(torch.arange(8) % 10, torch.tensor([0, 2, 4, 6, 8]))
+    out.backward(torch.ones_like(out))  # a good step first: state is non-trivial
+    weights = module.weights_host.detach().clone()
+    states = [s[0].clone() for s in module.split_optimizer_states()]
+    inputs = (indices.clone(), offsets.clone())
+    with pytest.raises(error, match="out of range|malformed"):
+        module(*inputs)
+    assert torch.equal(inputs[0], indices) and torch.equal(inputs[1], offsets)
+    assert torch.equal(module.weights_host.detach(), weights)
+    for state, before in zip(module.split_optimizer_states(), states, strict=True):
+        assert torch.equal(state[0], before)
+
+
+@pytest.mark.parametrize("mode", [BoundsCheckMode.WARNING, BoundsCheckMode.IGNORE], ids=str)
+def test_warning_and_ignore_repair_input(mode):
+    module = make_module(
+        [(10, 8), (10, 4)], [0, 1], OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _, indices, offsets, _ in bad_inputs():
+            indices, offsets = indices.clone(), offsets.clone()
+            out = module(indices, offsets)
+            # The repaired input (bad indices -> 0, offsets clamped in order) is what was used.
+            assert torch.all((indices >= 0) & (indices < 10))
+            assert torch.all(torch.diff(offsets) >= 0) and offsets[-1] <= indices.numel()
+            torch.testing.assert_close(
+                out,
+                Reference(module)
+                .forward(
+                    indices, offsets, None, [w.double() for w in module.split_embedding_weights()]
+                )
+                .float(),
+            )
+    tbe_warnings = [w for w in caught if "out-of-range indices were set to 0" in str(w.message)]
+    assert len(tbe_warnings) == (1 if mode == BoundsCheckMode.WARNING else 0)
+    assert module.bounds_check_warning.item() == len(bad_inputs())
+
+
+def test_none_mode_still_rejects_out_of_range_indices():
+    """BoundsCheckMode.NONE skips the check-and-repair pass; the kernels still refuse to read or
+    write outside a table (IndexError, before any update)."""
+    module = make_module(
+        [(10, 8)],
+        None,
+        OptimType.EXACT_ADAGRAD,
+        PoolingMode.SUM,
+        bounds_check_mode=BoundsCheckMode.NONE,
+    )
+    with pytest.raises(IndexError, match="out of range for feature 0"):
+        module(torch.tensor([1, 10]), torch.tensor([0, 1, 2]))
+    weights = module.weights_host.detach().clone()
+    out = module(torch.tensor([1, 2]), torch.tensor([0, 1, 2]))
+    bad = torch.tensor([1, -3])
+    with pytest.raises(IndexError, match="out of range"):
+        ops.backward_codegen_adagrad_unweighted_exact(
+            torch.ones_like(out),
+            module.weights_host.detach(),
+            module.weights_offsets,
+            module.D_offsets,
+            module.rows_per_table,
+            bad,
+            torch.tensor([0, 1, 2]),
+            0,
+            module.momentum1_host,
+            module.momentum1_offsets,
+            module.learning_rate_tensor,
+        )
+    assert torch.equal(module.weights_host.detach(), weights)
+    assert torch.all(module.momentum1_host == 0)
+
+
+# --------------------------------------------------------------------------- module API
+def test_enums_have_fbgemm_names_and_values():
+    assert [(m.name, m.value) for m in PoolingMode] == [("SUM", 0), ("MEAN", 1), ("NONE", 2)]
+    assert [(m.name, m.value) for m in EmbeddingLocation] == [
+        ("DEVICE", 0),
+        ("MANAGED", 1),
+        ("MANAGED_CACHING", 2),
+        ("HOST", 3),
+    ]
+    assert [(m.name, m.value) for m in ComputeDevice] == [("CPU", 0), ("CUDA", 1)]
+    assert [(m.name, m.value) for m in SparseType] == [
+        ("FP32", 0),
+        ("FP16", 1),
+        ("INT8", 2),
+        ("BF16", 5),
+    ]
+    assert [(m.name, m.value) for m in OptimType] == [
+        ("EXACT_SGD", "exact_sgd"),
+        ("EXACT_ADAGRAD", "exact_adagrad"),
+        ("EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad"),
+    ]
+    assert recops.EmbOptimType is OptimType
+    assert [(m.name, m.value) for m in WeightDecayMode] == [("NONE", 0), ("L2", 1), ("DECOUPLE", 2)]
+    assert [(m.name, m.value) for m in BoundsCheckMode] == [
+        ("FATAL", 0),
+        ("WARNING", 1),
+        ("IGNORE", 2),
+        ("NONE", 3),
+    ]
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_state_dict_round_trip(optimizer):
+    gen = torch.Generator().manual_seed(15)
+    module = make_module([(20, 8), (30, 12)], [0, 1, 0], optimizer, PoolingMode.SUM)
+    out = module(*make_batch(gen, [20, 30, 20], 6, max_bag=5))
+    out.backward(torch.ones_like(out))
+    state = module.state_dict()
+    keys = {"weights_host"} | ({"momentum1_host"} if optimizer != OptimType.EXACT_SGD else set())
+    assert set(state) == keys
+    fresh = SplitTableBatchedEmbeddingBagsCodegen(
+        [(20, 8, *HOST), (30, 12, *HOST)], feature_table_map=[0, 1, 0], optimizer=optimizer
+    )
+    fresh.load_state_dict(state)
+    for ours, theirs in zip(
+        fresh.split_embedding_weights(), module.split_embedding_weights(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+    for ours, theirs in zip(
+        fresh.split_optimizer_states(), module.split_optimizer_states(), strict=True
+    ):
+        assert torch.equal(ours[0], theirs[0])
+
+
+def test_accessors():
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(5, 4, *HOST), (7, 8, *HOST)],
+        feature_table_map=[1, 0, 1],
+        optimizer=OptimType.EXACT_ROWWISE_ADAGRAD,
+        learning_rate=0.1,
+    )
+    assert torch.all(module.weights_host == 0)  # FBGEMM initialises zeros too
+    weights = module.split_embedding_weights()
+    assert [tuple(w.shape) for w in weights] == [(5, 4), (7, 8)]
+    module.init_embedding_weights_uniform(-0.5, 0.5)
+    assert all(torch.all(w.abs() <= 0.5) and torch.any(w != 0) for w in weights)  # views
+    assert [tuple(s[0].shape) for s in module.split_optimizer_states()] == [(5,), (7,)]
+    assert [set(s) for s in module.get_optimizer_state()] == [{"sum"}, {"sum"}]
+    assert module.D_offsets.tolist() == [0, 8, 12, 20]
+    assert module.hash_size_cumsum.tolist() == [5, 0, 5, 12]
+    assert module.get_learning_rate() == pytest.approx(0.1)
+    module.set_learning_rate(0.25)
+    module.update_hyper_parameters({"eps": 1e-3, "weight_decay": 0.5})
+    assert (module.get_learning_rate(), module.eps, module.weight_decay) == (0.25, 1e-3, 0.5)
+    adagrad = SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], optimizer="exact_adagrad")
+    assert tuple(adagrad.split_optimizer_states()[0][0].shape) == (5, 4)
+    sgd = SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)])
+    assert sgd.split_optimizer_states() == [] and sgd.get_optimizer_state() == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(optimizer="adam"), "optimizer"),
+        (dict(weights_precision=SparseType.INT8), "weights_precision"),
+        (dict(cache_load_factor=0.5), "cache_load_factor"),
+        (dict(prefetch_pipeline=True), "prefetch_pipeline"),
+        (dict(max_norm=1.0), "max_norm"),
+        (dict(weight_decay_mode=3), "weight_decay_mode"),
+        (dict(device="cuda"), "device"),
+    ],
+)
+def test_unsupported_arguments_raise(kwargs, name):
+    with pytest.raises(NotImplementedError, match=name):
+        SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], **kwargs)
+
+
+def test_unsupported_placement_and_forward_arguments():
+    with pytest.raises(NotImplementedError, match="embedding_specs"):
+        SplitTableBatchedEmbeddingBagsCodegen(
+            [(5, 4, EmbeddingLocation.DEVICE, ComputeDevice.CUDA)]
+        )
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], no_such_argument=1)
+    module = SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)])
+    with pytest.raises(NotImplementedError, match="batch_size_per_feature_per_rank"):
+        module(torch.tensor([1]), torch.tensor([0, 1]), batch_size_per_feature_per_rank=[[1]])
+    with pytest.raises(ValueError, match="one embedding dim"):
+        SplitTableBatchedEmbeddingBagsCodegen(
+            [(5, 4, *HOST), (5, 8, *HOST)], pooling_mode=PoolingMode.NONE
+        )
+
+
+# --------------------------------------------------------------------------- opcheck
+def op_args():
+    module = make_module([(12, 8), (9, 4)], [0, 1, 0], OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+    indices, offsets = make_batch(torch.Generator().manual_seed(16), [12, 9, 12], 3, max_bag=4)
+    layout = (module.weights_offsets, module.D_offsets)
+    return module, indices, offsets, layout
+
+
+def test_opcheck_forward_and_grad_ops():
+    module, indices, offsets, (w_off, d_off) = op_args()
+    weights = module.weights_host.detach()
+    psw = torch.rand(indices.numel())
+    for pooling, sample_weights, out_dtype in [(0, None, 0), (1, psw, 1), (2, psw, 5)]:
+        d_offsets = torch.tensor([0, 4, 8, 12], dtype=torch.int32) if pooling == 2 else d_off
+        w_offsets = torch.tensor([0, 48, 0]) if pooling == 2 else w_off
+        rows = module.rows_per_table
+        total_D = int(d_offsets[-1])
+        max_D = 4 if pooling == 2 else 8
+        args = (
+            weights,
+            w_offsets,
+            d_offsets,
+            total_D,
+            max_D,
+            rows,
+            indices,
+            offsets,
+            pooling,
+            sample_weights,
+            out_dtype,
+        )
+        torch.library.opcheck(ops.split_embedding_codegen_forward, args)
+        out = ops.split_embedding_codegen_forward(*args)
+        torch.library.opcheck(
+            ops.split_embedding_codegen_grad_indice_weights,
+            (
+                torch.randn(out.shape),
+                weights,
+                w_offsets,
+                d_offsets,
+                rows,
+                indices,
+                offsets,
+                pooling,
+                torch.tensor([1, 0, 1]),
+                True,
+                0.5,
+            ),
+        )
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "rowwise_adagrad"])
+def test_opcheck_backward_ops(name, weighted):
+    module, indices, offsets, (w_off, d_off) = op_args()
+    grad = torch.randn(3, int(d_off[-1]))
+    args = [
+        grad,
+        module.weights_host.detach().clone(),
+        w_off,
+        d_off,
+        module.rows_per_table,
+        indices,
+        offsets,
+        1,
+    ]
+    if weighted:
+        args.append(torch.rand(indices.numel()))
+    if name != "sgd":
+        rows = [12, 9]
+        size = sum(rows) if name == "rowwise_adagrad" else 12 * 8 + 9 * 4
+        state_offsets = [0, 12, 0] if name == "rowwise_adagrad" else [0, 96, 0]
+        args += [torch.zeros(size), torch.tensor(state_offsets)]
+    args.append(torch.tensor(0.1))
+    kind = "weighted" if weighted else "unweighted"
+    torch.library.opcheck(getattr(ops, f"backward_codegen_{name}_{kind}_exact"), tuple(args))
+
+
+def test_host_buffers():
+    buffer = ops.embedding_host_zeros(1000, torch.float16)
+    assert buffer.dtype == torch.float16 and buffer.shape == (1000,) and torch.all(buffer == 0)
+    torch.library.opcheck(ops.embedding_host_zeros, (10, torch.bfloat16))
+
+
+def test_opcheck_bounds_check():
+    rows = torch.tensor([10, 10])
+    torch.library.opcheck(
+        ops.bounds_check_indices,
+        (
+            rows,
+            torch.tensor([1, 12, 3, -1]),
+            torch.tensor([0, 1, 2, 3, 4]),
+            2,
+            torch.zeros(1, dtype=torch.long),
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "rowwise_adagrad"])
+def test_opcheck_lookup_functions(name):
+    module, indices, offsets, (w_off, d_off) = op_args()
+    psw = torch.rand(indices.numel(), requires_grad=True)
+    args = [
+        module.weights_host.detach().clone().requires_grad_(),
+        w_off,
+        d_off,
+        int(d_off[-1]),
+        8,
+        module.rows_per_table,
+        indices,
+        offsets,
+        0,
+        psw,
+        None,
+    ]
+    if name != "sgd":
+        size = 21 if name == "rowwise_adagrad" else 12 * 8 + 9 * 4
+        state_offsets = [0, 12, 0] if name == "rowwise_adagrad" else [0, 96, 0]
+        args += [torch.zeros(size), torch.tensor(state_offsets)]
+    args.append(torch.tensor(0.1))
+    torch.library.opcheck(
+        getattr(ops, f"split_embedding_codegen_lookup_{name}_function"), tuple(args)
+    )
+
+
+def test_docs_example_runs():
+    """The example at the top of docs/embedding.md runs as written."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "embedding.md"
+    example = re.search(r"```python\n(.*?)```", page.read_text(), re.DOTALL).group(1)
+    exec(compile(example, str(page), "exec"), {})
