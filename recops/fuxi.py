@@ -7,6 +7,7 @@ import torch
 from torch.library import register_autograd, register_fake
 
 from recops._autograd import input_grads
+from recops.hstu import SequenceLayout, mask_arguments
 
 ops = torch.ops.recops
 
@@ -97,27 +98,15 @@ def fuxi_attention(
     ``[semantic | time | position]``, or per head ``[position, time, semantic]`` when
     ``reference_layout`` (the FuXi-alpha code's layout). Differentiable in q, k, v and the biases.
     """
-    dense_layout = q.dim() == 4
-    if dense_layout:
-        batch, n = q.shape[0], q.shape[1]
-        max_seq_len = n if max_seq_len is None else max_seq_len
-        seq_offsets = torch.arange(batch + 1, dtype=torch.int64) * n
-        q, k, v = (t.reshape(batch * n, *t.shape[2:]) for t in (q, k, v))
-    elif seq_offsets is None or max_seq_len is None:
-        raise ValueError("the jagged layout [L, H, D] needs seq_offsets and max_seq_len")
-    if isinstance(mask, torch.Tensor):
-        mask_type, custom_mask = "custom", mask
-    else:
-        mask_type, custom_mask = mask, None
+    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
+    mask_type, custom_mask = mask_arguments(mask)
     if silu_scale is None:
-        silu_scale = 1.0 / max(int(max_seq_len), 1)
+        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
     out = ops.hstu_dense_forward_fuxi(
-        q,
-        k,
-        v,
-        seq_offsets,
+        *layout.qkv,
+        layout.seq_offsets,
         lengths,
-        max_seq_len,
+        layout.max_seq_len,
         alpha,
         silu_scale,
         mask_type,
@@ -135,6 +124,4 @@ def fuxi_attention(
         bucket_divisor,
         reference_layout,
     )
-    if dense_layout:
-        out = out.reshape(batch, n, out.shape[-1])
-    return out
+    return layout.restore(out)

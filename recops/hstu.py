@@ -53,6 +53,44 @@ def _hstu_backward(ctx, grad_output):
 register_autograd("recops::hstu_dense_forward", _hstu_backward, setup_context=_hstu_setup)
 
 
+class SequenceLayout:
+    """q, k, v in the kernels' jagged [rows, H, D] layout: the jagged layout as given (it needs
+    seq_offsets and max_seq_len), or the dense [B, N, H, D] layout viewed as B sequences of N rows
+    (seq_offsets = arange(B + 1) * N). ``restore`` gives an output the caller's layout back."""
+
+    def __init__(self, q, k, v, seq_offsets, max_seq_len):
+        self.dense_shape = None
+        if q.dim() == 4:
+            batch, n = q.shape[0], q.shape[1]
+            for name, t in (("k", k), ("v", v)):
+                if t.dim() != 4 or t.shape[:3] != q.shape[:3]:
+                    raise ValueError(
+                        f"{name} must be [B, N, H, D] with q's B, N, H = {tuple(q.shape[:3])} in "
+                        f"the dense layout, got shape {tuple(t.shape)}"
+                    )
+            self.dense_shape = (batch, n)
+            max_seq_len = n if max_seq_len is None else max_seq_len
+            seq_offsets = torch.arange(batch + 1, dtype=torch.int64) * n
+            q, k, v = (t.reshape(batch * n, *t.shape[2:]) for t in (q, k, v))
+        elif seq_offsets is None or max_seq_len is None:
+            raise ValueError("the jagged layout [L, H, D] needs seq_offsets and max_seq_len")
+        self.qkv = (q, k, v)
+        self.seq_offsets = seq_offsets
+        self.max_seq_len = max_seq_len
+
+    def restore(self, out):
+        if self.dense_shape is None:
+            return out
+        return out.reshape(*self.dense_shape, *out.shape[1:])
+
+
+def mask_arguments(mask):
+    """(mask_type, custom_mask) of the ops from a mask name or a custom mask tensor."""
+    if isinstance(mask, torch.Tensor):
+        return "custom", mask
+    return mask, None
+
+
 def hstu_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -87,33 +125,15 @@ def hstu_attention(
     from ``timestamps`` ([B, N], or [L] jagged), ``ts_w [num_buckets + 1]`` and
     ``pos_w [2 N - 1]``. ``silu_scale`` defaults to ``1 / max_seq_len``.
     """
-    dense_layout = q.dim() == 4
-    if dense_layout:
-        batch, n = q.shape[0], q.shape[1]
-        for name, t in (("k", k), ("v", v)):
-            if t.dim() != 4 or t.shape[:3] != q.shape[:3]:
-                raise ValueError(
-                    f"{name} must be [B, N, H, D] with q's B, N, H = {tuple(q.shape[:3])} in the "
-                    f"dense layout, got shape {tuple(t.shape)}"
-                )
-        max_seq_len = n if max_seq_len is None else max_seq_len
-        seq_offsets = torch.arange(batch + 1, dtype=torch.int64) * n
-        q, k, v = (t.reshape(batch * n, *t.shape[2:]) for t in (q, k, v))
-    elif seq_offsets is None or max_seq_len is None:
-        raise ValueError("the jagged layout [L, H, D] needs seq_offsets and max_seq_len")
-    if isinstance(mask, torch.Tensor):
-        mask_type, custom_mask = "custom", mask
-    else:
-        mask_type, custom_mask = mask, None
+    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
+    mask_type, custom_mask = mask_arguments(mask)
     if silu_scale is None:
-        silu_scale = 1.0 / max(int(max_seq_len), 1)
+        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
     out = ops.hstu_dense_forward(
-        q,
-        k,
-        v,
-        seq_offsets,
+        *layout.qkv,
+        layout.seq_offsets,
         lengths,
-        max_seq_len,
+        layout.max_seq_len,
         alpha,
         silu_scale,
         mask_type,
@@ -129,6 +149,4 @@ def hstu_attention(
         query_time_shift,
         bucket_divisor,
     )
-    if dense_layout:
-        out = out.reshape(batch, n, *out.shape[1:])
-    return out
+    return layout.restore(out)
