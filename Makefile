@@ -8,7 +8,6 @@ STAMP := $(VENV)/.requirements-installed
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
