@@ -26,8 +26,8 @@ at::Tensor flat_cumsum(const at::Tensor& t_in) {
   dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
     using acc_t = typename decltype(acc_tag)::type;
-    kernels::scan<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-                                     in.numel());
+    kernels::scan<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(),
+                                     out.mutable_data_ptr<scalar_t>(), in.numel());
   });
   return out;
 }
@@ -41,8 +41,8 @@ at::Tensor asynchronous_complete_cumsum(const at::Tensor& t_in) {
   const at::Tensor in = t_in.contiguous();
   const int64_t rows = in.dim() == 1 ? 1 : in.size(0);
   const int64_t n = in.size(-1);
-  at::Tensor out = in.dim() == 1 ? at::empty({n + 1}, in.options())
-                                 : at::empty({rows, n + 1}, in.options());
+  at::Tensor out =
+      in.dim() == 1 ? at::empty({n + 1}, in.options()) : at::empty({rows, n + 1}, in.options());
   dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
     using acc_t = typename decltype(acc_tag)::type;
@@ -52,8 +52,12 @@ at::Tensor asynchronous_complete_cumsum(const at::Tensor& t_in) {
   return out;
 }
 
-at::Tensor asynchronous_exclusive_cumsum(const at::Tensor& t_in) { return flat_cumsum<false>(t_in); }
+at::Tensor asynchronous_exclusive_cumsum(const at::Tensor& t_in) {
+  return flat_cumsum<false>(t_in);
+}
 
-at::Tensor asynchronous_inclusive_cumsum(const at::Tensor& t_in) { return flat_cumsum<true>(t_in); }
+at::Tensor asynchronous_inclusive_cumsum(const at::Tensor& t_in) {
+  return flat_cumsum<true>(t_in);
+}
 
 }  // namespace recops::jagged

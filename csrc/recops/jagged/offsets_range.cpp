@@ -17,8 +17,8 @@ at::Tensor offsets_range(const at::Tensor& offsets, int64_t range_size) {
   const int64_t num_segments = offsets_c.numel();
   if (num_segments > 0) {
     const int64_t last = index_at(offsets_c, num_segments - 1);
-    TORCH_CHECK(last <= range_size, "offsets[-1] = ", last, " must be <= range_size = ",
-                range_size);
+    TORCH_CHECK(last <= range_size, "offsets[-1] = ", last,
+                " must be <= range_size = ", range_size);
   }
   at::Tensor out = at::empty({range_size}, offsets_c.options());
   dispatch_index_type(offsets_c.scalar_type(), [&](auto index_tag) {

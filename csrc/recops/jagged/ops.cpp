@@ -54,9 +54,8 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       pt2);
   m.def("dense_to_jagged_forward(Tensor dense, Tensor[] x_offsets, SymInt? total_L=None) -> Tensor",
         pt2);
-  m.def(
-      "jagged_2d_to_dense(Tensor values, Tensor offsets, SymInt max_sequence_length) -> Tensor",
-      pt2);
+  m.def("jagged_2d_to_dense(Tensor values, Tensor offsets, SymInt max_sequence_length) -> Tensor",
+        pt2);
   m.def(
       "jagged_1d_to_dense(Tensor values, Tensor offsets, SymInt max_sequence_length, "
       "int padding_value) -> Tensor",
