@@ -10,7 +10,9 @@ import importlib
 import json
 import os
 import pkgutil
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,7 +20,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))  # the repository root: recops built in place
 
 import torch  # noqa: E402
-from harness import geomean, measure_limits  # noqa: E402
+from harness import Limits, Row, geomean, measure_limits  # noqa: E402
 
 import recops  # noqa: E402,F401
 
@@ -81,7 +83,25 @@ def speedup_summary(rows, by_key):
     return lines
 
 
+def run_suite_isolated(name, limits):
+    """Runs one suite in a fresh interpreter: allocator state, caches and thread pools left by
+    another suite must not shift its timings."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        subprocess.run(
+            [sys.executable, __file__, "--suite", name, json.dumps(vars(limits)), out], check=True
+        )
+        with open(out) as f:
+            return [Row(**row) for row in json.load(f)]
+
+
 def main(argv):
+    if argv[:1] == ["--suite"]:  # child of run_suite_isolated
+        name, limits, out = argv[1], Limits(**json.loads(argv[2])), argv[3]
+        rows = importlib.import_module(f"suites.{name}").run(limits)
+        with open(out, "w") as f:
+            json.dump([r.as_dict() for r in rows], f)
+        return
     names = argv or sorted(m.name for m in pkgutil.iter_modules([os.path.join(HERE, "suites")]))
     limits = measure_limits()
     print(
@@ -91,8 +111,7 @@ def main(argv):
     rows = []
     for name in names:
         t0 = time.time()
-        suite = importlib.import_module(f"suites.{name}")
-        rows += suite.run(limits)
+        rows += run_suite_isolated(name, limits)
         print(f"suite {name}: {time.time() - t0:.1f} s", flush=True)
     table = format_table(rows, limits)
     print(table)
