@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+from memory import peak_extra_bytes
 
 
 def median_time(fn, *, warmup: int = 3, min_runs: int = 5, min_seconds: float = 0.3) -> float:
@@ -161,3 +162,42 @@ class Row:
 
     def as_dict(self):
         return asdict(self)
+
+
+def check_matches(reference, candidate, dtype, case):
+    """Correctness guard before timing: candidate() matches reference() on the benchmark inputs,
+    to a tolerance relative to the output's magnitude (fp32: 1e-4, lower precisions: 3e-2)."""
+    with torch.no_grad():
+        expected, actual = reference().float(), candidate().float()
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    scale = expected.abs().max().item() + 1e-6
+    assert (actual - expected).abs().max().item() <= tol * scale, case
+
+
+def measure_fwd_bwd(suite, case, impl, compare, fn, leaves, fwd_flops, bwd_flops_factor):
+    """Rows for fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
+    peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's."""
+
+    def forward():
+        with torch.no_grad():
+            return fn()
+
+    def forward_backward():
+        out = fn()
+        return torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    return [
+        Row(
+            suite=suite,
+            case=f"{case} {phase}",
+            impl=impl,
+            seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
+            flops=flops,
+            peak_bytes=peak_extra_bytes(call),
+            extra={"compare_to": compare},
+        )
+        for phase, call, flops in (
+            ("fwd", forward, fwd_flops),
+            ("fwd+bwd", forward_backward, (1 + bwd_flops_factor) * fwd_flops),
+        )
+    ]

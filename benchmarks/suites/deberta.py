@@ -9,8 +9,7 @@ import functools
 import math
 
 import torch
-from harness import Row, median_time
-from memory import peak_extra_bytes
+from harness import check_matches, measure_fwd_bwd
 
 import recops
 from recops.deberta import build_relative_position
@@ -66,35 +65,6 @@ def _inputs(batch, n, dtype):
     return [q, k, v, pos_key, pos_query], mask2, mask4
 
 
-def _measure(case, impl, compare, fn, leaves, fwd_flops):
-    def forward():
-        with torch.no_grad():
-            return fn()
-
-    def forward_backward():
-        out = fn()
-        return torch.autograd.grad(out, leaves, torch.ones_like(out))
-
-    rows = []
-    for phase, call, flops in (
-        ("fwd", forward, fwd_flops),
-        ("fwd+bwd", forward_backward, 3 * fwd_flops),
-    ):
-        seconds = median_time(call, warmup=1, min_runs=3, min_seconds=0.5)
-        rows.append(
-            Row(
-                suite="deberta",
-                case=f"{case} {phase}",
-                impl=impl,
-                seconds=seconds,
-                flops=flops,
-                peak_bytes=peak_extra_bytes(call),
-                extra={"compare_to": compare},
-            )
-        )
-    return rows
-
-
 def run(limits):
     torch.manual_seed(0)
     rows = []
@@ -109,14 +79,8 @@ def run(limits):
             # flops: q.k, q.pos_key, k.pos_query and P.v, each 2 B H S X d with X = S or 2 span.
             fwd_flops = 2 * batch * HEADS * HEAD_DIM * n * (2 * n + 4 * SPAN)
             case = f"B={batch} H={HEADS} S={n} {str(dtype).split('.')[-1]}"
-            # Correctness guard: the fused kernel matches the reference on these inputs.
-            with torch.no_grad():
-                ref_out = impls["reference"]().float()
-                got_out = impls["recops"]().float()
-            tol = 1e-4 if dtype == torch.float32 else 3e-2
-            scale = ref_out.abs().max().item() + 1e-6
-            assert (got_out - ref_out).abs().max().item() <= tol * scale, case
+            check_matches(impls["reference"], impls["recops"], dtype, case)
             for impl, fn in impls.items():
                 compare = ["reference"] if impl == "recops" else []
-                rows += _measure(case, impl, compare, fn, leaves, fwd_flops)
+                rows += measure_fwd_bwd("deberta", case, impl, compare, fn, leaves, fwd_flops, 2)
     return rows

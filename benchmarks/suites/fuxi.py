@@ -2,9 +2,10 @@
 formulation of the FuXi-alpha code (three materialised [B, H, N, N] weight tensors and einsums),
 both with the fused relative time/position tables, in the input dtype, autograd for backward."""
 
+import functools
+
 import torch
-from harness import Row, median_time
-from memory import peak_extra_bytes
+from harness import check_matches, measure_fwd_bwd
 
 import recops
 from suites.hstu import HEAD_DIM, HEADS, NUM_BUCKETS, SHAPES, _inputs, _leaves
@@ -63,36 +64,13 @@ def run(limits):
             # Semantic FLOPs as HSTU's, plus the two bias channels' products with V.
             fwd_flops = 2 * HEADS * 4 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
             case = f"B={batch} N={n} {str(dtype).split('.')[-1]} +rel-bias"
-            with torch.no_grad():
-                ref_out = reference(*qkv, offsets, n, **extra).float()
-                got_out = fused(*qkv, offsets, n, **extra).float()
-            tol = 1e-4 if dtype == torch.float32 else 3e-2
-            scale = ref_out.abs().max().item() + 1e-6
-            assert (got_out - ref_out).abs().max().item() <= tol * scale, case
-            for impl, fn in (("reference", reference), ("recops", fused)):
+            impls = {
+                name: functools.partial(fn, *qkv, offsets, n, **extra)
+                for name, fn in (("reference", reference), ("recops", fused))
+            }
+            check_matches(impls["reference"], impls["recops"], dtype, case)
+            for impl, fn in impls.items():
                 compare = ["reference"] if impl == "recops" else []
-
-                def forward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
-                    with torch.no_grad():
-                        return fn(*qkv, offsets, n, **extra)
-
-                def forward_backward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
-                    out = fn(*qkv, offsets, n, **extra)
-                    return torch.autograd.grad(out, _leaves(qkv, extra), torch.ones_like(out))
-
-                for phase, call, flops in (
-                    ("fwd", forward, fwd_flops),
-                    ("fwd+bwd", forward_backward, 3 * fwd_flops),
-                ):
-                    rows.append(
-                        Row(
-                            suite="fuxi",
-                            case=f"{case} {phase}",
-                            impl=impl,
-                            seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
-                            flops=flops,
-                            peak_bytes=peak_extra_bytes(call),
-                            extra={"compare_to": compare},
-                        )
-                    )
+                leaves = _leaves(qkv, extra)
+                rows += measure_fwd_bwd("fuxi", case, impl, compare, fn, leaves, fwd_flops, 2)
     return rows

@@ -2,9 +2,10 @@
 generative-recommenders (pad to [B, N, H, D], einsum to [B, H, N, N], silu, mask, einsum back),
 both in the input dtype, autograd for the reference's backward."""
 
+import functools
+
 import torch
-from harness import Row, median_time
-from memory import peak_extra_bytes
+from harness import check_matches, measure_fwd_bwd
 
 import recops
 
@@ -83,40 +84,13 @@ def run(limits):
                     f"B={batch} N={n} {str(dtype).split('.')[-1]}"
                     f"{' +rel-bias' if with_bias else ''}"
                 )
-                # Correctness guard: the fused kernel matches the reference on these inputs.
-                with torch.no_grad():
-                    ref_out = reference(*qkv, offsets, n, **extra).float()
-                    got_out = fused(*qkv, offsets, n, **extra).float()
-                tol = 1e-4 if dtype == torch.float32 else 3e-2
-                scale = ref_out.abs().max().item() + 1e-6
-                assert (got_out - ref_out).abs().max().item() <= tol * scale, case
-
-                for impl, fn in (("reference", reference), ("recops", fused)):
+                impls = {
+                    name: functools.partial(fn, *qkv, offsets, n, **extra)
+                    for name, fn in (("reference", reference), ("recops", fused))
+                }
+                check_matches(impls["reference"], impls["recops"], dtype, case)
+                for impl, fn in impls.items():
                     compare = ["reference"] if impl == "recops" else []
-
-                    def forward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
-                        with torch.no_grad():
-                            return fn(*qkv, offsets, n, **extra)
-
-                    def forward_backward(fn=fn, qkv=qkv, offsets=offsets, n=n, extra=extra):
-                        out = fn(*qkv, offsets, n, **extra)
-                        grads = torch.autograd.grad(out, _leaves(qkv, extra), torch.ones_like(out))
-                        return grads
-
-                    for phase, call, flops in (
-                        ("fwd", forward, fwd_flops),
-                        ("fwd+bwd", forward_backward, 3.5 * fwd_flops),
-                    ):
-                        seconds = median_time(call, warmup=1, min_runs=3, min_seconds=0.5)
-                        rows.append(
-                            Row(
-                                suite="hstu",
-                                case=f"{case} {phase}",
-                                impl=impl,
-                                seconds=seconds,
-                                flops=flops,
-                                peak_bytes=peak_extra_bytes(call),
-                                extra={"compare_to": compare},
-                            )
-                        )
+                    leaves = _leaves(qkv, extra)
+                    rows += measure_fwd_bwd("hstu", case, impl, compare, fn, leaves, fwd_flops, 2.5)
     return rows
