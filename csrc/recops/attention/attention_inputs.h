@@ -155,10 +155,14 @@ struct QkvGradBuffers {
   at::Tensor dq, dk, dv;
   QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks);
   template <typename T>
-  void bind(T** dq_out, T** dk_out, T** dv_out) const {
-    *dq_out = dq.mutable_data_ptr<T>();
-    *dk_out = dk.mutable_data_ptr<T>();
-    *dv_out = dv.mutable_data_ptr<T>();
+  kernels::QkvGrads<T> view() const {
+    return {dq.mutable_data_ptr<T>(),
+            dk.mutable_data_ptr<T>(),
+            dv.mutable_data_ptr<T>(),
+            dq.size(0),
+            dq.size(1),
+            dq.size(2),
+            dv.size(3)};
   }
   // (dq, dk, dv) summed over chunks, in the dtypes of q, k, v.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> reduce(const at::Tensor& q, const at::Tensor& k,

@@ -117,8 +117,7 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
     const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
     const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
     FuxiGrads<T> grads;
-    grads.rows = rows;
-    qkv_grads.bind(&grads.dq, &grads.dk, &grads.dv);
+    grads.qkv = qkv_grads.view<T>();
     grads.time = time_grads.sinks<T>();
     grads.position = position_grads.sinks<T>();
     fuxi_backward(seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),

@@ -72,8 +72,7 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
     const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
     const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
     HstuGrads<T> grads;
-    grads.rows = rows;
-    qkv_grads.bind(&grads.dq, &grads.dk, &grads.dv);
+    grads.qkv = qkv_grads.view<T>();
     grads.bias = bias_grads.sinks<T>();
     hstu_backward(seqs.view, in.shape(options), in.view(), grad_out.const_data_ptr<T>(),
                   mask.source<T>(), bias.source<T>(), chunks, grads);

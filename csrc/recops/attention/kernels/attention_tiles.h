@@ -83,6 +83,19 @@ struct BiasGrads {
   int64_t pos_thread_stride = 0;
 };
 
+// Gradients of q, k, v: dQ rows belong to the work item that owns their query block; dK and dV
+// accumulate in one partial per chunk (the adapter sums them), so items never share a row.
+template <typename T>
+struct QkvGrads {
+  T* dq = nullptr;  // [rows, H, Dqk], written
+  T* dk = nullptr;  // [chunks, rows, H, Dqk], accumulated (zero-initialised)
+  T* dv = nullptr;  // [chunks, rows, H, Dv], accumulated (zero-initialised)
+  int64_t rows = 0, heads = 1, dqk = 0, dv_dim = 0;
+
+  T* dk_partial(int64_t chunk) const { return dk + chunk * rows * heads * dqk; }
+  T* dv_partial(int64_t chunk) const { return dv + chunk * rows * heads * dv_dim; }
+};
+
 // Per-thread scratch: `count` tiles of kQueryBlock x N values (a kernel names them with its own
 // enum), time-bucket indices for the relative bias, and this thread's slot for per-thread partial
 // results. The BLAS stays single-threaded while it lives.

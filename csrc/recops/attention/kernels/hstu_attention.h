@@ -69,10 +69,7 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
 
 template <typename T>
 struct HstuGrads {
-  T* dq = nullptr;  // [rows, H, Dqk], written
-  T* dk = nullptr;  // [chunks, rows, H, Dqk], accumulated (zero-initialised)
-  T* dv = nullptr;  // [chunks, rows, H, Dv], accumulated (zero-initialised)
-  int64_t rows = 0;
+  QkvGrads<T> qkv;
   BiasGrads<T> bias;
 };
 
@@ -91,8 +88,8 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
       },
       [&](TileArena<T>& t, int64_t index) {
         const WorkItem item = items[index];
-        T* dk = grads.dk + item.chunk * grads.rows * H * dqk;
-        T* dvp = grads.dv + item.chunk * grads.rows * H * dv;
+        T* dk = grads.qkv.dk_partial(item.chunk);
+        T* dvp = grads.qkv.dv_partial(item.chunk);
         for_each_block(seqs, mask, item, chunks, [&](const Block& blk, const StructuredMask& sm) {
           const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
           const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
@@ -116,7 +113,7 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                              shape.alpha, shape.silu_scale);
             // dQ = alpha dS K, dK += alpha dS^T Q, dV += A^T dO.
             gemm(false, false, blk.rows, dqk, blk.keys, shape.alpha, ds, blk.keys, k, H * dqk, T(0),
-                 grads.dq + (row0 * H + h) * dqk, H * dqk);
+                 grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
             gemm(true, false, blk.keys, dqk, blk.rows, shape.alpha, ds, blk.keys, q, H * dqk, T(1),
                  dk + (key0 * H + h) * dqk, H * dqk);
             gemm(true, false, blk.keys, dv, blk.rows, T(1), s, blk.keys, go, H * dv, T(1),
