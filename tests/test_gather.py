@@ -89,6 +89,7 @@ def test_backward_matches_index_add(dtype, index_dtype):
     "n, m, threads",
     [
         (129, 1000, 1),
+        (129, 1003, 1),
         (129, 300_000, 4),
         (5000, 300_000, 4),
         (20480, 1_000_000, 2),
@@ -195,6 +196,15 @@ def test_index_out_of_range(index_dtype, bad_value, position):
         ops.gather_for_rank1(x, index)
     with pytest.raises(IndexError, match=message):
         ops.index_select_for_rank1_backward(torch.randn(50_000), x, index)
+
+
+def test_index_out_of_range_in_tail():
+    # 13 entries: one group of 8 and a tail of 5; the bad one sits in the tail.
+    x = torch.randn(10)
+    index = torch.arange(13) % 10
+    index[11] = 10
+    with pytest.raises(IndexError, match=r"got index\[11\] = 10"):
+        ops.index_select_for_rank1_backward(torch.randn(13), x, index)
 
 
 def test_index_out_of_range_owner_path():

@@ -242,7 +242,8 @@ int64_t relative_bias_backward(const scalar_t* grad, const BiasShape& shape, con
   return dispatch_histogram_lanes<acc_t>(bins, [&](auto lanes) -> int64_t {
     constexpr int kLanes = decltype(lanes)::value;
     const int64_t hist_size = grad_ts ? shape.layers * kLanes * bins : 0;
-    const int64_t per_chunk = hist_size + (grad_pos ? shape.layers * positions : 0);
+    const int64_t per_chunk =
+        chunk_table_stride<acc_t>(hist_size + (grad_pos ? shape.layers * positions : 0));
     const int64_t chunks = num_chunks(
         rows, grain_for_bytes(n * shape.layers * static_cast<int64_t>(sizeof(scalar_t))));
     std::unique_ptr<acc_t[]> partials(new acc_t[chunks * per_chunk]);
@@ -280,9 +281,7 @@ int64_t relative_bias_backward(const scalar_t* grad, const BiasShape& shape, con
         for (int64_t k = 0; k < bins; ++k) {
           acc_t sum = 0;
           for (int64_t c = 0; c < chunks; ++c) {
-            for (int lane = 0; lane < kLanes; ++lane) {
-              sum += partials[c * per_chunk + (l * kLanes + lane) * bins + k];
-            }
+            sum += sum_lanes<kLanes>(partials.get() + c * per_chunk + l * kLanes * bins, k);
           }
           grad_ts[l * bins + k] = static_cast<scalar_t>(sum);
         }

@@ -70,10 +70,11 @@ template <int kLanes, typename acc_t, typename scalar_t, typename index_t>
 int64_t scatter_add_partials(const scalar_t* grad, const index_t* index, int64_t num_indices,
                              int64_t n, int64_t chunks, scalar_t* out) {
   const int64_t table = kLanes * n;
-  std::unique_ptr<acc_t[]> partials(new acc_t[chunks * table]);
+  const int64_t stride = chunk_table_stride<acc_t>(table);
+  std::unique_ptr<acc_t[]> partials(new acc_t[chunks * stride]);
   std::vector<int64_t> bad(chunks, -1);
   for_each_chunk(num_indices, chunks, [&](int64_t c, int64_t begin, int64_t end) {
-    acc_t* hist = partials.get() + c * table;
+    acc_t* hist = partials.get() + c * stride;
     std::fill(hist, hist + table, acc_t(0));
     const int64_t bad_offset =
         histogram_add<kLanes>(grad + begin, index + begin, end - begin, n, hist);
@@ -81,14 +82,16 @@ int64_t scatter_add_partials(const scalar_t* grad, const index_t* index, int64_t
   });
   const int64_t first_bad = first_reported(bad);
   if (first_bad >= 0) return first_bad;
-  const int64_t tables = chunks * kLanes;
-  at::parallel_for(0, n, grain_for_bytes(tables * sizeof(acc_t)), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      acc_t sum = 0;
-      for (int64_t p = 0; p < tables; ++p) sum += partials[p * n + k];
-      out[k] = static_cast<scalar_t>(sum);
-    }
-  });
+  at::parallel_for(0, n, grain_for_bytes(chunks * kLanes * sizeof(acc_t)),
+                   [&](int64_t k0, int64_t k1) {
+                     for (int64_t k = k0; k < k1; ++k) {
+                       acc_t sum = 0;
+                       for (int64_t c = 0; c < chunks; ++c) {
+                         sum += sum_lanes<kLanes>(partials.get() + c * stride, k);
+                       }
+                       out[k] = static_cast<scalar_t>(sum);
+                     }
+                   });
   return -1;
 }
 
