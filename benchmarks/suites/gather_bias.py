@@ -40,14 +40,18 @@ def _gather_rows(n, m, threads):
         atol=1e-3,
     )
     moved = m * (index.element_size() + x.element_size())
-    fwd, _ = measure_quietly({
-        "torch.index_select": lambda: torch.index_select(x, 0, index),
-        "recops": lambda: ops.gather_for_rank1(x, index),
-    })
-    bwd, _ = measure_quietly({
-        "index_add_": lambda: torch.zeros_like(x).index_add_(0, index, grad),
-        "recops": lambda: ops.index_select_for_rank1_backward(grad, x, index),
-    })
+    fwd, _ = measure_quietly(
+        {
+            "torch.index_select": lambda: torch.index_select(x, 0, index),
+            "recops": lambda: ops.gather_for_rank1(x, index),
+        }
+    )
+    bwd, _ = measure_quietly(
+        {
+            "index_add_": lambda: torch.zeros_like(x).index_add_(0, index, grad),
+            "recops": lambda: ops.index_select_for_rank1_backward(grad, x, index),
+        }
+    )
     return [
         Row(SUITE, f"gather fwd {case}", "torch.index_select", fwd["torch.index_select"],
             bytes_moved=moved),
