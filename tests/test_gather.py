@@ -1,10 +1,9 @@
 """gather_for_rank1 and index_select_for_rank1_backward (OPS.md §2) against index_select /
 index_add_."""
 
-import contextlib
-
 import pytest
 import torch
+from threads import num_threads
 
 ops = torch.ops.recops
 
@@ -16,18 +15,6 @@ TOLERANCE = {
     torch.float16: dict(rtol=1e-3, atol=1e-2),
     torch.bfloat16: dict(rtol=1e-2, atol=5e-2),
 }
-
-
-@contextlib.contextmanager
-def num_threads(n):
-    """Runs the block with n intra-op threads (chunking, and so the backward's strategy, depends
-    on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def reference_scatter_add(grad, x, index):

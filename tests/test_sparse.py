@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from threads import num_threads
 from torch.autograd import gradcheck
 from torch.library import opcheck
 
@@ -220,6 +221,25 @@ def test_invert_permute(dtype, n):
     assert_equal(inverse, expected)
     assert_equal(ops.invert_permute(torch.stack([permute, permute], 1)[:, 1]), expected)
     assert_equal(permute[inverse.long()], torch.arange(n, dtype=dtype))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_invert_permute_many_chunks(threads):
+    # 100 000 entries: several chunks per pass, handed between threads from pass to pass.
+    n = 100_000
+    permute = torch.randperm(n)
+    expected = torch.empty_like(permute)
+    expected[permute] = torch.arange(n)
+    repeated = permute.clone()
+    repeated[90_000] = permute[10]
+    out_of_range = permute.clone()
+    out_of_range[70_000] = n
+    with num_threads(threads):
+        assert_equal(ops.invert_permute(permute), expected)
+        with pytest.raises(ValueError, match=rf"{int(permute[10])} appears twice"):
+            ops.invert_permute(repeated)
+        with pytest.raises(ValueError, match=r"got permute\[70000\] = 100000"):
+            ops.invert_permute(out_of_range)
 
 
 # --------------------------------------------------------------------------- gradients

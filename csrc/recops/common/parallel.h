@@ -6,8 +6,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 namespace recops {
 
@@ -32,6 +34,32 @@ void parallel_for_dynamic(int64_t num_items, MakeState&& make_state, Work&& work
     auto state = make_state(next_slot.fetch_add(1));
     for (int64_t item = next.fetch_add(1); item < num_items; item = next.fetch_add(1)) {
       work(state, item);
+    }
+  });
+}
+
+// Runs kPhases passes over [0, n) in chunks of `grain` items inside one parallel region, calling
+// fn(phase, begin, end) for each chunk, where a chunk of phase p starts only once every chunk of
+// phase p - 1 has finished: a pass that must see all of the previous one (fill, scatter, check)
+// without paying a fork and join per pass. Threads claim chunks in phase order; a thread waits
+// only after all chunks of the previous phase are claimed, by threads that are running them, so
+// the wait always ends (also when the region runs on one thread).
+template <int kPhases, typename Fn>
+void parallel_phases(int64_t n, int64_t grain, const Fn& fn) {
+  if (n <= 0) return;
+  const int64_t chunks = (n + grain - 1) / grain;
+  std::atomic<int64_t> next{0};
+  std::array<std::atomic<int64_t>, kPhases> finished{};
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t item = next.fetch_add(1); item < kPhases * chunks; item = next.fetch_add(1)) {
+      const int phase = static_cast<int>(item / chunks);
+      const int64_t chunk = item % chunks;
+      while (phase > 0 && finished[phase - 1].load(std::memory_order_acquire) < chunks) {
+        std::this_thread::yield();
+      }
+      fn(phase, chunk * grain, std::min(n, (chunk + 1) * grain));
+      finished[phase].fetch_add(1, std::memory_order_release);
     }
   });
 }

@@ -137,31 +137,33 @@ void row_sums(const index_t* lengths, int64_t rows, int64_t cols, int64_t* sums)
 // inverse[permute[i]] = i. Returns false, leaving `inverse` unspecified, unless permute is a
 // permutation of [0, n). Every slot starts at -1 and entries outside [0, n) are skipped: with all
 // n entries in range, every slot is stored iff no entry repeats, so a pass for a slot still at -1
-// finds repeats. All three passes run in parallel; the threads' scattered stores share cache lines
-// only at the chunk seams of a random permutation.
+// finds repeats. The three passes share one parallel region (fill and check are sequential and
+// cost little next to the scattered stores); the threads' stores share cache lines only where a
+// random permutation sends both threads into one line.
 template <typename perm_t>
 bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
   constexpr int64_t kGrain = 32 * 1024;
+  enum Pass { kFill, kScatter, kCheck };
   std::atomic<bool> ok{true};
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::fill(inverse + begin, inverse + end, perm_t{-1});
-  });
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    bool in_range = true;
-    for (int64_t i = begin; i < end; ++i) {
-      const perm_t p = permute[i];
-      if (p < 0 || p >= n) {
-        in_range = false;
-        continue;
+  parallel_phases<3>(n, kGrain, [&](int pass, int64_t begin, int64_t end) {
+    if (pass == kFill) {
+      std::fill(inverse + begin, inverse + end, perm_t{-1});
+    } else if (pass == kScatter) {
+      bool in_range = true;
+      for (int64_t i = begin; i < end; ++i) {
+        const perm_t p = permute[i];
+        if (p < 0 || p >= n) {
+          in_range = false;
+          continue;
+        }
+        inverse[p] = static_cast<perm_t>(i);
       }
-      inverse[p] = static_cast<perm_t>(i);
+      if (!in_range) ok = false;
+    } else {
+      bool unstored = false;
+      for (int64_t j = begin; j < end; ++j) unstored |= inverse[j] < 0;
+      if (unstored) ok = false;
     }
-    if (!in_range) ok = false;
-  });
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    bool unstored = false;
-    for (int64_t j = begin; j < end; ++j) unstored |= inverse[j] < 0;
-    if (unstored) ok = false;
   });
   return ok;
 }
