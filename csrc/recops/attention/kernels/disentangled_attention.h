@@ -4,18 +4,19 @@
 // with d(i,j) the clamped (log-bucketed) relative-position index of the pair.
 //
 // Tiling (work_items.h): a unit is one (batch, head) pair; work items (unit, chunk) own
-// interleaved blocks of kQueryBlock query rows. Per item, the position scores
-// P2C^T = pos_query K^T [2 span, keys] are computed once (one BLAS call); per query block,
+// interleaved blocks of kQueryBlock query rows. Every product is a gemm_nn tile product (oneDNN's
+// brgemm micro-kernel, common/blas.h) on operands laid out for it. Per item, the position scores
+// P2C^T = pos_query K^T [2 span, keys] are computed once; per query block,
 // C2P^T = pos_key Q_block^T [2 span, rows]. Backward computes them again rather than keeping
 // O(B H S span) of them between the passes. A query block then streams over key tiles of kKeyTile
-// keys: one BLAS call for Q K^T, the position terms of the tile built in diagonal layout (one
+// keys: one product for Q K^T, the position terms of the tile built in diagonal layout (one
 // relative distance per diagonal, contiguous slices of the transposed tables, see
 // softmax_tile_ops.h) and added to it, masking and an online softmax row by row (running max and
-// sum per row, fp32 or float64), one BLAS call for P V into the output rows. The log-sum-exp of
+// sum per row, fp32 or float64), one product for P V into the output rows. The log-sum-exp of
 // every row is saved; backward recomputes the probabilities tile by tile, shears each
 // score-gradient tile into diagonals and adds them to dC2P^T / dP2C^T by the diagonal's index
 // (contiguous adds, no scatter), and turns those into dq, dk, d pos_key and d pos_query with four
-// more BLAS calls per block / item. Tiles far from the diagonal, where the clamped distance gives
+// more products per block / item. Tiles far from the diagonal, where the clamped distance gives
 // every pair one index, skip the diagonal layout (a per-row plus a per-key term; row and column
 // sums of the gradient). dq rows belong to the item; dk, dv go to per-chunk partials and
 // d pos_key / d pos_query to per-thread partials that the adapter sums. Dropout regenerates its
@@ -118,11 +119,15 @@ struct Unit {
 
 // Per-thread scratch; the BLAS stays single-threaded while it lives. The position scores and
 // their gradients are kept transposed, as the diagonal layout reads them: C2P^T
-// [positions, kQueryBlock] for the block, P2C^T [positions, k_len] for the item.
+// [positions, kQueryBlock] for the block, P2C^T [positions, k_len] for the item. The tile
+// products run on gemm_nn, which takes no transposes: the operands that enter transposed are
+// laid out here once per item (scale K^T, V^T, pos_key^T, pos_query^T) or per query block
+// (Q^T, scale Q^T, dO^T), and dK, dV are accumulated transposed over the item.
 template <typename T>
 struct SoftmaxScratch {
   SingleThreadedBlas blas;
   std::vector<T> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum;
+  std::vector<T> k_t, v_t, q_t, q_t_scaled, go_t, dq_t, pos_key_t, pos_query_t, dk_t, dv_t;
   int64_t slot;
 
   SoftmaxScratch(const DisentangledShape<T>& s, bool backward, int64_t thread_slot)
@@ -136,6 +141,16 @@ struct SoftmaxScratch {
         dp2c_t(s.p2c && backward ? s.positions * s.k_len : 0),
         row_max(kQueryBlock),
         row_sum(kQueryBlock),
+        k_t(s.dqk * s.k_len),
+        v_t(backward ? s.dv * s.k_len : 0),
+        q_t(backward ? s.dqk * kQueryBlock : 0),
+        q_t_scaled(s.c2p ? s.dqk * kQueryBlock : 0),
+        go_t(backward ? s.dv * kQueryBlock : 0),
+        dq_t(s.c2p && backward ? s.dqk * kQueryBlock : 0),
+        pos_key_t(s.c2p && backward ? s.dqk * s.positions : 0),
+        pos_query_t(s.p2c && backward ? s.dqk * s.positions : 0),
+        dk_t(backward ? s.dqk * s.k_len : 0),
+        dv_t(backward ? s.dv * s.k_len : 0),
         slot(thread_slot) {}
 };
 
@@ -209,19 +224,26 @@ T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int
   return mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
 }
 
-// P2C^T = scale pos_query K^T for the unit's keys.
+// Lays out scale K^T [dqk, k_len] for the unit's keys (the right operand of Q K^T and of P2C^T).
 template <typename T>
-void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
-  gemm(false, true, s.positions, unit.keys, s.dqk, s.scale, unit.pos_query, s.heads * s.dqk, unit.k,
-       s.dqk, T(0), t.p2c_t.data(), s.k_len);
+void unit_scaled_k_t(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
+  transpose(unit.keys, s.dqk, unit.k, s.dqk, t.k_t.data(), s.k_len, s.scale);
 }
 
-// C2P^T = scale pos_key Q_block^T for the block's rows.
+// P2C^T = pos_query (scale K^T) for the unit's keys.
+template <typename T>
+void unit_p2c(const DisentangledShape<T>& s, const Unit<T>& unit, SoftmaxScratch<T>& t) {
+  gemm_nn(s.positions, unit.keys, s.dqk, unit.pos_query, s.heads * s.dqk, t.k_t.data(), s.k_len,
+          t.p2c_t.data(), s.k_len, false);
+}
+
+// C2P^T = pos_key (scale Q_block^T) for the block's rows.
 template <typename T>
 void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0, int64_t rows,
                SoftmaxScratch<T>& t) {
-  gemm(false, true, s.positions, rows, s.dqk, s.scale, unit.pos_key, s.heads * s.dqk,
-       unit.q + row0 * s.dqk, s.dqk, T(0), t.c2p_t.data(), kQueryBlock);
+  transpose(rows, s.dqk, unit.q + row0 * s.dqk, s.dqk, t.q_t_scaled.data(), kQueryBlock, s.scale);
+  gemm_nn(s.positions, rows, s.dqk, unit.pos_key, s.heads * s.dqk, t.q_t_scaled.data(),
+          kQueryBlock, t.c2p_t.data(), kQueryBlock, false);
 }
 
 template <typename T>
@@ -240,8 +262,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
   for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
     T* tile = t.scores.data();
-    gemm(false, true, rows, n, s.dqk, s.scale, q, s.dqk, unit.k + kt0 * s.dqk, s.dqk, T(0), tile,
-         n);
+    gemm_nn(rows, n, s.dqk, q, s.dqk, t.k_t.data() + kt0, s.k_len, tile, n, false);
     if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
@@ -266,7 +287,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
       }
       if (p.dropout_p > T(0)) dropout_row(row, n, row_dropout(p, unit.index, i), kt0);
     }
-    gemm(false, false, rows, s.dv, n, T(1), tile, n, unit.v + kt0 * s.dv, s.dv, T(1), out, s.dv);
+    gemm_nn(rows, s.dv, n, tile, n, unit.v + kt0 * s.dv, s.dv, out, s.dv, true);
   }
   for (int64_t r = 0; r < rows; ++r) {
     T* prow = o.probs == nullptr ? nullptr : o.probs + (first_row + r) * s.k_len;
@@ -305,6 +326,7 @@ void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
       [&](SoftmaxScratch<T>& t, int64_t index) {
         const WorkItem item = items[index];
         const Unit<T> unit(p, item.sequence);
+        unit_scaled_k_t(p.shape, unit, t);
         if (p.shape.p2c) unit_p2c(p.shape, unit, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
           forward_block(p, unit, row0, rows, t, o);
@@ -325,23 +347,24 @@ struct DisentangledBackwardInputs {
 template <typename T>
 void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t row0,
                     int64_t rows, SoftmaxScratch<T>& t, const DisentangledBackwardInputs<T>& in,
-                    const DisentangledGrads<T>& g, T* dk, T* dv) {
+                    const DisentangledGrads<T>& g) {
   const DisentangledShape<T>& s = p.shape;
   const T* q = unit.q + row0 * s.dqk;
   const int64_t first_row = unit.index * s.q_len + row0;
   const T* go = in.grad_out + first_row * s.dv;
   T* dq = g.dq + first_row * s.dqk;
+  transpose(rows, s.dqk, q, s.dqk, t.q_t.data(), kQueryBlock);
+  transpose(rows, s.dv, go, s.dv, t.go_t.data(), kQueryBlock);
   if (s.c2p) {
     block_c2p(s, unit, row0, rows, t);
     std::fill(t.dc2p_t.begin(), t.dc2p_t.end(), T(0));
   }
   for (int64_t kt0 = 0; kt0 < unit.keys; kt0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
-    const T* k = unit.k + kt0 * s.dqk;
     T* tile = t.scores.data();
     T* dtile = t.grads.data();
-    gemm(false, true, rows, n, s.dqk, s.scale, q, s.dqk, k, s.dqk, T(0), tile, n);
-    gemm(false, true, rows, n, s.dv, T(1), go, s.dv, unit.v + kt0 * s.dv, s.dv, T(0), dtile, n);
+    gemm_nn(rows, n, s.dqk, q, s.dqk, t.k_t.data() + kt0, s.k_len, tile, n, false);
+    gemm_nn(rows, n, s.dv, go, s.dv, t.v_t.data() + kt0, s.k_len, dtile, n, false);
     if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
@@ -365,20 +388,39 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
     if (p.delta != nullptr) {
       add_position_grads(p, t, row0, rows, kt0, n, dtile);
     }
-    // dV += P^T dO, dQ += dS K, dK += dS^T Q.
-    gemm(true, false, n, s.dv, rows, T(1), tile, n, go, s.dv, T(1), dv + kt0 * s.dv, s.dv);
-    gemm(false, false, rows, s.dqk, n, T(1), dtile, n, k, s.dqk, T(1), dq, s.dqk);
-    gemm(true, false, n, s.dqk, rows, T(1), dtile, n, q, s.dqk, T(1), dk + kt0 * s.dqk, s.dqk);
+    // dV^T += dO^T P, dQ += dS K, dK^T += Q^T dS.
+    gemm_nn(s.dv, n, rows, t.go_t.data(), kQueryBlock, tile, n, t.dv_t.data() + kt0, s.k_len,
+            true);
+    gemm_nn(rows, s.dqk, n, dtile, n, unit.k + kt0 * s.dqk, s.dqk, dq, s.dqk, true);
+    gemm_nn(s.dqk, n, rows, t.q_t.data(), kQueryBlock, dtile, n, t.dk_t.data() + kt0, s.k_len,
+            true);
   }
   if (s.c2p) {
-    // dQ += dC2P pos_key, d pos_key += dC2P^T Q.
+    // dQ^T = pos_key^T dC2P^T, added to dQ; d pos_key += dC2P^T Q.
+    gemm_nn(s.dqk, rows, s.positions, t.pos_key_t.data(), s.positions, t.dc2p_t.data(),
+            kQueryBlock, t.dq_t.data(), kQueryBlock, false);
+    transpose(s.dqk, rows, t.dq_t.data(), kQueryBlock, dq, s.dqk, T(1), true);
     const int64_t ld = s.heads * s.dqk;
-    gemm(true, false, rows, s.dqk, s.positions, T(1), t.dc2p_t.data(), kQueryBlock, unit.pos_key,
-         ld, T(1), dq, s.dqk);
     T* dpk = g.dpos_key + t.slot * s.positions * ld + unit.h * s.dqk;
-    gemm(false, false, s.positions, s.dqk, rows, T(1), t.dc2p_t.data(), kQueryBlock, q, s.dqk, T(1),
-         dpk, ld);
+    gemm_nn(s.positions, s.dqk, rows, t.dc2p_t.data(), kQueryBlock, q, s.dqk, dpk, ld, true);
   }
+}
+
+// Lays out the item's transposed operands and zeroes its transposed dK, dV accumulators.
+template <typename T>
+void prepare_backward_item(const DisentangledShape<T>& s, const Unit<T>& unit,
+                           SoftmaxScratch<T>& t) {
+  const int64_t ld = s.heads * s.dqk;
+  unit_scaled_k_t(s, unit, t);
+  transpose(unit.keys, s.dv, unit.v, s.dv, t.v_t.data(), s.k_len);
+  if (s.c2p) transpose(s.positions, s.dqk, unit.pos_key, ld, t.pos_key_t.data(), s.positions);
+  if (s.p2c) {
+    transpose(s.positions, s.dqk, unit.pos_query, ld, t.pos_query_t.data(), s.positions);
+    unit_p2c(s, unit, t);
+    std::fill(t.dp2c_t.begin(), t.dp2c_t.end(), T(0));
+  }
+  std::fill(t.dk_t.begin(), t.dk_t.end(), T(0));
+  std::fill(t.dv_t.begin(), t.dv_t.end(), T(0));
 }
 
 template <typename T>
@@ -397,22 +439,22 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         const Unit<T> unit(p, item.sequence);
         T* dk = g.dk + (item.chunk * units + unit.index) * s.k_len * s.dqk;
         T* dv = g.dv + (item.chunk * units + unit.index) * s.k_len * s.dv;
-        if (s.p2c) {
-          unit_p2c(s, unit, t);
-          std::fill(t.dp2c_t.begin(), t.dp2c_t.end(), T(0));
-        }
+        prepare_backward_item(s, unit, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          backward_block(p, unit, row0, rows, t, in, g, dk, dv);
+          backward_block(p, unit, row0, rows, t, in, g);
         });
         if (s.p2c) {
-          // dK += dP2C pos_query, d pos_query += dP2C^T K.
+          // dK^T += pos_query^T dP2C^T, d pos_query += dP2C^T K.
           const int64_t ld = s.heads * s.dqk;
-          gemm(true, false, unit.keys, s.dqk, s.positions, T(1), t.dp2c_t.data(), s.k_len,
-               unit.pos_query, ld, T(1), dk, s.dqk);
+          gemm_nn(s.dqk, unit.keys, s.positions, t.pos_query_t.data(), s.positions,
+                  t.dp2c_t.data(), s.k_len, t.dk_t.data(), s.k_len, true);
           T* dpq = g.dpos_query + t.slot * s.positions * ld + unit.h * s.dqk;
-          gemm(false, false, s.positions, s.dqk, unit.keys, T(1), t.dp2c_t.data(), s.k_len, unit.k,
-               s.dqk, T(1), dpq, ld);
+          gemm_nn(s.positions, s.dqk, unit.keys, t.dp2c_t.data(), s.k_len, unit.k, s.dqk, dpq, ld,
+                  true);
         }
+        // The item owns its dK, dV partial: add the transposed accumulators into it.
+        transpose(s.dqk, unit.keys, t.dk_t.data(), s.k_len, dk, s.dqk, T(1), true);
+        transpose(s.dv, unit.keys, t.dv_t.data(), s.k_len, dv, s.dv, T(1), true);
       });
 }
 
