@@ -242,8 +242,8 @@ template <typename T>
 void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0, int64_t rows,
                SoftmaxScratch<T>& t) {
   transpose(rows, s.dqk, unit.q + row0 * s.dqk, s.dqk, t.q_t_scaled.data(), kQueryBlock, s.scale);
-  gemm_nn(s.positions, rows, s.dqk, unit.pos_key, s.heads * s.dqk, t.q_t_scaled.data(),
-          kQueryBlock, t.c2p_t.data(), kQueryBlock, false);
+  gemm_nn(s.positions, rows, s.dqk, unit.pos_key, s.heads * s.dqk, t.q_t_scaled.data(), kQueryBlock,
+          t.c2p_t.data(), kQueryBlock, false);
 }
 
 template <typename T>
@@ -389,16 +389,15 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
       add_position_grads(p, t, row0, rows, kt0, n, dtile);
     }
     // dV^T += dO^T P, dQ += dS K, dK^T += Q^T dS.
-    gemm_nn(s.dv, n, rows, t.go_t.data(), kQueryBlock, tile, n, t.dv_t.data() + kt0, s.k_len,
-            true);
+    gemm_nn(s.dv, n, rows, t.go_t.data(), kQueryBlock, tile, n, t.dv_t.data() + kt0, s.k_len, true);
     gemm_nn(rows, s.dqk, n, dtile, n, unit.k + kt0 * s.dqk, s.dqk, dq, s.dqk, true);
     gemm_nn(s.dqk, n, rows, t.q_t.data(), kQueryBlock, dtile, n, t.dk_t.data() + kt0, s.k_len,
             true);
   }
   if (s.c2p) {
     // dQ^T = pos_key^T dC2P^T, added to dQ; d pos_key += dC2P^T Q.
-    gemm_nn(s.dqk, rows, s.positions, t.pos_key_t.data(), s.positions, t.dc2p_t.data(),
-            kQueryBlock, t.dq_t.data(), kQueryBlock, false);
+    gemm_nn(s.dqk, rows, s.positions, t.pos_key_t.data(), s.positions, t.dc2p_t.data(), kQueryBlock,
+            t.dq_t.data(), kQueryBlock, false);
     transpose(s.dqk, rows, t.dq_t.data(), kQueryBlock, dq, s.dqk, T(1), true);
     const int64_t ld = s.heads * s.dqk;
     T* dpk = g.dpos_key + t.slot * s.positions * ld + unit.h * s.dqk;
@@ -446,8 +445,8 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         if (s.p2c) {
           // dK^T += pos_query^T dP2C^T, d pos_query += dP2C^T K.
           const int64_t ld = s.heads * s.dqk;
-          gemm_nn(s.dqk, unit.keys, s.positions, t.pos_query_t.data(), s.positions,
-                  t.dp2c_t.data(), s.k_len, t.dk_t.data(), s.k_len, true);
+          gemm_nn(s.dqk, unit.keys, s.positions, t.pos_query_t.data(), s.positions, t.dp2c_t.data(),
+                  s.k_len, t.dk_t.data(), s.k_len, true);
           T* dpq = g.dpos_query + t.slot * s.positions * ld + unit.h * s.dqk;
           gemm_nn(s.positions, s.dqk, unit.keys, t.dp2c_t.data(), s.k_len, unit.k, s.dqk, dpq, ld,
                   true);
