@@ -43,6 +43,11 @@ def make_permute(kind, num_segments):
         perm = torch.randint(0, num_segments, (num_segments + 2,))
     elif kind == "subset":
         perm = torch.randperm(num_segments)[: max(num_segments // 2, 1)]
+    elif kind == "runs":  # shuffled runs of consecutive segments, as a feature-major permute
+        cuts = torch.randperm(max(num_segments - 1, 0))[: num_segments // 3].add(1).sort().values
+        bounds = [0, *cuts.tolist(), num_segments]
+        runs = [torch.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        perm = torch.cat([runs[i] for i in torch.randperm(len(runs))])
     elif kind == "empty":
         perm = torch.zeros(0, dtype=torch.int64)
     else:
@@ -95,7 +100,7 @@ def sparse_input(op_name, num_features, batch, lengths_dtype, max_length=4):
     return lengths, int(lengths.sum()), num_segments
 
 
-PERMUTE_KINDS = ["identity", "random", "repeats_drops", "subset", "empty"]
+PERMUTE_KINDS = ["identity", "random", "runs", "repeats_drops", "subset", "empty"]
 
 
 # --------------------------------------------------------------------------- permute: random
@@ -198,7 +203,7 @@ def test_permute_large(op_name):
     op = getattr(ops, op_name)
     num_features, batch = (300, 64) if op_name == "permute_2D_sparse_data" else (3000, 1)
     lengths, total, num_segments = sparse_input(op_name, num_features, batch, torch.int32, 8)
-    for kind in ("random", "repeats_drops"):
+    for kind in ("identity", "random", "runs", "repeats_drops"):
         permute = make_permute(kind, num_segments)
         values = torch.randn(total, 4)
         weights = torch.randn(total)

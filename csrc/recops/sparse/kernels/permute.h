@@ -73,24 +73,37 @@ void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src
     for (int s = 0; s < num_streams; ++s) {
       dst_limits[s] = streams[s].dst + dst_offsets[i1] * streams[s].row_bytes;
     }
-    for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t i = i0; i < i1;) {
       if (i + 2 * kPrefetchSegments < i1)
         prefetch(src_offsets + permute[i + 2 * kPrefetchSegments]);
       if (i + kPrefetchSegments < i1) {
-        const int64_t ahead = src_offsets[permute[i + kPrefetchSegments]];
+        const int64_t p_ahead = permute[i + kPrefetchSegments];
+        const int64_t ahead = src_offsets[p_ahead];
+        const int64_t ahead_rows = src_offsets[p_ahead + 1] - ahead;
         for (int s = 0; s < num_streams; ++s) {
-          prefetch(streams[s].src + ahead * streams[s].row_bytes);
+          // Every line of the run's first kShortRunBytes that copy_run reads (its fixed-size
+          // read of a short run often straddles two lines).
+          const char* first = streams[s].src + ahead * streams[s].row_bytes;
+          const int64_t bytes = ahead_rows * streams[s].row_bytes;
+          const int64_t read = bytes <= kShortRunBytes / 2 ? kShortRunBytes / 2 : kShortRunBytes;
+          for (int64_t offset = 0; offset < read; offset += 64) prefetch(first + offset);
+          prefetch(first + read - 1);
         }
       }
+      // Segments that follow each other in the source too (a feature-major permutation moves
+      // whole features) are contiguous on both sides: one copy moves the whole run of them.
       const int64_t p = permute[i];
+      int64_t end = i + 1;
+      while (end < i1 && permute[end] == permute[end - 1] + 1) ++end;
       const int64_t src_row = src_offsets[p];
-      const int64_t rows = src_offsets[p + 1] - src_row;
+      const int64_t rows = src_offsets[p + (end - i)] - src_row;
       for (int s = 0; s < num_streams; ++s) {
         const PermutedStream& st = streams[s];
         const int64_t rb = st.row_bytes;
         copy_run(st.dst + dst_offsets[i] * rb, st.src + src_row * rb, rows * rb, dst_limits[s],
                  st.src + st.src_bytes);
       }
+      i = end;
     }
   });
 }
