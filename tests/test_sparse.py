@@ -46,7 +46,7 @@ def make_permute(kind, num_segments):
     elif kind == "runs":  # shuffled runs of consecutive segments, as a feature-major permute
         cuts = torch.randperm(max(num_segments - 1, 0))[: num_segments // 3].add(1).sort().values
         bounds = [0, *cuts.tolist(), num_segments]
-        runs = [torch.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        runs = [torch.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         perm = torch.cat([runs[i] for i in torch.randperm(len(runs))])
     elif kind == "empty":
         perm = torch.zeros(0, dtype=torch.int64)
