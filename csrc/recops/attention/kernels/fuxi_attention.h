@@ -66,35 +66,36 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
         return TileArena<T>(kFuxiForwardTiles, seqs.max_len, with_buckets, slot);
       },
       [&](TileArena<T>& t, int64_t index) {
-        for_each_block(
-            seqs, mask, items[index], chunks, [&](const Block& blk, const StructuredMask& sm) {
-              const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-              const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-              for (int64_t h = 0; h < H; ++h) {
-                build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
-                const T* v = in.v + (key0 * H + h) * dv;
-                T* s = t.tile(kFuxiScores);
-                gemm(false, true, blk.rows, blk.keys, dqk, T(1), in.q + (row0 * H + h) * dqk,
-                     H * dqk, in.k + (key0 * H + h) * dqk, H * dqk, T(0), s, blk.keys);
-                silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                            blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-                const std::pair<FuxiChannel, const T*> weights[3] = {
-                    {FuxiChannel::kSemantic, s},
-                    {FuxiChannel::kTime, t.tile(kFuxiTime)},
-                    {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
-                for (const auto& [channel, a] : weights) {
-                  if (!layout.has(channel)) continue;
-                  gemm(false, false, blk.rows, dv, blk.keys, T(1), a, blk.keys, v, H * dv, T(0),
-                       out + layout.at(row0, h, channel), layout.row_stride);
-                }
-              }
-            });
+        for_each_block(seqs, mask, items[index], chunks,
+                       [&](const Block& blk, const StructuredMask& sm) {
+                         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+                         const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
+                         for (int64_t h = 0; h < H; ++h) {
+                           build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
+                           const T* v = in.v + (key0 * H + h) * dv;
+                           T* s = t.tile(kFuxiScores);
+                           gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+                                   kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
+                           silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                                       blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+                           const std::pair<FuxiChannel, const T*> weights[3] = {
+                               {FuxiChannel::kSemantic, s},
+                               {FuxiChannel::kTime, t.tile(kFuxiTime)},
+                               {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
+                           for (const auto& [channel, a] : weights) {
+                             if (!layout.has(channel)) continue;
+                             gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
+                                     out + layout.at(row0, h, channel), layout.row_stride, false);
+                           }
+                         }
+                       });
       });
 }
 
@@ -112,15 +113,19 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, in.v);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
-        return TileArena<T>(kFuxiBackwardTiles, seqs.max_len, with_buckets, slot);
+        return BackwardScratch<T>{
+            TileArena<T>(kFuxiBackwardTiles, seqs.max_len, with_buckets, slot),
+            TransposedGradients<T>(H, dqk, dv, seqs.max_len)};
       },
-      [&](TileArena<T>& t, int64_t index) {
+      [&](BackwardScratch<T>& scratch, int64_t index) {
+        TileArena<T>& t = scratch.tiles;
+        TransposedGradients<T>& tg = scratch.grads;
         const WorkItem item = items[index];
-        T* dk = grads.qkv.dk_partial(item.chunk);
-        T* dvp = grads.qkv.dv_partial(item.chunk);
+        tg.begin_item(seqs.length[item.sequence]);
         for_each_block(seqs, mask, item, chunks, [&](const Block& blk, const StructuredMask& sm) {
           const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
           const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
@@ -133,35 +138,38 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
           for (int64_t h = 0; h < H; ++h) {
             build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
             const T* q = in.q + (row0 * H + h) * dqk;
-            const T* k = in.k + (key0 * H + h) * dqk;
-            const T* v = in.v + (key0 * H + h) * dv;
+            const T* v_t = kv.v_t(blk.b, h, blk.key0);
+            T* dq = grads.qkv.dq + (row0 * H + h) * dqk;
+            T* dv_t = tg.dv_t(h, blk.key0);
             T* s = t.tile(kFuxiScores);
             T* ds = t.tile(kFuxiGrads);
             // Semantic channel: as HSTU without bias.
             const T* go = grad_out + layout.at(row0, h, FuxiChannel::kSemantic);
-            gemm(false, true, blk.rows, blk.keys, dqk, T(1), q, H * dqk, k, H * dqk, T(0), s,
-                 blk.keys);
-            gemm(false, true, blk.rows, blk.keys, dv, T(1), go, layout.row_stride, v, H * dv, T(0),
-                 ds, blk.keys);
+            gemm_nn(blk.rows, blk.keys, dqk, q, H * dqk, kv.k_t(blk.b, h, blk.key0), kv.ld(), s,
+                    blk.keys, false);
+            gemm_nn(blk.rows, blk.keys, dv, go, layout.row_stride, v_t, kv.ld(), ds, blk.keys,
+                    false);
             silu_score_grads(s, ds, static_cast<const T*>(nullptr), t.tile(kFuxiMask), tile,
                              shape.alpha, shape.silu_scale);
-            gemm(false, false, blk.rows, dqk, blk.keys, shape.alpha, ds, blk.keys, k, H * dqk, T(0),
-                 grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
-            gemm(true, false, blk.keys, dqk, blk.rows, shape.alpha, ds, blk.keys, q, H * dqk, T(1),
-                 dk + (key0 * H + h) * dqk, H * dqk);
-            gemm(true, false, blk.keys, dv, blk.rows, T(1), s, blk.keys, go, layout.row_stride,
-                 T(1), dvp + (key0 * H + h) * dv, H * dv);
-            // Bias channels: dV += (M * bias)^T dO_c; dbias += M * (dO_c V^T) (s as scratch).
+            // dQ = alpha dS K, dK^T += (alpha Q^T) dS, dV^T += dO^T A.
+            gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k + (key0 * H + h) * dqk, H * dqk, dq,
+                    H * dqk, false);
+            scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
+            gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, H * dqk, shape.alpha), kQueryBlock,
+                    ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
+            gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, layout.row_stride), kQueryBlock,
+                    s, blk.keys, dv_t, tg.ld(), true);
+            // Bias channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
             const std::pair<FuxiChannel, int> weights[2] = {
                 {FuxiChannel::kTime, kFuxiTime}, {FuxiChannel::kPosition, kFuxiPosition}};
             for (int c = 0; c < 2; ++c) {
               const FuxiChannel channel = weights[c].first;
               if (!layout.has(channel)) continue;
               const T* go_c = grad_out + layout.at(row0, h, channel);
-              gemm(true, false, blk.keys, dv, blk.rows, T(1), t.tile(weights[c].second), blk.keys,
-                   go_c, layout.row_stride, T(1), dvp + (key0 * H + h) * dv, H * dv);
-              gemm(false, true, blk.rows, blk.keys, dv, T(1), go_c, layout.row_stride, v, H * dv,
-                   T(0), s, blk.keys);
+              gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go_c, blk.rows, layout.row_stride),
+                      kQueryBlock, t.tile(weights[c].second), blk.keys, dv_t, tg.ld(), true);
+              gemm_nn(blk.rows, blk.keys, dv, go_c, layout.row_stride, v_t, kv.ld(), s, blk.keys,
+                      false);
               multiply_into(s, static_cast<const T*>(t.tile(kFuxiMask)), tile);
               add_into(t.tile(bias_channels[c].second), static_cast<const T*>(s), tile);
             }
@@ -175,6 +183,9 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                                   grads.position, t.slot());
           }
         });
+        const int64_t first = seqs.row_begin[item.sequence];
+        tg.end_item(seqs.length[item.sequence], grads.qkv.dk_partial(item.chunk) + first * H * dqk,
+                    grads.qkv.dv_partial(item.chunk) + first * H * dv);
       });
 }
 

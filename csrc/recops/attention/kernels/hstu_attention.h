@@ -1,16 +1,19 @@
 // HSTU attention on CPU: O_i = sum_j silu(alpha q_i.k_j + bias_ij) * scale * M_ij * v_j.
 //
-// Per query block (attention_tiles.h) and head: two BLAS calls (Q K^T, then A V) around one
+// Per query block (attention_tiles.h) and head: two tile products (Q K^T, then A V) around one
 // element-wise pass; the mask and bias tiles are built once per block and shared by the heads
-// unless they have a head dim. Backward recomputes the tile (never storing [N, N]); dQ rows belong
-// to the item, dK/dV accumulate in per-chunk partials that the adapter sums. Extra memory:
-// per-thread tiles O(kQueryBlock * N) plus O(C * L * H * D) partials.
+// unless they have a head dim. The products run on gemm_nn with K^T, V^T laid out once per call
+// (transposed_operands.h). Backward recomputes the tile (never storing [N, N]); dQ rows belong
+// to the item, dK/dV accumulate transposed per item, then in per-chunk partials that the adapter
+// sums. Extra memory: per-thread tiles O(kQueryBlock * N) plus O(H * D * N), one copy of K and
+// V, and O(C * L * H * D) partials.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "recops/attention/kernels/attention_tiles.h"
+#include "recops/attention/kernels/transposed_operands.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
 
@@ -40,6 +43,7 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                   const MaskSource<T>& mask, const BiasSource<T>& bias, int64_t chunks, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -56,12 +60,12 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                   build_bias_tile(bias, seqs, blk, h, t.tile(kBias), t.buckets());
                 }
                 T* s = t.tile(kScores);
-                gemm(false, true, blk.rows, blk.keys, dqk, T(1), in.q + (row0 * H + h) * dqk,
-                     H * dqk, in.k + (key0 * H + h) * dqk, H * dqk, T(0), s, blk.keys);
+                gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+                        kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
                 silu_scores(s, bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias),
                             t.tile(kMask), blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-                gemm(false, false, blk.rows, dv, blk.keys, T(1), s, blk.keys,
-                     in.v + (key0 * H + h) * dv, H * dv, T(0), out + (row0 * H + h) * dv, H * dv);
+                gemm_nn(blk.rows, dv, blk.keys, s, blk.keys, in.v + (key0 * H + h) * dv, H * dv,
+                        out + (row0 * H + h) * dv, H * dv, false);
               }
             });
       });
@@ -81,15 +85,19 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const bool has_bias = bias.kind != BiasKind::kNone;
   const bool shared_bias_grad = has_bias && !bias.per_head();
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, in.v);
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
-        return TileArena<T>(kBackwardTiles, seqs.max_len, bias.kind == BiasKind::kRelative, slot);
+        return BackwardScratch<T>{
+            TileArena<T>(kBackwardTiles, seqs.max_len, bias.kind == BiasKind::kRelative, slot),
+            TransposedGradients<T>(H, dqk, dv, seqs.max_len)};
       },
-      [&](TileArena<T>& t, int64_t index) {
+      [&](BackwardScratch<T>& scratch, int64_t index) {
+        TileArena<T>& t = scratch.tiles;
+        TransposedGradients<T>& tg = scratch.grads;
         const WorkItem item = items[index];
-        T* dk = grads.qkv.dk_partial(item.chunk);
-        T* dvp = grads.qkv.dv_partial(item.chunk);
+        tg.begin_item(seqs.length[item.sequence]);
         for_each_block(seqs, mask, item, chunks, [&](const Block& blk, const StructuredMask& sm) {
           const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
           const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
@@ -103,21 +111,22 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
             T* s = t.tile(kScores);
             T* ds = t.tile(kGrads);
             const T* q = in.q + (row0 * H + h) * dqk;
-            const T* k = in.k + (key0 * H + h) * dqk;
             const T* go = grad_out + (row0 * H + h) * dv;
-            gemm(false, true, blk.rows, blk.keys, dqk, T(1), q, H * dqk, k, H * dqk, T(0), s,
-                 blk.keys);
-            gemm(false, true, blk.rows, blk.keys, dv, T(1), go, H * dv, in.v + (key0 * H + h) * dv,
-                 H * dv, T(0), ds, blk.keys);
+            T* dq = grads.qkv.dq + (row0 * H + h) * dqk;
+            gemm_nn(blk.rows, blk.keys, dqk, q, H * dqk, kv.k_t(blk.b, h, blk.key0), kv.ld(), s,
+                    blk.keys, false);
+            gemm_nn(blk.rows, blk.keys, dv, go, H * dv, kv.v_t(blk.b, h, blk.key0), kv.ld(), ds,
+                    blk.keys, false);
             silu_score_grads(s, ds, has_bias ? t.tile(kBias) : nullptr, t.tile(kMask), tile,
                              shape.alpha, shape.silu_scale);
-            // dQ = alpha dS K, dK += alpha dS^T Q, dV += A^T dO.
-            gemm(false, false, blk.rows, dqk, blk.keys, shape.alpha, ds, blk.keys, k, H * dqk, T(0),
-                 grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
-            gemm(true, false, blk.keys, dqk, blk.rows, shape.alpha, ds, blk.keys, q, H * dqk, T(1),
-                 dk + (key0 * H + h) * dqk, H * dqk);
-            gemm(true, false, blk.keys, dv, blk.rows, T(1), s, blk.keys, go, H * dv, T(1),
-                 dvp + (key0 * H + h) * dv, H * dv);
+            // dQ = alpha dS K, dK^T += (alpha Q^T) dS, dV^T += dO^T A.
+            gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k + (key0 * H + h) * dqk, H * dqk, dq,
+                    H * dqk, false);
+            scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
+            gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, H * dqk, shape.alpha), kQueryBlock,
+                    ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
+            gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, H * dv), kQueryBlock, s, blk.keys,
+                    tg.dv_t(h, blk.key0), tg.ld(), true);
             if (shared_bias_grad) {
               add_into(t.tile(kGradSum), ds, tile);
             } else if (has_bias) {
@@ -129,6 +138,9 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                                   t.slot());
           }
         });
+        const int64_t first = seqs.row_begin[item.sequence];
+        tg.end_item(seqs.length[item.sequence], grads.qkv.dk_partial(item.chunk) + first * H * dqk,
+                    grads.qkv.dv_partial(item.chunk) + first * H * dv);
       });
 }
 
