@@ -33,11 +33,11 @@ def _gather_rows(n, m, threads):
     grad = torch.randn(m)
     case = f"x={n} index={m} int64, {threads} thr"
     torch.testing.assert_close(ops.gather_for_rank1(x, index), torch.index_select(x, 0, index))
+    # fp32 sums of ~m / n gradients per slot: both sides carry rounding error of order
+    # sqrt(m / n) * eps * |sum|, so compare both against the float64 sum.
+    exact = torch.zeros(n, dtype=torch.float64).index_add_(0, index, grad.double())
     torch.testing.assert_close(
-        ops.index_select_for_rank1_backward(grad, x, index),
-        torch.zeros_like(x).index_add_(0, index, grad),
-        rtol=1e-4,
-        atol=1e-3,
+        ops.index_select_for_rank1_backward(grad, x, index).double(), exact, rtol=1e-5, atol=1e-2
     )
     moved = m * (index.element_size() + x.element_size())
     # Each op is timed back to back (median_time), not interleaved with its reference: after the
