@@ -340,6 +340,25 @@ def test_low_precision_dtypes(dtype, atol):
         torch.testing.assert_close(g.to(F64), w, atol=atol * max(scale, 1.0), rtol=0.05)
 
 
+def test_brgemm_tile_products():
+    # fp32 with S = 320 (two key tiles, five query blocks), head dim 32 and span 32: the tile
+    # products run on oneDNN's brgemm micro-kernel; the padding extents 320, 160 and 200 make the
+    # third batch row's last key tile ragged (sgemm) in the same call.
+    low = make_inputs(3, 2, 320, 320, 32, 32, dtype=torch.float32)
+    mask = torch.arange(320)[None, :] < torch.tensor([[320], [160], [200]])
+    options = dict(position_buckets=32, max_relative_positions=128)
+    out, probs = recops.disentangled_attention(*low, mask, return_probs=True, **options)
+    grads = torch.autograd.grad(out.sum() + probs.square().sum(), low)
+    exact = [t.detach().to(F64).requires_grad_(True) for t in low]
+    ref_out, ref_probs = reference(*exact, mask, **options)
+    ref_grads = torch.autograd.grad(ref_out.sum() + ref_probs.square().sum(), exact)
+    assert_close_all((out, probs), (ref_out, ref_probs), 2e-5)
+    for g, w in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(
+            g.to(F64), w, atol=2e-5 * max(w.abs().max().item(), 1.0), rtol=1e-3
+        )
+
+
 # --------------------------------------------------------------------------- gradcheck
 @pytest.mark.parametrize("pos_att_type", [("c2p", "p2c"), ("p2c",)])
 def test_gradcheck(pos_att_type):

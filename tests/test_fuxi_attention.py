@@ -181,6 +181,28 @@ def test_low_precision_dtypes(dtype, tol):
     torch.testing.assert_close(got.double(), ref, atol=tol * ref.abs().max().item(), rtol=tol)
 
 
+def test_brgemm_tile_products():
+    # fp32 products whose sizes and leading dimensions are multiples of 16 run on oneDNN's brgemm
+    # micro-kernel; the ragged lengths (100, 37) leave last blocks to sgemm in the same call.
+    n = 256
+    q, k, v, offsets = _jagged([256, 192, 100, 0, 37, 64], dtype=torch.float64, dqk=32, dv=32)
+    ts_bias, pos_bias = _dense_biases(6, n)
+    leaves = [q, k, v, ts_bias, pos_bias]
+    ref = fuxi_reference(q, k, v, offsets, n, ts_bias=ts_bias, pos_bias=pos_bias)
+    low = [t.float().requires_grad_() for t in leaves]
+    got = recops.fuxi_attention(*low[:3], offsets, n, ts_bias=low[3], pos_bias=low[4])
+    scale = ref.abs().max().item()
+    torch.testing.assert_close(got.double(), ref, atol=2e-5 * scale, rtol=1e-4)
+    grad = torch.randn_like(ref)
+    for t in leaves:
+        t.requires_grad_()
+    ref = fuxi_reference(*leaves[:3], offsets, n, ts_bias=leaves[3], pos_bias=leaves[4])
+    expected = torch.autograd.grad(ref, leaves, grad)
+    actual = torch.autograd.grad(got, low, grad.float())
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a.double(), e, atol=2e-5 * e.abs().max().item(), rtol=1e-4)
+
+
 def test_dense_layout_with_lengths_and_custom_mask():
     batch, n = 3, 20
     q, k, v = (torch.randn(batch, n, HEADS, DIM, dtype=torch.float64) for _ in range(3))

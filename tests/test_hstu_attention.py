@@ -471,6 +471,23 @@ def test_relative_bias(layout, query_time_shift, kind):
     )
 
 
+@pytest.mark.parametrize("relative", [False, True])
+def test_brgemm_tile_products(relative):
+    # fp32 products whose sizes and leading dimensions are multiples of 16 (max_seq_len 256,
+    # head dims 32, lengths 256, 192, 64, 96) run on oneDNN's brgemm micro-kernel; ragged
+    # lengths (100, 37) leave last blocks to sgemm in the same call.
+    lengths, n = [256, 192, 64, 100, 0, 37, 96], 256
+    extra = {}
+    if relative:
+        extra = dict(timestamps=make_timestamps("sorted", (sum(lengths),)))
+    compare(
+        {**jagged_qkv(lengths, heads=2, dqk=32, dv=32), **(relative_tables(n) if relative else {})},
+        seq_offsets=offsets_of(lengths),
+        max_seq_len=n,
+        **extra,
+    )
+
+
 @pytest.mark.parametrize("num_buckets, divisor", [(10, 0.301), (128, 0.5), (0, 0.301)])
 def test_relative_bias_table_sizes(num_buckets, divisor):
     lengths, n = [70, 20], 70
