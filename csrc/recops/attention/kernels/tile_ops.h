@@ -30,14 +30,24 @@ RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask
 //   x = alpha * s + bias, a = silu(x) * scale * mask, dx = dp * scale * mask * silu'(x).
 // Overwrites s with a and dp with dx.
 template <typename T>
+RECOPS_ALWAYS_INLINE void silu_score_grad(T* s, T* dp, T x, T m, int64_t j) {
+  const T sig = fast_sigmoid(x);
+  s[j] = x * sig * m;
+  dp[j] = dp[j] * m * sig * (T(1) + x * (T(1) - sig));
+}
+
+template <typename T>
 RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask,
                                                    int64_t n, T alpha, T scale) {
-  for (int64_t j = 0; j < n; ++j) {
-    const T x = alpha * s[j] + (bias == nullptr ? T(0) : bias[j]);
-    const T sig = fast_sigmoid(x);
-    const T m = scale * mask[j];
-    s[j] = x * sig * m;
-    dp[j] = dp[j] * m * sig * (T(1) + x * (T(1) - sig));
+  // Two loops rather than `bias ? bias[j] : 0` in one: GCC vectorises that as a masked load from
+  // the null pointer, and the CPU's fault suppression for each such load costs a microcode
+  // assist (the no-bias backward ran 18x slower).
+  if (bias == nullptr) {
+    for (int64_t j = 0; j < n; ++j) silu_score_grad(s, dp, alpha * s[j], scale * mask[j], j);
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      silu_score_grad(s, dp, alpha * s[j] + bias[j], scale * mask[j], j);
+    }
   }
 }
 
