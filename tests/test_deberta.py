@@ -340,6 +340,7 @@ def test_low_precision_dtypes(dtype, atol):
         torch.testing.assert_close(g.to(F64), w, atol=atol * max(scale, 1.0), rtol=0.05)
 
 
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # mkldnn.flags' own
 def test_brgemm_tile_products():
     # fp32 with S = 320 (two key tiles, five query blocks), head dim 32 and span 32: the tile
     # products run on oneDNN's brgemm micro-kernel; the padding extents 320, 160 and 200 make the
@@ -357,6 +358,10 @@ def test_brgemm_tile_products():
         torch.testing.assert_close(
             g.to(F64), w, atol=2e-5 * max(w.abs().max().item(), 1.0), rtol=1e-3
         )
+    # With oneDNN disabled (torch.backends.mkldnn), PyTorch's brgemm falls back to sgemm.
+    with torch.backends.mkldnn.flags(enabled=False):
+        fallback = recops.disentangled_attention(*low, mask, **options)
+    torch.testing.assert_close(fallback, out, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- gradcheck
