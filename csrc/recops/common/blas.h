@@ -1,7 +1,7 @@
-// Row-major float / double GEMM on the BLAS that PyTorch ships (MKL or OpenBLAS export the
-// Fortran `sgemm_` symbol from libtorch_cpu), and the un-transposed tile product gemm_nn on
-// oneDNN's batch-reduce GEMM micro-kernel that PyTorch exports. Called from inside
-// at::parallel_for tasks, where the BLAS runs single-threaded.
+// Row-major float / double tile products (gemm_nn) on oneDNN's batch-reduce GEMM micro-kernel
+// that PyTorch exports, or on the BLAS that PyTorch ships (MKL or OpenBLAS export the Fortran
+// `sgemm_` symbol from libtorch_cpu). Called from inside at::parallel_for tasks, where the BLAS
+// runs single-threaded.
 #pragma once
 
 #include <ATen/native/CPUBlas.h>
@@ -39,30 +39,28 @@ class SingleThreadedBlas {
   int previous_;
 };
 
-// C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, all row-major with leading dimensions
-// lda / ldb / ldc; op(X) = X^T when trans_x.
+// C[m, n] = A[m, k] B[k, n] (+ C when accumulate) on the Fortran BLAS, row-major with leading
+// dimensions lda / ldb / ldc.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+                  T* c, int64_t ldc, bool accumulate) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm: float or double");
   if (m == 0 || n == 0) return;
-  // Row-major C = A B is column-major C^T = B^T A^T: swap the operands, keep each one's flag.
-  const char ta = trans_b ? 'T' : 'N';
-  const char tb = trans_a ? 'T' : 'N';
+  if (k == 0) {
+    if (accumulate) return;
+    for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, T(0));
+    return;
+  }
+  // Row-major C = A B is column-major C^T = B^T A^T: pass the operands swapped.
+  const char no_transpose = 'N';
   const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);
   const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda),
             ildc = static_cast<int>(ldc);
-  if (k == 0) {
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t col = 0; col < n; ++col)
-        c[r * ldc + col] = beta == T(0) ? T(0) : beta * c[r * ldc + col];
-    }
-    return;
-  }
+  const T one = 1, beta = accumulate ? 1 : 0;
   if constexpr (std::is_same_v<T, float>) {
-    sgemm_(&ta, &tb, &im, &in, &ik, &alpha, b, &ilda, a, &ildb, &beta, c, &ildc);
+    sgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
   } else {
-    dgemm_(&ta, &tb, &im, &in, &ik, &alpha, b, &ilda, a, &ildb, &beta, c, &ildc);
+    dgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
   }
 }
 
@@ -90,7 +88,7 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* 
       return;
     }
   }
-  gemm(false, false, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
+  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 // dst[c * ld_dst + r] = scale * src[r * ld_src + c] (+= when accumulate) for r < rows, c < cols.
