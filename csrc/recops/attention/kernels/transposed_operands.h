@@ -13,7 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "recops/attention/kernels/attention_tiles.h"
 #include "recops/common/blas.h"
@@ -41,24 +41,25 @@ class KeyValueTransposes {
         dqk_(dqk),
         dv_(dv),
         max_len_(seqs.max_len),
-        k_t_(seqs.count * heads * dqk * max_len_),
-        v_t_(v != nullptr ? seqs.count * heads * dv * max_len_ : 0) {
-    transpose_sequences(seqs, heads * dqk, k, k_t_.data());
-    if (v != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.data());
+        k_t_(new T[seqs.count * heads * dqk * max_len_]),
+        v_t_(v != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
+    transpose_sequences(seqs, heads * dqk, k, k_t_.get());
+    if (v != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
   }
 
-  // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()).
+  // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()). Columns
+  // past a sequence's length are never written (nor read).
   const T* k_t(int64_t b, int64_t h, int64_t key0) const {
-    return k_t_.data() + ((b * heads_ + h) * dqk_) * max_len_ + key0;
+    return k_t_.get() + ((b * heads_ + h) * dqk_) * max_len_ + key0;
   }
   const T* v_t(int64_t b, int64_t h, int64_t key0) const {
-    return v_t_.data() + ((b * heads_ + h) * dv_) * max_len_ + key0;
+    return v_t_.get() + ((b * heads_ + h) * dv_) * max_len_ + key0;
   }
   int64_t ld() const { return max_len_; }
 
  private:
   int64_t heads_, dqk_, dv_, max_len_;
-  std::vector<T> k_t_, v_t_;
+  std::unique_ptr<T[]> k_t_, v_t_;  // uninitialised: a zero fill would be a wasted pass
 };
 
 template <typename T>
@@ -69,32 +70,32 @@ class TransposedGradients {
         dqk_(dqk),
         dv_(dv),
         max_len_(max_len),
-        q_t_(dqk * kQueryBlock),
-        go_t_(dv * kQueryBlock),
-        dk_t_(heads * dqk * max_len),
-        dv_t_(heads * dv * max_len) {}
+        q_t_(new T[dqk * kQueryBlock]),
+        go_t_(new T[dv * kQueryBlock]),
+        dk_t_(new T[heads * dqk * max_len]),
+        dv_t_(new T[heads * dv * max_len]) {}
 
   // Zeroes the accumulators for an item over a sequence of `length` keys.
   void begin_item(int64_t length) {
     for (int64_t c = 0; c < heads_ * dqk_; ++c)
-      std::fill_n(dk_t_.data() + c * max_len_, length, T(0));
+      std::fill_n(dk_t_.get() + c * max_len_, length, T(0));
     for (int64_t c = 0; c < heads_ * dv_; ++c)
-      std::fill_n(dv_t_.data() + c * max_len_, length, T(0));
+      std::fill_n(dv_t_.get() + c * max_len_, length, T(0));
   }
 
   // scale Q^T [Dqk, rows] and dO^T [Dv, rows] of a block (leading dimension kQueryBlock).
   const T* q_t(const T* q, int64_t rows, int64_t ld_q, T scale) {
-    transpose(rows, dqk_, q, ld_q, q_t_.data(), kQueryBlock, scale);
-    return q_t_.data();
+    transpose(rows, dqk_, q, ld_q, q_t_.get(), kQueryBlock, scale);
+    return q_t_.get();
   }
   const T* go_t(const T* go, int64_t rows, int64_t ld_go) {
-    transpose(rows, dv_, go, ld_go, go_t_.data(), kQueryBlock);
-    return go_t_.data();
+    transpose(rows, dv_, go, ld_go, go_t_.get(), kQueryBlock);
+    return go_t_.get();
   }
 
   // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
-  T* dk_t(int64_t h, int64_t key0) { return dk_t_.data() + h * dqk_ * max_len_ + key0; }
-  T* dv_t(int64_t h, int64_t key0) { return dv_t_.data() + h * dv_ * max_len_ + key0; }
+  T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_ * max_len_ + key0; }
+  T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_ * max_len_ + key0; }
   int64_t ld() const { return max_len_; }
 
   // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
@@ -108,7 +109,7 @@ class TransposedGradients {
 
  private:
   int64_t heads_, dqk_, dv_, max_len_;
-  std::vector<T> q_t_, go_t_, dk_t_, dv_t_;
+  std::unique_ptr<T[]> q_t_, go_t_, dk_t_, dv_t_;  // uninitialised; begin_item zeroes dK^T, dV^T
 };
 
 // Per-thread scratch of the HSTU-family backward: the tiles and the transposed gradient
