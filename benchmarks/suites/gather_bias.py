@@ -5,8 +5,6 @@ a view that other processes competing for the cores disturb less). Every recops 
 against its reference once before timing.
 """
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from harness import Row, median_time
@@ -15,16 +13,6 @@ ops = torch.ops.recops
 SUITE = "gather_bias"
 DIVISOR = 0.301
 NUM_BUCKETS = 128
-
-
-@contextlib.contextmanager
-def _threads(n):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _gather_rows(n, m, threads):
@@ -120,10 +108,14 @@ def _bias_rows(batch, n, threads):
 
 def run(limits):
     rows = []
-    for threads in sorted({limits.threads, 1}, reverse=True):
-        with _threads(threads):
+    before = torch.get_num_threads()
+    try:
+        for threads in sorted({limits.threads, 1}, reverse=True):
+            torch.set_num_threads(threads)
             rows += _gather_rows(129, 128 * 211 * 211, threads)
             rows += _gather_rows(20480, 1 << 20, threads)
             rows += _bias_rows(32, 256, threads)
             rows += _bias_rows(8, 1024, threads)
+    finally:
+        torch.set_num_threads(before)
     return rows
