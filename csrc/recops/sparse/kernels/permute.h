@@ -108,14 +108,21 @@ void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src
   });
 }
 
+// dst[i] = src[permute[i]] for i in [i0, i1), rows of one word_t. (Pointers by value: captured by
+// reference in the parallel lambda they would be reloaded after every store.)
+template <typename word_t, typename perm_t>
+void gather_word_range(const perm_t* permute, int64_t i0, int64_t i1, const char* src, char* dst) {
+  for (int64_t i = i0; i < i1; ++i) {
+    std::memcpy(dst + i * sizeof(word_t), src + static_cast<int64_t>(permute[i]) * sizeof(word_t),
+                sizeof(word_t));
+  }
+}
+
 // dst[i] = src[permute[i]] for rows of one word_t.
 template <typename word_t, typename perm_t>
 void gather_words(const perm_t* permute, int64_t num_out, const char* src, char* dst) {
   at::parallel_for(0, num_out, grain_for_bytes(2 * sizeof(word_t)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      std::memcpy(dst + i * sizeof(word_t), src + static_cast<int64_t>(permute[i]) * sizeof(word_t),
-                  sizeof(word_t));
-    }
+    gather_word_range<word_t>(permute, i0, i1, src, dst);
   });
 }
 
