@@ -173,12 +173,14 @@ bool scatter_inverse(const perm_t* permute, int64_t begin, int64_t end, int64_t 
   return in_range;
 }
 
-// Whether any of inverse[begin, end) is still negative.
+// Whether any of inverse[begin, end) is still negative: the OR of the values has the sign bit
+// set. (GCC vectorises this integer OR; the loop of bool ORs it left scalar took 2x the scatter's
+// share of the time.)
 template <typename perm_t>
 bool any_unstored(const perm_t* inverse, int64_t begin, int64_t end) {
-  bool unstored = false;
-  for (int64_t j = begin; j < end; ++j) unstored |= inverse[j] < 0;
-  return unstored;
+  perm_t bits = 0;
+  for (int64_t j = begin; j < end; ++j) bits |= inverse[j];
+  return bits < 0;
 }
 
 // inverse[permute[i]] = i. Returns false, leaving `inverse` unspecified, unless permute is a
