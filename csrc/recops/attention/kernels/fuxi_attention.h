@@ -110,82 +110,49 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                    const T* grad_out, const MaskSource<T>& mask, const BiasSource<T>& time,
                    const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout,
                    const FuxiGrads<T>& grads) {
-  const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
-  const bool with_buckets = time.kind == BiasKind::kRelative;
-  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, in.v);
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t slot) {
-        return BackwardScratch<T>{
-            TileArena<T>(kFuxiBackwardTiles, seqs.max_len, with_buckets, slot),
-            TransposedGradients<T>(H, dqk, dv, seqs.max_len)};
-      },
-      [&](BackwardScratch<T>& scratch, int64_t index) {
-        TileArena<T>& t = scratch.tiles;
-        TransposedGradients<T>& tg = scratch.grads;
-        const WorkItem item = items[index];
-        tg.begin_item(seqs.length[item.sequence]);
-        for_each_block(seqs, mask, item, chunks, [&](const Block& blk, const StructuredMask& sm) {
-          const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-          const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-          const int64_t tile = blk.rows * blk.keys;
-          const std::pair<FuxiChannel, int> bias_channels[2] = {
-              {FuxiChannel::kTime, kFuxiTimeGrad}, {FuxiChannel::kPosition, kFuxiPositionGrad}};
-          for (const auto& [channel, grad_tile] : bias_channels) {
-            if (layout.has(channel)) std::fill(t.tile(grad_tile), t.tile(grad_tile) + tile, T(0));
+  const int64_t H = shape.heads, dv = shape.dv;
+  const KeyValueTransposes<T> kv(seqs, H, shape.dqk, dv, in.k, in.v);
+  for_each_backward_block(
+      seqs, shape, mask, kFuxiBackwardTiles, time.kind == BiasKind::kRelative, chunks, grads.qkv,
+      [&](TileArena<T>& t, TransposedGradients<T>& tg, const Block& blk, const StructuredMask& sm) {
+        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t tile = blk.rows * blk.keys;
+        const std::pair<FuxiChannel, int> bias_channels[2] = {
+            {FuxiChannel::kTime, kFuxiTimeGrad}, {FuxiChannel::kPosition, kFuxiPositionGrad}};
+        for (const auto& [channel, grad_tile] : bias_channels) {
+          if (layout.has(channel)) std::fill(t.tile(grad_tile), t.tile(grad_tile) + tile, T(0));
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
+          T* s = t.tile(kFuxiScores);
+          // Semantic channel: as HSTU without bias.
+          silu_head_backward(shape, in, kv, seqs, blk, h,
+                             grad_out + layout.at(row0, h, FuxiChannel::kSemantic),
+                             layout.row_stride, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                             s, t.tile(kFuxiGrads), grads.qkv.dq, tg);
+          // Bias channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
+          const std::pair<FuxiChannel, int> weights[2] = {{FuxiChannel::kTime, kFuxiTime},
+                                                          {FuxiChannel::kPosition, kFuxiPosition}};
+          for (int c = 0; c < 2; ++c) {
+            const FuxiChannel channel = weights[c].first;
+            if (!layout.has(channel)) continue;
+            const T* go_c = grad_out + layout.at(row0, h, channel);
+            gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go_c, blk.rows, layout.row_stride), kQueryBlock,
+                    t.tile(weights[c].second), blk.keys, tg.dv_t(h, blk.key0), tg.ld(), true);
+            gemm_nn(blk.rows, blk.keys, dv, go_c, layout.row_stride, kv.v_t(blk.b, h, blk.key0),
+                    kv.ld(), s, blk.keys, false);
+            multiply_into(s, static_cast<const T*>(t.tile(kFuxiMask)), tile);
+            add_into(t.tile(bias_channels[c].second), static_cast<const T*>(s), tile);
           }
-          for (int64_t h = 0; h < H; ++h) {
-            build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
-            const T* q = in.q + (row0 * H + h) * dqk;
-            const T* v_t = kv.v_t(blk.b, h, blk.key0);
-            T* dq = grads.qkv.dq + (row0 * H + h) * dqk;
-            T* dv_t = tg.dv_t(h, blk.key0);
-            T* s = t.tile(kFuxiScores);
-            T* ds = t.tile(kFuxiGrads);
-            // Semantic channel: as HSTU without bias.
-            const T* go = grad_out + layout.at(row0, h, FuxiChannel::kSemantic);
-            gemm_nn(blk.rows, blk.keys, dqk, q, H * dqk, kv.k_t(blk.b, h, blk.key0), kv.ld(), s,
-                    blk.keys, false);
-            gemm_nn(blk.rows, blk.keys, dv, go, layout.row_stride, v_t, kv.ld(), ds, blk.keys,
-                    false);
-            silu_score_grads(s, ds, static_cast<const T*>(nullptr), t.tile(kFuxiMask), tile,
-                             shape.alpha, shape.silu_scale);
-            // dQ = alpha dS K, dK^T += (alpha Q^T) dS, dV^T += dO^T A.
-            gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k + (key0 * H + h) * dqk, H * dqk, dq,
-                    H * dqk, false);
-            scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
-            gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, H * dqk, shape.alpha), kQueryBlock,
-                    ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
-            gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, layout.row_stride), kQueryBlock,
-                    s, blk.keys, dv_t, tg.ld(), true);
-            // Bias channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
-            const std::pair<FuxiChannel, int> weights[2] = {
-                {FuxiChannel::kTime, kFuxiTime}, {FuxiChannel::kPosition, kFuxiPosition}};
-            for (int c = 0; c < 2; ++c) {
-              const FuxiChannel channel = weights[c].first;
-              if (!layout.has(channel)) continue;
-              const T* go_c = grad_out + layout.at(row0, h, channel);
-              gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go_c, blk.rows, layout.row_stride),
-                      kQueryBlock, t.tile(weights[c].second), blk.keys, dv_t, tg.ld(), true);
-              gemm_nn(blk.rows, blk.keys, dv, go_c, layout.row_stride, v_t, kv.ld(), s, blk.keys,
-                      false);
-              multiply_into(s, static_cast<const T*>(t.tile(kFuxiMask)), tile);
-              add_into(t.tile(bias_channels[c].second), static_cast<const T*>(s), tile);
-            }
-          }
-          if (layout.has(FuxiChannel::kTime)) {
-            accumulate_bias_grads(time, seqs, blk, 0, t.tile(kFuxiTimeGrad), t.buckets(),
-                                  grads.time, t.slot());
-          }
-          if (layout.has(FuxiChannel::kPosition)) {
-            accumulate_bias_grads(position, seqs, blk, 0, t.tile(kFuxiPositionGrad), nullptr,
-                                  grads.position, t.slot());
-          }
-        });
-        const int64_t first = seqs.row_begin[item.sequence];
-        tg.end_item(seqs.length[item.sequence], grads.qkv.dk_partial(item.chunk) + first * H * dqk,
-                    grads.qkv.dv_partial(item.chunk) + first * H * dv);
+        }
+        if (layout.has(FuxiChannel::kTime)) {
+          accumulate_bias_grads(time, seqs, blk, 0, t.tile(kFuxiTimeGrad), t.buckets(), grads.time,
+                                t.slot());
+        }
+        if (layout.has(FuxiChannel::kPosition)) {
+          accumulate_bias_grads(position, seqs, blk, 0, t.tile(kFuxiPositionGrad), nullptr,
+                                grads.position, t.slot());
+        }
       });
 }
 
