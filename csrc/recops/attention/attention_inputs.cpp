@@ -123,6 +123,20 @@ PreparedMask prepare_mask(const HstuOptions& o, const Sequences& seqs, int64_t h
   return p;
 }
 
+PreparedAttention prepare_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& seq_offsets,
+                                    const std::optional<at::Tensor>& seq_lengths,
+                                    const HstuOptions& options) {
+  check_qkv(q, k, v);
+  PreparedAttention a;
+  a.rows = q.size(0);
+  a.heads = q.size(1);
+  a.compute = compute_dtype(q);
+  a.seqs = prepare_sequences(a.rows, seq_offsets, seq_lengths, options.max_seq_len);
+  a.mask = prepare_mask(options, a.seqs.view, a.heads, a.compute);
+  return a;
+}
+
 PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const Sequences& seqs,
                                 int64_t heads, at::ScalarType compute) {
   check_cpu(bias, name);

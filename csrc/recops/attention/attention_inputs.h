@@ -58,6 +58,19 @@ struct PreparedMask {
 PreparedMask prepare_mask(const HstuOptions& options, const kernels::Sequences& seqs, int64_t heads,
                           at::ScalarType compute);
 
+// What every HSTU-family adapter prepares first: q, k, v checked, the sequences and the mask.
+struct PreparedAttention {
+  int64_t rows = 0, heads = 0;
+  at::ScalarType compute = at::kFloat;
+  PreparedSequences seqs;
+  PreparedMask mask;
+};
+
+PreparedAttention prepare_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& seq_offsets,
+                                    const std::optional<at::Tensor>& seq_lengths,
+                                    const HstuOptions& options);
+
 // A bias source: dense [Bb, Hb, N, N] or relative (time and/or position tables).
 struct PreparedBias {
   kernels::BiasKind kind = kernels::BiasKind::kNone;

@@ -66,26 +66,39 @@ FuxiLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, bool
   return layout;
 }
 
+// The shared preparation of the FuXi-alpha forward and backward.
+struct PreparedFuxi {
+  PreparedAttention attention;
+  FuxiBiases biases;
+  FuxiLayout layout;
+
+  PreparedFuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+               const at::Tensor& seq_offsets, const std::optional<at::Tensor>& seq_lengths,
+               const FuxiOptions& options)
+      : attention(prepare_attention(q, k, v, seq_offsets, seq_lengths, options.base)),
+        biases(prepare_fuxi_biases(options, attention.seqs, attention.rows, attention.compute)),
+        layout(make_layout(biases, attention.heads, v.size(2), options.reference_layout)) {}
+};
+
 }  // namespace
 
 at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& seq_offsets,
                                    const std::optional<at::Tensor>& seq_lengths,
                                    const FuxiOptions& options) {
-  check_qkv(q, k, v);
-  const int64_t rows = q.size(0), heads = q.size(1);
-  const PreparedSequences seqs =
-      prepare_sequences(rows, seq_offsets, seq_lengths, options.base.max_seq_len);
-  const PreparedMask mask = prepare_mask(options.base, seqs.view, heads, compute_dtype(q));
-  const FuxiBiases biases = prepare_fuxi_biases(options, seqs, rows, compute_dtype(q));
-  const FuxiLayout layout = make_layout(biases, heads, v.size(2), options.reference_layout);
+  const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
+  // (References, not a structured binding: lambdas cannot capture those in C++17.)
+  const PreparedAttention& a = prepared.attention;
+  const FuxiBiases& biases = prepared.biases;
+  const FuxiLayout& layout = prepared.layout;
+  const int64_t rows = a.rows;
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     at::Tensor out = at::zeros({rows, layout.row_stride}, in.q.options());
-    fuxi_forward(seqs.view, in.shape(options.base), in.view(), mask.source<T>(),
+    fuxi_forward(a.seqs.view, in.shape(options.base), in.view(), a.mask.source<T>(),
                  biases.time.source<T>(), biases.position.source<T>(),
-                 choose_chunks(seqs.view.count, at::get_num_threads()), layout,
+                 choose_chunks(a.seqs.view.count, at::get_num_threads()), layout,
                  out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
@@ -96,32 +109,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::o
 hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options) {
-  check_qkv(q, k, v);
   check_cpu(grad_output, "grad_output");
-  const int64_t rows = q.size(0), heads = q.size(1);
-  const PreparedSequences seqs =
-      prepare_sequences(rows, seq_offsets, seq_lengths, options.base.max_seq_len);
-  const PreparedMask mask = prepare_mask(options.base, seqs.view, heads, compute_dtype(q));
-  const FuxiBiases biases = prepare_fuxi_biases(options, seqs, rows, compute_dtype(q));
-  const FuxiLayout layout = make_layout(biases, heads, v.size(2), options.reference_layout);
+  const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
+  // (References, not a structured binding: lambdas cannot capture those in C++17.)
+  const PreparedAttention& a = prepared.attention;
+  const FuxiBiases& biases = prepared.biases;
+  const FuxiLayout& layout = prepared.layout;
+  const int64_t rows = a.rows;
   TORCH_CHECK(grad_output.dim() == 2 && grad_output.size(0) == rows &&
                   grad_output.size(1) == layout.row_stride,
               "grad_output must have the output's shape [L, channels * H * Dv] = [", rows, ", ",
               layout.row_stride, "], got ", grad_output.sizes());
-  const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, compute_dtype(q));
-  const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, compute_dtype(q));
+  const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, a.compute);
+  const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, a.compute);
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
+    const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
     const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
     FuxiGrads<T> grads;
     grads.qkv = qkv_grads.view<T>();
     grads.time = time_grads.sinks<T>();
     grads.position = position_grads.sinks<T>();
-    fuxi_backward(seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
-                  mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(), chunks,
+    fuxi_backward(a.seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
+                  a.mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(), chunks,
                   layout, grads);
 
     auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);

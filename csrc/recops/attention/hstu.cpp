@@ -32,12 +32,11 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
                               const at::Tensor& seq_offsets,
                               const std::optional<at::Tensor>& seq_lengths,
                               const HstuOptions& options) {
-  check_qkv(q, k, v);
-  const int64_t rows = q.size(0), heads = q.size(1);
-  const PreparedSequences seqs =
-      prepare_sequences(rows, seq_offsets, seq_lengths, options.max_seq_len);
-  const PreparedMask mask = prepare_mask(options, seqs.view, heads, compute_dtype(q));
-  const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, compute_dtype(q));
+  const PreparedAttention a = prepare_attention(q, k, v, seq_offsets, seq_lengths, options);
+  const PreparedSequences& seqs = a.seqs;
+  const PreparedMask& mask = a.mask;
+  const int64_t rows = a.rows, heads = a.heads;
+  const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, a.compute);
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
@@ -59,12 +58,11 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
                   grad_output.size(1) == q.size(1) && grad_output.size(2) == v.size(2),
               "grad_output must have the output's shape [L, H, Dv] = [", q.size(0), ", ", q.size(1),
               ", ", v.size(2), "], got ", grad_output.sizes());
-  const int64_t rows = q.size(0), heads = q.size(1);
-  const PreparedSequences seqs =
-      prepare_sequences(rows, seq_offsets, seq_lengths, options.max_seq_len);
-  const PreparedMask mask = prepare_mask(options, seqs.view, heads, compute_dtype(q));
-  const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, compute_dtype(q));
-  const BiasGradBuffers bias_grads = allocate_bias_grads(bias, compute_dtype(q));
+  const PreparedAttention a = prepare_attention(q, k, v, seq_offsets, seq_lengths, options);
+  const PreparedSequences& seqs = a.seqs;
+  const PreparedMask& mask = a.mask;
+  const PreparedBias bias = prepare_hstu_bias(options, seqs, a.rows, a.heads, a.compute);
+  const BiasGradBuffers bias_grads = allocate_bias_grads(bias, a.compute);
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
