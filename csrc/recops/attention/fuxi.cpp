@@ -87,7 +87,6 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
                                    const std::optional<at::Tensor>& seq_lengths,
                                    const FuxiOptions& options) {
   const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
-  // (References, not a structured binding: lambdas cannot capture those in C++17.)
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;
   const FuxiLayout& layout = prepared.layout;
@@ -111,7 +110,6 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options) {
   check_cpu(grad_output, "grad_output");
   const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
-  // (References, not a structured binding: lambdas cannot capture those in C++17.)
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;
   const FuxiLayout& layout = prepared.layout;
