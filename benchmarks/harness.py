@@ -181,30 +181,36 @@ def check_matches(reference, candidate, dtype, case):
     assert (actual - expected).abs().max().item() <= tol * scale, case
 
 
-def measure_fwd_bwd(suite, case, impl, compare, fn, leaves, fwd_flops, bwd_flops_factor):
-    """Rows for fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
-    peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's."""
+def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_factor):
+    """Rows for each of impls ({"reference": fn, "recops": fn}, recops compared to the
+    reference): fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
+    peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's. Checks
+    first that recops matches the reference (check_matches)."""
+    check_matches(impls["reference"], impls["recops"], dtype, case)
+    rows = []
+    for impl, fn in impls.items():
 
-    def forward():
-        with torch.no_grad():
-            return fn()
+        def forward(fn=fn):
+            with torch.no_grad():
+                return fn()
 
-    def forward_backward():
-        out = fn()
-        return torch.autograd.grad(out, leaves, torch.ones_like(out))
+        def forward_backward(fn=fn):
+            out = fn()
+            return torch.autograd.grad(out, leaves, torch.ones_like(out))
 
-    return [
-        Row(
-            suite=suite,
-            case=f"{case} {phase}",
-            impl=impl,
-            seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
-            flops=flops,
-            peak_bytes=peak_extra_bytes(call),
-            extra={"compare_to": compare},
-        )
-        for phase, call, flops in (
-            ("fwd", forward, fwd_flops),
-            ("fwd+bwd", forward_backward, (1 + bwd_flops_factor) * fwd_flops),
-        )
-    ]
+        rows += [
+            Row(
+                suite=suite,
+                case=f"{case} {phase}",
+                impl=impl,
+                seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
+                flops=flops,
+                peak_bytes=peak_extra_bytes(call),
+                extra={"compare_to": ["reference"] if impl == "recops" else []},
+            )
+            for phase, call, flops in (
+                ("fwd", forward, fwd_flops),
+                ("fwd+bwd", forward_backward, (1 + bwd_flops_factor) * fwd_flops),
+            )
+        ]
+    return rows
