@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from threads import num_threads
 
 import recops
 
@@ -239,13 +240,9 @@ def test_long_sequence_many_tiles(length, positions, dtype):
 def test_one_unit_split_into_chunks():
     # One (batch, head) pair over 4 threads: its query blocks go to several work items, whose
     # dk / dv and position-table gradients are partial sums.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(4)
-    try:
+    with num_threads(4):
         inputs = make_inputs(1, 1, 300, 300, 8, 16)
         check_against_reference(inputs, position_buckets=16, max_relative_positions=48)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("q_len, k_len", [(3, 11), (11, 3), (70, 20), (20, 70)])

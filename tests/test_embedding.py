@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from threads import num_threads
 
 import recops
 from recops import (
@@ -308,16 +309,12 @@ def test_thread_count_does_not_change_results():
     rows = [shapes[t][0] for t in [0, 0, 1, 2]]
     batch = make_batch(gen, rows, 64, max_bag=20)
     results = []
-    threads = torch.get_num_threads()
-    try:
-        for n in (1, max(2, threads)):
-            torch.set_num_threads(n)
+    for n in (1, max(2, torch.get_num_threads())):
+        with num_threads(n):
             module = make_module(shapes, [0, 0, 1, 2], OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
             out = module(*batch)
             out.backward(grad_like(out, 0))
             results.append(module.weights_host.detach().clone())
-    finally:
-        torch.set_num_threads(threads)
     assert torch.equal(results[0], results[1])
 
 

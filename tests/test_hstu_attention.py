@@ -9,6 +9,7 @@ and the final rounding to the output dtype.
 import pytest
 import torch
 from hstu_reference import hstu_mask, hstu_reference, relative_bias, time_buckets
+from threads import num_threads
 from torch.autograd import gradcheck
 from torch.library import opcheck
 
@@ -537,9 +538,7 @@ def test_thread_counts(threads):
     """Per-thread partial sums (dK, dV, bias gradients) and work splitting at other thread
     counts; 3 threads on a 2-core machine still exercise three slots."""
     lengths, n = [150, 3, 64, 0, 65], 150
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with num_threads(threads):
         for bias in ("dense", "relative"):
             tensors = jagged_qkv(lengths)
             options = dict(seq_offsets=offsets_of(lengths), max_seq_len=n, mask="none")
@@ -549,8 +548,6 @@ def test_thread_counts(threads):
                 tensors.update(relative_tables(n))
                 options["timestamps"] = torch.randint(0, 10**6, (sum(lengths),))
             compare(tensors, **options)
-    finally:
-        torch.set_num_threads(previous)
 
 
 # --------------------------------------------------------------------------- gradcheck, opcheck
