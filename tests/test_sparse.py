@@ -216,9 +216,20 @@ def test_permute_large(op_name):
 
 
 # --------------------------------------------------------------------------- invert_permute
+# Two kernels: AVX-512 CPUs give each thread a slice of the output (a vector scan of all entries
+# per thread); "avx2" caps the instruction set to the portable one, which splits the entries.
+INVERT_KERNELS = ["widest", "avx2"]
+
+
+@pytest.fixture(params=INVERT_KERNELS)
+def invert_kernel(request, monkeypatch):
+    if request.param != "widest":
+        monkeypatch.setenv("RECOPS_CPU_ISA", request.param)
+
+
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
-@pytest.mark.parametrize("n", [0, 1, 5, 1000])
-def test_invert_permute(dtype, n):
+@pytest.mark.parametrize("n", [0, 1, 5, 17, 1000, 40_001])
+def test_invert_permute(dtype, n, invert_kernel):
     permute = torch.randperm(n).to(dtype)
     inverse = ops.invert_permute(permute)
     expected = torch.empty_like(permute)
@@ -228,23 +239,27 @@ def test_invert_permute(dtype, n):
     assert_equal(permute[inverse.long()], torch.arange(n, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_invert_permute_many_chunks(threads):
-    # 100 000 entries: several chunks per pass, handed between threads from pass to pass.
-    n = 100_000
-    permute = torch.randperm(n)
+def test_invert_permute_many_chunks(dtype, threads, invert_kernel):
+    # 100 003 entries: several chunks (portable kernel) or output slices (AVX-512) per thread count,
+    # and a vector tail; a repeat or an out-of-range entry in any of them is caught.
+    n = 100_003
+    permute = torch.randperm(n).to(dtype)
     expected = torch.empty_like(permute)
-    expected[permute] = torch.arange(n)
-    repeated = permute.clone()
-    repeated[90_000] = permute[10]
-    out_of_range = permute.clone()
-    out_of_range[70_000] = n
+    expected[permute.long()] = torch.arange(n, dtype=dtype)
     with num_threads(threads):
         assert_equal(ops.invert_permute(permute), expected)
-        with pytest.raises(ValueError, match=rf"{int(permute[10])} appears twice"):
-            ops.invert_permute(repeated)
-        with pytest.raises(ValueError, match=r"got permute\[70000\] = 100000"):
-            ops.invert_permute(out_of_range)
+        for at, source in [(90_000, 10), (n - 1, 0), (0, n - 2)]:
+            repeated = permute.clone()
+            repeated[at] = permute[source]
+            with pytest.raises(ValueError, match=rf"{int(permute[source])} appears twice"):
+                ops.invert_permute(repeated)
+        for at, value in [(70_000, n), (n - 1, -1), (3, 2**31 - 1)]:
+            out_of_range = permute.clone()
+            out_of_range[at] = value
+            with pytest.raises(ValueError, match=rf"got permute\[{at}\] = {value}"):
+                ops.invert_permute(out_of_range)
 
 
 # --------------------------------------------------------------------------- gradients

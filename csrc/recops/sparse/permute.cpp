@@ -6,6 +6,7 @@
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/memory.h"
+#include "recops/sparse/kernels/invert.h"
 #include "recops/sparse/kernels/permute.h"
 #include "recops/sparse/ops.h"
 
@@ -170,6 +171,8 @@ at::Tensor invert_permute(const at::Tensor& permute) {
   check_index_dtype(permute, "permute");
   const at::Tensor permute_c = permute.contiguous();
   const int64_t n = permute_c.numel();
+  TORCH_CHECK_VALUE(permute_c.scalar_type() == at::kLong || n <= (int64_t{1} << 31),
+                    "an int32 permute holds at most 2^31 entries, got ", n, "; use int64");
   at::Tensor inverse = at::empty_like(permute_c);
   // The kernel validates as it inverts; the checks below only name the offending entry.
   const bool inverted = dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {

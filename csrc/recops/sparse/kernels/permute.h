@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -152,58 +151,6 @@ void row_sums(const index_t* lengths, int64_t rows, int64_t cols, int64_t* sums)
       sums[r] = sum;
     }
   });
-}
-
-// inverse[permute[i]] = i for i in [begin, end) whose entry is in [0, n); returns whether all
-// were. (Pointers by value: captured by reference in a parallel lambda, they and n would be
-// reloaded from memory on every iteration, as any store might alias them. That reload made the
-// scatter 1.6x slower than FBGEMM's.)
-template <typename perm_t>
-bool scatter_inverse(const perm_t* permute, int64_t begin, int64_t end, int64_t n,
-                     perm_t* inverse) {
-  bool in_range = true;
-  for (int64_t i = begin; i < end; ++i) {
-    const perm_t p = permute[i];
-    if (static_cast<uint64_t>(p) >= static_cast<uint64_t>(n)) {
-      in_range = false;
-      continue;
-    }
-    inverse[p] = static_cast<perm_t>(i);
-  }
-  return in_range;
-}
-
-// Whether any of inverse[begin, end) is still negative: the OR of the values has the sign bit
-// set. (GCC vectorises this integer OR; the loop of bool ORs it left scalar took 2x the scatter's
-// share of the time.)
-template <typename perm_t>
-bool any_unstored(const perm_t* inverse, int64_t begin, int64_t end) {
-  perm_t bits = 0;
-  for (int64_t j = begin; j < end; ++j) bits |= inverse[j];
-  return bits < 0;
-}
-
-// inverse[permute[i]] = i. Returns false, leaving `inverse` unspecified, unless permute is a
-// permutation of [0, n). Every slot starts at -1 and entries outside [0, n) are skipped: with all
-// n entries in range, every slot is stored iff no entry repeats, so a pass for a slot still at -1
-// finds repeats. The three passes share one parallel region (fill and check are sequential and
-// cost little next to the scattered stores); the threads' stores share cache lines only where a
-// random permutation sends both threads into one line.
-template <typename perm_t>
-bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
-  constexpr int64_t kGrain = 32 * 1024;
-  enum Pass { kFill, kScatter, kCheck };
-  std::atomic<bool> ok{true};
-  parallel_phases<3>(n, kGrain, [&](int pass, int64_t begin, int64_t end) {
-    if (pass == kFill) {
-      std::fill(inverse + begin, inverse + end, perm_t{-1});
-    } else if (pass == kScatter) {
-      if (!scatter_inverse(permute, begin, end, n, inverse)) ok = false;
-    } else if (any_unstored(inverse, begin, end)) {
-      ok = false;
-    }
-  });
-  return ok;
 }
 
 }  // namespace recops::sparse::kernels
