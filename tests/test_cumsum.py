@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from threads import num_threads
 from torch.library import opcheck
 
 import recops
@@ -47,6 +48,16 @@ def test_cumsum_exact(name, dtype, shape):
     t = small_ints(shape, dtype)
     out = getattr(ops, name)(t)
     assert out.dtype == dtype
+    torch.testing.assert_close(out, reference(name, t), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", CUMSUM_OPS)
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_cumsum_thread_counts(name, threads):
+    # 300 007 elements: the parallel scan's head, summed pieces and tail on up to 4 threads.
+    t = torch.randint(-(2**40), 2**40, (300_007,))
+    with num_threads(threads):
+        out = getattr(ops, name)(t)
     torch.testing.assert_close(out, reference(name, t), rtol=0, atol=0)
 
 
