@@ -21,6 +21,7 @@ sys.path.insert(1, os.path.dirname(HERE))  # the repository root: recops built i
 
 import torch  # noqa: E402
 from harness import Limits, Row, geomean, measure_limits  # noqa: E402
+from memory import use_steady_allocator  # noqa: E402
 
 import recops  # noqa: E402,F401
 
@@ -30,7 +31,8 @@ RESULTS = os.path.join(HERE, "results")
 def format_table(rows, limits):
     lines = [
         f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s, "
-        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}",
+        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}; "
+        "allocator: steady (freed memory reused, no page faults in timings; benchmarks/memory.py)",
         "",
         "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) "
         "| peak MiB |",
@@ -98,6 +100,7 @@ def run_suite_isolated(name, limits):
 def main(argv):
     if argv[:1] == ["--suite"]:  # child of run_suite_isolated
         name, limits, out = argv[1], Limits(**json.loads(argv[2])), argv[3]
+        use_steady_allocator()
         rows = importlib.import_module(f"suites.{name}").run(limits)
         with open(out, "w") as f:
             json.dump([r.as_dict() for r in rows], f)
