@@ -290,6 +290,27 @@ def test_jagged_dense_large_batch(index_dtype, inner):
     assert_equal(ops.jagged_to_padded_dense_backward(dense, [offsets], total), jagged)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64], ids=str)
+@pytest.mark.parametrize("inner", [1, 13, 100])
+@pytest.mark.parametrize("padding_value", [0.0, -1.5])
+def test_jagged_dense_streamed(dtype, inner, padding_value, monkeypatch):
+    # Outputs larger than the last-level cache are written with streaming stores: whole 64-byte
+    # lines streamed, the partial lines at both ends of every run with normal stores. The threshold
+    # is forced to 0 so these small outputs take that path, with runs at every alignment.
+    monkeypatch.setenv("RECOPS_STREAM_ABOVE_BYTES", "0")
+    offsets = random_offsets(300, 70, torch.int64)
+    total = int(offsets[-1])
+    values = random_values((total, inner), dtype)
+    expected, (row_batch, position, rows) = ref_jagged_to_dense_1level(values, offsets, 60, 0)
+    if padding_value != 0.0:
+        expected = ref_jagged_to_dense(values, [offsets], [60], padding_value)
+    assert_equal(ops.jagged_to_padded_dense(values, [offsets], [60], padding_value), expected)
+    dense = random_values((300, 60, inner), dtype)
+    jagged = torch.zeros((total, inner), dtype=dtype)
+    jagged[rows] = dense[row_batch, position]
+    assert_equal(ops.dense_to_jagged(dense, [offsets])[0], jagged)
+
+
 def test_offsets_range_large():
     starts = random_offsets(20000, 9, torch.int64)[:-1]
     range_size = int(starts[-1]) + 5

@@ -198,6 +198,24 @@ def test_permute_edge_cases(op_name):
 
 
 @pytest.mark.parametrize("op_name", PERMUTE_OPS)
+@pytest.mark.parametrize("row_shape", [(), (3,), (40,)], ids=str)
+@pytest.mark.parametrize("values_dtype", [torch.float32, torch.float16, torch.int64], ids=str)
+def test_permute_streamed(op_name, row_shape, values_dtype, monkeypatch):
+    # Outputs larger than the last-level cache are written with streaming stores (threshold forced
+    # to 0 here): runs longer than 512 bytes at every alignment, next to short ones.
+    monkeypatch.setenv("RECOPS_STREAM_ABOVE_BYTES", "0")
+    op = getattr(ops, op_name)
+    num_features, batch = (30, 20) if op_name == "permute_2D_sparse_data" else (600, 1)
+    lengths, total, num_segments = sparse_input(op_name, num_features, batch, torch.int32, 300)
+    for kind in ("identity", "random", "runs", "repeats_drops"):
+        permute = make_permute(kind, num_segments)
+        values = random_values((total, *row_shape), values_dtype)
+        weights = torch.randn(total)
+        out = op(permute, lengths, values, weights)
+        assert_all_equal(out, ref_permute(permute, lengths, values, weights))
+
+
+@pytest.mark.parametrize("op_name", PERMUTE_OPS)
 def test_permute_large(op_name):
     # Enough segments for at::parallel_for to split the copies into several tasks.
     op = getattr(ops, op_name)

@@ -9,21 +9,22 @@
 #include <cstring>
 
 #include "recops/common/parallel.h"
+#include "recops/common/streaming.h"
 #include "recops/jagged/kernels/jagged_layout.h"
 
 namespace recops::jagged::kernels {
 
 // Fills [out, end) with `value`. When all bytes of `value` are equal (0 and -1 are), memset does
-// it: it uses the widest stores the CPU has, where the compiler's loop in this portable build is
-// limited to baseline 16-byte vectors.
+// it (streamed if asked): it uses the widest stores the CPU has, where the compiler's loop in this
+// portable build is limited to baseline 16-byte vectors.
 template <typename elem_t>
-void fill_elements(elem_t* out, elem_t* end, elem_t value) {
+void fill_elements(elem_t* out, elem_t* end, elem_t value, bool streaming) {
   unsigned char bytes[sizeof(elem_t)];
   std::memcpy(bytes, &value, sizeof(elem_t));
   bool uniform = true;
   for (size_t i = 1; i < sizeof(elem_t); ++i) uniform &= bytes[i] == bytes[0];
   if (uniform) {
-    if (end > out) std::memset(out, bytes[0], (end - out) * sizeof(elem_t));
+    if (end > out) set_bytes(out, bytes[0], (end - out) * sizeof(elem_t), streaming);
   } else {
     std::fill(out, end, value);
   }
@@ -36,6 +37,7 @@ void jagged_to_dense(const JaggedLayout<index_t>& layout, const elem_t* values, 
   const int64_t slab_numel = layout.slab_numel();
   const int64_t max_length = layout.innermost_max_length();
   const int64_t inner = layout.inner;
+  const bool streaming = should_stream(layout.num_slabs() * slab_numel * sizeof(elem_t));
   at::parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
                    [&](int64_t slab_begin, int64_t slab_end) {
                      for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
@@ -43,11 +45,10 @@ void jagged_to_dense(const JaggedLayout<index_t>& layout, const elem_t* values, 
                        int64_t begin = 0, length = 0;
                        const bool present = layout.segment_of_slab(slab, &begin, &length);
                        const int64_t copied = present ? std::min(length, max_length) * inner : 0;
-                       if (copied > 0) {
-                         std::memcpy(out, values + begin * inner, copied * sizeof(elem_t));
-                       }
-                       fill_elements(out + copied, out + slab_numel, padding);
+                       copy_bytes(out, values + begin * inner, copied * sizeof(elem_t), streaming);
+                       fill_elements(out + copied, out + slab_numel, padding, streaming);
                      }
+                     store_fence();
                    });
 }
 
@@ -59,6 +60,8 @@ void dense_to_jagged(const JaggedLayout<index_t>& layout, const elem_t* dense, e
   const int64_t slab_numel = layout.slab_numel();
   const int64_t max_length = layout.innermost_max_length();
   const int64_t inner = layout.inner;
+  // The dense input's size stands for the output's: the op's traffic is beyond the cache.
+  const bool streaming = should_stream(layout.num_slabs() * slab_numel * sizeof(elem_t));
   at::parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
                    [&](int64_t slab_begin, int64_t slab_end) {
                      for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
@@ -66,11 +69,11 @@ void dense_to_jagged(const JaggedLayout<index_t>& layout, const elem_t* dense, e
                        if (!layout.segment_of_slab(slab, &begin, &length)) continue;
                        const int64_t copied = std::min(length, max_length) * inner;
                        elem_t* out = values + begin * inner;
-                       if (copied > 0) {
-                         std::memcpy(out, dense + slab * slab_numel, copied * sizeof(elem_t));
-                       }
-                       fill_elements(out + copied, out + length * inner, elem_t{0});
+                       copy_bytes(out, dense + slab * slab_numel, copied * sizeof(elem_t),
+                                  streaming);
+                       fill_elements(out + copied, out + length * inner, elem_t{0}, streaming);
                      }
+                     store_fence();
                    });
 }
 

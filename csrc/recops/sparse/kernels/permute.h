@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "recops/common/parallel.h"
+#include "recops/common/streaming.h"
 
 namespace recops::sparse::kernels {
 
@@ -29,8 +30,9 @@ constexpr int64_t kShortRunBytes = 128;
 // Copies `bytes` bytes. A short run copies 64 or kShortRunBytes bytes when both ends allow it: the
 // excess written past the run lands in [dst + bytes, dst_limit), which the caller rewrites
 // afterwards (later runs of the same task, in order); the excess read stays inside the source.
+// Long runs bypass the cache when `streaming` (common/streaming.h).
 inline void copy_run(char* dst, const char* src, int64_t bytes, const char* dst_limit,
-                     const char* src_limit) {
+                     const char* src_limit, bool streaming = false) {
   if (bytes <= kShortRunBytes && dst_limit - dst >= kShortRunBytes &&
       src_limit - src >= kShortRunBytes) {
     if (bytes <= kShortRunBytes / 2) {
@@ -39,7 +41,7 @@ inline void copy_run(char* dst, const char* src, int64_t bytes, const char* dst_
       std::memcpy(dst, src, kShortRunBytes);
     }
   } else if (bytes > 0) {
-    std::memcpy(dst, src, bytes);
+    copy_bytes(dst, src, bytes, streaming);
   }
 }
 
@@ -67,6 +69,7 @@ void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src
   int64_t total_row_bytes = 0;
   for (int s = 0; s < num_streams; ++s) total_row_bytes += streams[s].row_bytes;
   const int64_t avg_bytes = num_out > 0 ? dst_offsets[num_out] * total_row_bytes / num_out : 0;
+  const bool streaming = should_stream(dst_offsets[num_out] * total_row_bytes);
   at::parallel_for(0, num_out, grain_for_bytes(avg_bytes + 16), [&](int64_t i0, int64_t i1) {
     const char* dst_limits[kMaxStreams];  // end of this task's output, per stream
     for (int s = 0; s < num_streams; ++s) {
@@ -100,10 +103,11 @@ void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src
         const PermutedStream& st = streams[s];
         const int64_t rb = st.row_bytes;
         copy_run(st.dst + dst_offsets[i] * rb, st.src + src_row * rb, rows * rb, dst_limits[s],
-                 st.src + st.src_bytes);
+                 st.src + st.src_bytes, streaming);
       }
       i = end;
     }
+    store_fence();
   });
 }
 
