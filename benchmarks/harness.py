@@ -126,6 +126,7 @@ def results_dir() -> str:
 @dataclass
 class Limits:
     copy_gbps: float  # large tensor copy, bytes read + written per second / 1e9
+    copy_1thread_gbps: float  # the same copy on one thread
     matmul_gflops: float  # large fp32 matmul, the faster of MKL (torch.mm) and oneDNN
     threads: int
 
@@ -136,6 +137,15 @@ def measure_limits() -> Limits:
     dst = torch.empty_like(src)
     # Other processes only ever slow these down: retry while they were busy (measure_quietly).
     copy_s = measure_quietly({"copy": lambda: dst.copy_(src)}, attempts=3, min_runs=10)[0]["copy"]
+    # One thread's copy rate next to both threads': on this workplace's 2-vCPU machines the ratio
+    # tells whether the two vCPUs sit on separate memory paths (about 2x) or share one (about
+    # 1.1x), which caps what any parallel memory-bound kernel gains over a single-threaded one.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    copy_1thread_s = measure_quietly({"copy": lambda: dst.copy_(src)}, attempts=3, min_runs=10)[0][
+        "copy"
+    ]
+    torch.set_num_threads(threads)
     m = 2048
     a, b = torch.randn(m, m), torch.randn(m, m)
     # The faster of PyTorch's two fp32 GEMMs: torch.mm (MKL's sgemm, its AVX2 path on AMD CPUs)
@@ -148,6 +158,7 @@ def measure_limits() -> Limits:
     mm_s = min(measure_quietly(fns, min_runs=5)[0].values())
     return Limits(
         copy_gbps=2 * src.numel() * 4 / copy_s / 1e9,
+        copy_1thread_gbps=2 * src.numel() * 4 / copy_1thread_s / 1e9,
         matmul_gflops=2 * m**3 / mm_s / 1e9,
         threads=torch.get_num_threads(),
     )

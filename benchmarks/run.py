@@ -30,7 +30,8 @@ RESULTS = os.path.join(HERE, "results")
 
 def format_table(rows, limits):
     lines = [
-        f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s, "
+        f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s "
+        f"({limits.copy_1thread_gbps:.1f} on one thread), "
         f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}; "
         "allocator: steady (freed memory reused, no page faults in timings; benchmarks/memory.py)",
         "",
@@ -108,7 +109,8 @@ def main(argv):
     names = argv or sorted(m.name for m in pkgutil.iter_modules([os.path.join(HERE, "suites")]))
     limits = measure_limits()
     print(
-        f"limits: copy {limits.copy_gbps:.1f} GB/s, matmul {limits.matmul_gflops:.1f} GFLOP/s",
+        f"limits: copy {limits.copy_gbps:.1f} GB/s ({limits.copy_1thread_gbps:.1f} on one thread), "
+        f"matmul {limits.matmul_gflops:.1f} GFLOP/s",
         flush=True,
     )
     rows = []
