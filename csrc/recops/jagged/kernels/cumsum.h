@@ -1,4 +1,4 @@
-// Prefix sums. A long 1-D scan runs on T threads in one pass and a fifth (T = 2) over the data:
+// Prefix sums. A long 1-D scan runs on T threads reading the input 1.4 times (T = 2), not twice:
 // while thread 0 scans the head of the input, which needs no carry-in, the others sum the pieces
 // that follow it; then every thread scans one piece from its now known carry-in. A head half as
 // long as the other pieces balances the two phases (a scan reads and writes, a sum only reads).
@@ -8,11 +8,11 @@
 
 #include <ATen/Parallel.h>
 
-#include "recops/common/parallel.h"
-
 #include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#include "recops/common/parallel.h"
 
 namespace recops::jagged::kernels {
 
