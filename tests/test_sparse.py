@@ -215,6 +215,45 @@ def test_permute_streamed(op_name, row_shape, values_dtype, monkeypatch):
         assert_all_equal(out, ref_permute(permute, lengths, values, weights))
 
 
+def ref_permute_1d_vectorized(permute, lengths, values, weights):
+    """ref_permute for 1-D lengths as whole-tensor ops (the loop reference is quadratic in the
+    number of segments): element j of output segment i is element j of input segment permute[i]."""
+    perm = permute.long()
+    sizes = lengths.long()
+    out_sizes = sizes[perm]
+    out_starts = torch.cumsum(out_sizes, 0) - out_sizes
+    within = torch.arange(int(out_sizes.sum())) - torch.repeat_interleave(out_starts, out_sizes)
+    source = torch.repeat_interleave((torch.cumsum(sizes, 0) - sizes)[perm], out_sizes) + within
+    return lengths[perm], values[source], weights[source]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_permute_1d_many_segments(threads):
+    # 150 001 segments: the input's and the output's offsets are computed in several chunks on
+    # all threads; bad entries deep inside are caught and named.
+    small, small_total, _ = sparse_input("permute_1D_sparse_data", 40, 1, torch.int64, 3)
+    for kind in ("random", "repeats_drops"):
+        args = (make_permute(kind, 40), small, torch.randn(small_total), torch.randn(small_total))
+        assert_all_equal(ref_permute_1d_vectorized(*args), ref_permute(*args))
+    lengths, total, num_segments = sparse_input("permute_1D_sparse_data", 150_001, 1, torch.int64, 3)
+    values = torch.randn(total)
+    weights = torch.randn(total)
+    with num_threads(threads):
+        for kind in ("random", "runs", "repeats_drops"):
+            permute = make_permute(kind, num_segments)
+            out = ops.permute_1D_sparse_data(permute, lengths, values, weights)
+            assert_all_equal(out, ref_permute_1d_vectorized(permute, lengths, values, weights))
+        permute = make_permute("random", num_segments)
+        bad_permute = permute.clone()
+        bad_permute[100_000] = num_segments
+        with pytest.raises(ValueError, match=rf"got permute\[100000\] = {num_segments}"):
+            ops.permute_1D_sparse_data(bad_permute, lengths, values, weights)
+        bad_lengths = lengths.clone()
+        bad_lengths[120_000] = -2
+        with pytest.raises(ValueError, match=r"lengths.flatten\(\)\[120000\] = -2"):
+            ops.permute_1D_sparse_data(permute, bad_lengths, values, weights)
+
+
 @pytest.mark.parametrize("op_name", PERMUTE_OPS)
 def test_permute_large(op_name):
     # Enough segments for at::parallel_for to split the copies into several tasks.

@@ -6,20 +6,13 @@
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/memory.h"
+#include "recops/common/offsets.h"
 #include "recops/sparse/kernels/invert.h"
 #include "recops/sparse/kernels/permute.h"
 #include "recops/sparse/ops.h"
 
 namespace recops::sparse {
 namespace {
-
-template <typename perm_t>
-int64_t first_out_of_range(const perm_t* permute, int64_t n, int64_t bound) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (permute[i] < 0 || permute[i] >= bound) return i;
-  }
-  return -1;
-}
 
 void check_permute_entries(const at::Tensor& permute, int64_t num_segments) {
   const int64_t bad = dispatch_index_type(permute.scalar_type(), [&](auto tag) {
@@ -38,24 +31,13 @@ std::vector<int64_t> segment_offsets(const at::Tensor& lengths_2d) {
     using index_t = typename decltype(tag)::type;
     const index_t* lengths = lengths_2d.const_data_ptr<index_t>();
     if (lengths_2d.size(1) == 1) {  // the 1-D form: one length per segment
-      for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] = offsets[t] + lengths[t];
+      offsets_from_lengths(
+          num_segments, [lengths](int64_t t) -> int64_t { return lengths[t]; }, offsets.data());
       return;
     }
     kernels::row_sums(lengths, num_segments, lengths_2d.size(1), offsets.data() + 1);
     for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] += offsets[t];
   });
-  return offsets;
-}
-
-// Offsets of the output segments: dst segment i is as long as src segment permute[i].
-template <typename perm_t>
-std::vector<int64_t> permuted_offsets(const perm_t* permute, int64_t num_out,
-                                      const std::vector<int64_t>& src_offsets) {
-  std::vector<int64_t> offsets(num_out + 1, 0);
-  for (int64_t i = 0; i < num_out; ++i) {
-    const int64_t p = permute[i];
-    offsets[i + 1] = offsets[i] + src_offsets[p + 1] - src_offsets[p];
-  }
   return offsets;
 }
 
@@ -102,18 +84,23 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
 
   const int64_t num_out = permute_c.numel();
   const std::vector<int64_t> src_offsets = segment_offsets(lengths_2d);
-  const std::vector<int64_t> dst_offsets =
-      dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
-        using perm_t = typename decltype(tag)::type;
-        return permuted_offsets(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets);
-      });
+  // The output's lengths first: its offsets are then a sequential pass over them, where looking
+  // each segment up in src_offsets would be a second random gather.
+  at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
+  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    kernels::permute_rows(permute_c.const_data_ptr<perm_t>(), num_out,
+                          static_cast<const char*>(lengths_2d.const_data_ptr()), lengths_2d.size(0),
+                          static_cast<char*>(permuted_lengths.mutable_data_ptr()),
+                          row_bytes(lengths_2d));
+  });
+  const std::vector<int64_t> dst_offsets = segment_offsets(permuted_lengths);
   if (permuted_lengths_sum.has_value()) {
     TORCH_CHECK(*permuted_lengths_sum == dst_offsets.back(),
                 "permuted_lengths_sum = ", *permuted_lengths_sum,
                 " does not match the sum of the permuted lengths, ", dst_offsets.back());
   }
 
-  at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
   at::Tensor values_c, permuted_values, weights_c, permuted_weights;
   kernels::PermutedStream streams[kernels::kMaxStreams];
   int num_streams = 0;
@@ -126,12 +113,8 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   }
   dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
     using perm_t = typename decltype(tag)::type;
-    const perm_t* perm = permute_c.const_data_ptr<perm_t>();
-    kernels::permute_rows(
-        perm, num_out, static_cast<const char*>(lengths_2d.const_data_ptr()), lengths_2d.size(0),
-        static_cast<char*>(permuted_lengths.mutable_data_ptr()), row_bytes(lengths_2d));
-    kernels::permute_segments(perm, num_out, src_offsets.data(), dst_offsets.data(), streams,
-                              num_streams);
+    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets.data(),
+                              dst_offsets.data(), streams, num_streams);
   });
   std::optional<at::Tensor> maybe_weights;
   if (weights.has_value()) maybe_weights = permuted_weights;
