@@ -23,20 +23,23 @@ void check_permute_entries(const at::Tensor& permute, int64_t num_segments) {
                     bad, "] = ", bad < 0 ? 0 : index_at(permute, bad));
 }
 
-// Row offsets of every segment: segment t is row t of lengths viewed as [T, B].
-std::vector<int64_t> segment_offsets(const at::Tensor& lengths_2d) {
+// Row offsets of every segment (num_segments + 1 int64 entries): segment t is row t of lengths
+// viewed as [T, B]. Left uninitialised by the allocation: every entry is written here.
+at::Tensor segment_offsets(const at::Tensor& lengths_2d) {
   const int64_t num_segments = lengths_2d.size(0);
-  std::vector<int64_t> offsets(num_segments + 1, 0);
+  at::Tensor offsets = at::empty({num_segments + 1}, lengths_2d.options().dtype(at::kLong));
+  int64_t* out = offsets.mutable_data_ptr<int64_t>();
   dispatch_index_type(lengths_2d.scalar_type(), [&](auto tag) {
     using index_t = typename decltype(tag)::type;
     const index_t* lengths = lengths_2d.const_data_ptr<index_t>();
     if (lengths_2d.size(1) == 1) {  // the 1-D form: one length per segment
       offsets_from_lengths(
-          num_segments, [lengths](int64_t t) -> int64_t { return lengths[t]; }, offsets.data());
+          num_segments, [lengths](int64_t t) -> int64_t { return lengths[t]; }, out);
       return;
     }
-    kernels::row_sums(lengths, num_segments, lengths_2d.size(1), offsets.data() + 1);
-    for (int64_t t = 0; t < num_segments; ++t) offsets[t + 1] += offsets[t];
+    out[0] = 0;
+    kernels::row_sums(lengths, num_segments, lengths_2d.size(1), out + 1);
+    for (int64_t t = 0; t < num_segments; ++t) out[t + 1] += out[t];
   });
   return offsets;
 }
@@ -83,7 +86,9 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   }
 
   const int64_t num_out = permute_c.numel();
-  const std::vector<int64_t> src_offsets = segment_offsets(lengths_2d);
+  const at::Tensor src_offsets_t = segment_offsets(lengths_2d);
+  const int64_t* src_offsets = src_offsets_t.const_data_ptr<int64_t>();
+  const int64_t src_rows = src_offsets[lengths_2d.size(0)];
   // The output's lengths first: its offsets are then a sequential pass over them, where looking
   // each segment up in src_offsets would be a second random gather.
   at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
@@ -94,27 +99,29 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
                           static_cast<char*>(permuted_lengths.mutable_data_ptr()),
                           row_bytes(lengths_2d));
   });
-  const std::vector<int64_t> dst_offsets = segment_offsets(permuted_lengths);
+  const at::Tensor dst_offsets_t = segment_offsets(permuted_lengths);
+  const int64_t* dst_offsets = dst_offsets_t.const_data_ptr<int64_t>();
+  const int64_t dst_rows = dst_offsets[num_out];
   if (permuted_lengths_sum.has_value()) {
-    TORCH_CHECK(*permuted_lengths_sum == dst_offsets.back(),
+    TORCH_CHECK(*permuted_lengths_sum == dst_rows,
                 "permuted_lengths_sum = ", *permuted_lengths_sum,
-                " does not match the sum of the permuted lengths, ", dst_offsets.back());
+                " does not match the sum of the permuted lengths, ", dst_rows);
   }
 
   at::Tensor values_c, permuted_values, weights_c, permuted_weights;
   kernels::PermutedStream streams[kernels::kMaxStreams];
   int num_streams = 0;
-  streams[num_streams++] = permuted_stream(values, src_offsets.back(), dst_offsets.back(), "values",
+  streams[num_streams++] = permuted_stream(values, src_rows, dst_rows, "values",
                                            &values_c, &permuted_values);
   if (weights.has_value()) {
     check_cpu(*weights, "weights");
-    streams[num_streams++] = permuted_stream(*weights, src_offsets.back(), dst_offsets.back(),
+    streams[num_streams++] = permuted_stream(*weights, src_rows, dst_rows,
                                              "weights", &weights_c, &permuted_weights);
   }
   dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
     using perm_t = typename decltype(tag)::type;
-    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets.data(),
-                              dst_offsets.data(), streams, num_streams);
+    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets,
+                              dst_offsets, streams, num_streams);
   });
   std::optional<at::Tensor> maybe_weights;
   if (weights.has_value()) maybe_weights = permuted_weights;
