@@ -235,7 +235,9 @@ def test_permute_1d_many_segments(threads):
     for kind in ("random", "repeats_drops"):
         args = (make_permute(kind, 40), small, torch.randn(small_total), torch.randn(small_total))
         assert_all_equal(ref_permute_1d_vectorized(*args), ref_permute(*args))
-    lengths, total, num_segments = sparse_input("permute_1D_sparse_data", 150_001, 1, torch.int64, 3)
+    lengths, total, num_segments = sparse_input(
+        "permute_1D_sparse_data", 150_001, 1, torch.int64, 3
+    )
     values = torch.randn(total)
     weights = torch.randn(total)
     with num_threads(threads):
