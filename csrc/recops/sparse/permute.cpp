@@ -103,25 +103,24 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   const int64_t* dst_offsets = dst_offsets_t.const_data_ptr<int64_t>();
   const int64_t dst_rows = dst_offsets[num_out];
   if (permuted_lengths_sum.has_value()) {
-    TORCH_CHECK(*permuted_lengths_sum == dst_rows,
-                "permuted_lengths_sum = ", *permuted_lengths_sum,
+    TORCH_CHECK(*permuted_lengths_sum == dst_rows, "permuted_lengths_sum = ", *permuted_lengths_sum,
                 " does not match the sum of the permuted lengths, ", dst_rows);
   }
 
   at::Tensor values_c, permuted_values, weights_c, permuted_weights;
   kernels::PermutedStream streams[kernels::kMaxStreams];
   int num_streams = 0;
-  streams[num_streams++] = permuted_stream(values, src_rows, dst_rows, "values",
-                                           &values_c, &permuted_values);
+  streams[num_streams++] =
+      permuted_stream(values, src_rows, dst_rows, "values", &values_c, &permuted_values);
   if (weights.has_value()) {
     check_cpu(*weights, "weights");
-    streams[num_streams++] = permuted_stream(*weights, src_rows, dst_rows,
-                                             "weights", &weights_c, &permuted_weights);
+    streams[num_streams++] =
+        permuted_stream(*weights, src_rows, dst_rows, "weights", &weights_c, &permuted_weights);
   }
   dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
     using perm_t = typename decltype(tag)::type;
-    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets,
-                              dst_offsets, streams, num_streams);
+    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets, dst_offsets,
+                              streams, num_streams);
   });
   std::optional<at::Tensor> maybe_weights;
   if (weights.has_value()) maybe_weights = permuted_weights;
