@@ -26,8 +26,8 @@ at::Tensor flat_cumsum(const at::Tensor& t_in) {
   dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
     using acc_t = typename decltype(acc_tag)::type;
-    kernels::scan<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(),
-                                     out.mutable_data_ptr<scalar_t>(), in.numel());
+    prefix_sum<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+                                  in.numel());
   });
   return out;
 }

@@ -6,7 +6,7 @@
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/memory.h"
-#include "recops/common/offsets.h"
+#include "recops/common/prefix_sum.h"
 #include "recops/sparse/kernels/invert.h"
 #include "recops/sparse/kernels/permute.h"
 #include "recops/sparse/ops.h"
@@ -33,8 +33,8 @@ at::Tensor segment_offsets(const at::Tensor& lengths_2d) {
     using index_t = typename decltype(tag)::type;
     const index_t* lengths = lengths_2d.const_data_ptr<index_t>();
     if (lengths_2d.size(1) == 1) {  // the 1-D form: one length per segment
-      offsets_from_lengths(
-          num_segments, [lengths](int64_t t) -> int64_t { return lengths[t]; }, out);
+      out[0] = 0;
+      prefix_sum<true, int64_t>(lengths, out + 1, num_segments);
       return;
     }
     out[0] = 0;

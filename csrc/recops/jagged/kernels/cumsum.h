@@ -1,99 +1,22 @@
-// Prefix sums. A long 1-D scan runs on T threads reading the input 1.4 times (T = 2), not twice:
-// while thread 0 scans the head of the input, which needs no carry-in, the others sum the pieces
-// that follow it; then every thread scans one piece from its now known carry-in. A head half as
-// long as the other pieces balances the two phases (a scan reads and writes, a sum only reads).
-// Reduce-then-scan, which reads everything twice, was 1.3x slower at 2 threads.
-// Accumulation happens in acc_t (fp32 for half/bf16), rounding once per output element.
+// Row-wise complete cumsum (FBGEMM's asynchronous_complete_cumsum of a 2-D input); the 1-D scans
+// are common/prefix_sum.h's.
 #pragma once
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <type_traits>
-#include <vector>
 
-#include "recops/common/parallel.h"
+#include "recops/common/prefix_sum.h"
 
 namespace recops::jagged::kernels {
-
-constexpr int64_t kParallelScanMinLength = 1 << 16;
-
-template <typename acc_t, typename scalar_t>
-acc_t sum_serial(const scalar_t* in, int64_t n) {
-  acc_t total = 0;
-  for (int64_t i = 0; i < n; ++i) total += static_cast<acc_t>(in[i]);
-  return total;
-}
-
-// out[i] = carry + in[0] + ... + in[i] (inclusive) or + in[i-1] (exclusive); returns carry plus
-// the sum of all n.
-template <bool kInclusive, typename acc_t, typename scalar_t>
-acc_t scan_serial(const scalar_t* in, scalar_t* out, int64_t n, acc_t carry) {
-  int64_t i = 0;
-  if constexpr (std::is_integral_v<acc_t> && !std::is_same_v<acc_t, bool>) {
-    // Integer sums come out the same in any order (computed unsigned, so they wrap by definition
-    // as the sequential loop's do): prefix sums inside a block are formed independently of the
-    // carry, leaving one loop-carried add per block instead of one per element.
-    using uacc_t = std::make_unsigned_t<acc_t>;
-    constexpr int kBlock = 8;
-    uacc_t running = static_cast<uacc_t>(carry);
-    for (; i + kBlock <= n; i += kBlock) {
-      uacc_t local[kBlock + 1];
-      local[0] = 0;
-      for (int k = 0; k < kBlock; ++k) {
-        local[k + 1] = static_cast<uacc_t>(local[k] + static_cast<uacc_t>(in[i + k]));
-      }
-      for (int k = 0; k < kBlock; ++k) {
-        out[i + k] =
-            static_cast<scalar_t>(static_cast<uacc_t>(running + local[kInclusive ? k + 1 : k]));
-      }
-      running = static_cast<uacc_t>(running + local[kBlock]);
-    }
-    carry = static_cast<acc_t>(running);
-  }
-  for (; i < n; ++i) {
-    const acc_t next = carry + static_cast<acc_t>(in[i]);
-    out[i] = static_cast<scalar_t>(kInclusive ? next : carry);
-    carry = next;
-  }
-  return carry;
-}
-
-template <bool kInclusive, typename acc_t, typename scalar_t>
-void scan(const scalar_t* in, scalar_t* out, int64_t n) {
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), n / kParallelScanMinLength);
-  if (threads <= 1 || at::in_parallel_region()) {
-    scan_serial<kInclusive>(in, out, n, acc_t{0});
-    return;
-  }
-  // Piece 0 is the head, pieces 1 .. threads-1 are summed in the first phase, the last piece
-  // (the rest) is only scanned.
-  std::vector<int64_t> bounds(threads + 2, n);
-  const int64_t head = n / (2 * threads + 1);
-  for (int64_t piece = 0; piece < threads; ++piece) bounds[piece + 1] = head + 2 * head * piece;
-  bounds[0] = 0;
-  std::vector<acc_t> totals(threads);  // of the head and of every summed piece
-  parallel_phases<2>(threads, 1, [&](int phase, int64_t task, int64_t) {
-    if (phase == 0) {
-      const int64_t begin = bounds[task], size = bounds[task + 1] - begin;
-      totals[task] = task == 0 ? scan_serial<kInclusive>(in, out, size, acc_t{0})
-                               : sum_serial<acc_t>(in + begin, size);
-      return;
-    }
-    const int64_t piece = task + 1;
-    acc_t carry = 0;
-    for (int64_t before = 0; before < piece; ++before) carry += totals[before];
-    scan_serial<kInclusive>(in + bounds[piece], out + bounds[piece],
-                            bounds[piece + 1] - bounds[piece], carry);
-  });
-}
 
 // Row-wise complete cumsum of a [rows, n] matrix into [rows, n + 1] (first column 0).
 template <typename acc_t, typename scalar_t>
 void complete_cumsum_rows(const scalar_t* in, scalar_t* out, int64_t rows, int64_t n) {
   if (rows == 1) {
     out[0] = scalar_t(0);
-    scan<true, acc_t>(in, out + 1, n);
+    prefix_sum<true, acc_t>(in, out + 1, n);
     return;
   }
   const int64_t grain = std::max<int64_t>(1, kParallelScanMinLength / std::max<int64_t>(1, n));
@@ -101,7 +24,7 @@ void complete_cumsum_rows(const scalar_t* in, scalar_t* out, int64_t rows, int64
     for (int64_t r = r0; r < r1; ++r) {
       scalar_t* row_out = out + r * (n + 1);
       row_out[0] = scalar_t(0);
-      scan_serial<true>(in + r * n, row_out + 1, n, acc_t{0});
+      prefix_sum_serial<true>(in + r * n, row_out + 1, n, acc_t{0});
     }
   });
 }
