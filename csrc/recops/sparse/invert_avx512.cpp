@@ -48,7 +48,7 @@ struct Lanes<int64_t> {
 };
 
 template <typename perm_t>
-bool scatter_owned(const perm_t* permute, int64_t n, int64_t lo, int64_t hi,
+void scatter_owned(const perm_t* permute, int64_t n, int64_t lo, int64_t hi,
                    perm_t* inverse_slice) {
   using L = Lanes<perm_t>;
   using Mask = typename L::Mask;
@@ -57,38 +57,35 @@ bool scatter_owned(const perm_t* permute, int64_t n, int64_t lo, int64_t hi,
   constexpr int kBuffer = 1024;
   alignas(64) perm_t slots[kBuffer + kLanes];
   alignas(64) perm_t positions[kBuffer + kLanes];
-  const __m512i slice_begin = L::splat(lo), slice_size = L::splat(hi - lo), size = L::splat(n);
+  const __m512i slice_begin = L::splat(lo), slice_size = L::splat(hi - lo);
   const __m512i step = L::splat(kLanes);
   __m512i position = L::iota();
-  Mask out_of_range = 0;
   int64_t i = 0;
   while (i < n) {
     int buffered = 0;
     for (; buffered <= kBuffer - kLanes && i < n; i += kLanes) {
       const Mask valid = n - i >= kLanes ? Mask(~Mask{0}) : Mask((Mask{1} << (n - i)) - 1);
-      const __m512i entry = L::load(valid, permute + i);
-      out_of_range |= valid & ~L::below(valid, entry, size);
-      const Mask mine = L::below(valid, L::sub(entry, slice_begin), slice_size);
-      _mm512_storeu_si512(slots + buffered, L::compress(mine, L::sub(entry, slice_begin)));
+      const __m512i slot = L::sub(L::load(valid, permute + i), slice_begin);
+      const Mask mine = L::below(valid, slot, slice_size);  // negative slots compare huge
+      _mm512_storeu_si512(slots + buffered, L::compress(mine, slot));
       _mm512_storeu_si512(positions + buffered, L::compress(mine, position));
       buffered += __builtin_popcount(mine);
       position = L::add(position, step);
     }
     for (int k = 0; k < buffered; ++k) inverse_slice[slots[k]] = positions[k];
   }
-  return out_of_range == 0;
 }
 
 }  // namespace
 
-bool scatter_owned_avx512(const int32_t* permute, int64_t n, int64_t lo, int64_t hi,
+void scatter_owned_avx512(const int32_t* permute, int64_t n, int64_t lo, int64_t hi,
                           int32_t* inverse_slice) {
-  return scatter_owned(permute, n, lo, hi, inverse_slice);
+  scatter_owned(permute, n, lo, hi, inverse_slice);
 }
 
-bool scatter_owned_avx512(const int64_t* permute, int64_t n, int64_t lo, int64_t hi,
+void scatter_owned_avx512(const int64_t* permute, int64_t n, int64_t lo, int64_t hi,
                           int64_t* inverse_slice) {
-  return scatter_owned(permute, n, lo, hi, inverse_slice);
+  scatter_owned(permute, n, lo, hi, inverse_slice);
 }
 
 }  // namespace recops::sparse::kernels

@@ -25,30 +25,24 @@ namespace recops::sparse::kernels {
 // scans all n entries, so a slice must hold enough stores to pay for the scan and the fork.
 constexpr int64_t kMinEntriesPerOwner = 16 * 1024;
 
-// AVX-512 (invert_avx512.cpp): inverse[p - lo] for every entry p of permute in [lo, hi), with
-// inverse pointing at slot lo; returns whether all n entries were in [0, n).
-bool scatter_owned_avx512(const int32_t* permute, int64_t n, int64_t lo, int64_t hi,
+// AVX-512 (invert_avx512.cpp): inverse[p - lo] = i for every entry p = permute[i] in [lo, hi),
+// with inverse pointing at slot lo.
+void scatter_owned_avx512(const int32_t* permute, int64_t n, int64_t lo, int64_t hi,
                           int32_t* inverse_slice);
-bool scatter_owned_avx512(const int64_t* permute, int64_t n, int64_t lo, int64_t hi,
+void scatter_owned_avx512(const int64_t* permute, int64_t n, int64_t lo, int64_t hi,
                           int64_t* inverse_slice);
 
-// inverse[permute[i]] = i for i in [begin, end) whose entry is in [0, n); returns whether all
-// were. (Pointers by value: captured by reference in a parallel lambda, they and n would be
-// reloaded from memory on every iteration, as any store might alias them. That reload made the
-// scatter 1.6x slower than FBGEMM's.)
+// inverse[permute[i]] = i for i in [begin, end) whose entry is in [0, n). (Pointers by value:
+// captured by reference in a parallel lambda, they and n would be reloaded from memory on every
+// iteration, as any store might alias them. That reload made the scatter 1.6x slower than
+// FBGEMM's.)
 template <typename perm_t>
-bool scatter_inverse(const perm_t* permute, int64_t begin, int64_t end, int64_t n,
+void scatter_inverse(const perm_t* permute, int64_t begin, int64_t end, int64_t n,
                      perm_t* inverse) {
-  bool in_range = true;
   for (int64_t i = begin; i < end; ++i) {
     const perm_t p = permute[i];
-    if (static_cast<uint64_t>(p) >= static_cast<uint64_t>(n)) {
-      in_range = false;
-      continue;
-    }
-    inverse[p] = static_cast<perm_t>(i);
+    if (static_cast<uint64_t>(p) < static_cast<uint64_t>(n)) inverse[p] = static_cast<perm_t>(i);
   }
-  return in_range;
 }
 
 // Whether any of inverse[begin, end) is still negative: the OR of the values has the sign bit
@@ -72,7 +66,7 @@ bool invert_by_entry_slices(const perm_t* permute, int64_t n, perm_t* inverse) {
     if (pass == kFill) {
       std::fill(inverse + begin, inverse + end, perm_t{-1});
     } else if (pass == kScatter) {
-      if (!scatter_inverse(permute, begin, end, n, inverse)) ok = false;
+      scatter_inverse(permute, begin, end, n, inverse);
     } else if (any_unstored(inverse, begin, end)) {
       ok = false;
     }
@@ -90,17 +84,17 @@ bool invert_by_owned_slices(const perm_t* permute, int64_t n, perm_t* inverse) {
     for (int64_t owner = o0; owner < o1; ++owner) {
       const int64_t lo = n * owner / owners, hi = n * (owner + 1) / owners;
       std::fill(inverse + lo, inverse + hi, perm_t{-1});
-      const bool in_range = scatter_owned_avx512(permute, n, lo, hi, inverse + lo);
-      if (!in_range || any_unstored(inverse, lo, hi)) ok = false;
+      scatter_owned_avx512(permute, n, lo, hi, inverse + lo);
+      if (any_unstored(inverse, lo, hi)) ok = false;
     }
   });
   return ok;
 }
 
 // inverse[permute[i]] = i. Returns false, leaving `inverse` unspecified, unless permute is a
-// permutation of [0, n). Every slot starts at -1 and entries outside [0, n) are skipped: with all
-// n entries in range, every slot is stored iff no entry repeats, so a pass for a slot still at -1
-// finds repeats.
+// permutation of [0, n). Every slot starts at -1 and entries outside [0, n) are skipped: n entries
+// store into all n slots iff every one is in range and none repeats, so one pass for a slot still
+// at -1 finds both faults (the caller then names the offending entry).
 template <typename perm_t>
 bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
   if (n <= 0) return true;
