@@ -65,28 +65,38 @@ inline void store_fence() {
 #endif
 }
 
-// memcpy, with the whole 64-byte lines of dst written by streaming stores when `streaming` and the
-// run is long enough. The partial lines at both ends get normal stores (a streaming store to a
-// partial line costs a read of it from memory).
+#if RECOPS_STREAMING_STORES
+// Writes [out, out + bytes): each whole 64-byte line of it by stream_line(offset of the line),
+// the partial lines at both ends by normal(offset, count) (a streaming store to a partial line
+// costs a read of it from memory).
+template <typename Normal, typename StreamLine>
+void write_whole_lines_streamed(char* out, int64_t bytes, const Normal& normal,
+                                const StreamLine& stream_line) {
+  const int64_t head = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
+  normal(0, head);
+  int64_t i = head;
+  for (; i + 64 <= bytes; i += 64) stream_line(i);
+  normal(i, bytes - i);
+}
+#endif
+
+// memcpy, streamed (write_whole_lines_streamed) when `streaming` and the run is long enough.
 inline void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
 #if RECOPS_STREAMING_STORES
   if (streaming && bytes >= kStreamingMinBytes) {
     char* out = static_cast<char*>(dst);
     const char* in = static_cast<const char*>(src);
-    const int64_t head = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
-    std::memcpy(out, in, head);
-    int64_t i = head;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 48), d);
-    }
-    std::memcpy(out + i, in + i, bytes - i);
+    write_whole_lines_streamed(
+        out, bytes, [&](int64_t at, int64_t count) { std::memcpy(out + at, in + at, count); },
+        [&](int64_t at) {
+          __m128i parts[4];
+          for (int k = 0; k < 4; ++k) {
+            parts[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at + 16 * k));
+          }
+          for (int k = 0; k < 4; ++k) {
+            _mm_stream_si128(reinterpret_cast<__m128i*>(out + at + 16 * k), parts[k]);
+          }
+        });
     return;
   }
 #else
@@ -100,16 +110,14 @@ inline void set_bytes(void* dst, unsigned char byte, int64_t bytes, bool streami
 #if RECOPS_STREAMING_STORES
   if (streaming && bytes >= kStreamingMinBytes) {
     char* out = static_cast<char*>(dst);
-    const int64_t head = (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
-    std::memset(out, byte, head);
     const __m128i pattern = _mm_set1_epi8(static_cast<char>(byte));
-    int64_t i = head;
-    for (; i + 64 <= bytes; i += 64) {
-      for (int part = 0; part < 64; part += 16) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + part), pattern);
-      }
-    }
-    std::memset(out + i, byte, bytes - i);
+    write_whole_lines_streamed(
+        out, bytes, [&](int64_t at, int64_t count) { std::memset(out + at, byte, count); },
+        [&](int64_t at) {
+          for (int k = 0; k < 4; ++k) {
+            _mm_stream_si128(reinterpret_cast<__m128i*>(out + at + 16 * k), pattern);
+          }
+        });
     return;
   }
 #else
