@@ -8,17 +8,14 @@ import torch
 from harness import measure_fwd_bwd
 
 import recops
-from suites.hstu import HEAD_DIM, HEADS, NUM_BUCKETS, SHAPES, _inputs, _leaves
-
-
-def _time_and_position_bias(ts, lengths, ts_w, pos_w, n):
-    tq = torch.cat([ts[:, 1:], ts[:, -1:]], dim=1)
-    last = (lengths - 1).clamp(min=0).unsqueeze(1)
-    tq = tq.scatter(1, last, ts.gather(1, last))
-    dt = (tq[:, :, None] - ts[:, None, :]).abs().clamp(min=1)
-    buckets = (torch.log(dt.double()) / 0.301).long().clamp(0, NUM_BUCKETS)
-    pos = torch.arange(n)
-    return ts_w[buckets], pos_w[n - 1 + pos[None, :] - pos[:, None]]
+from suites.hstu import (
+    HEAD_DIM,
+    HEADS,
+    SHAPES,
+    _inputs,
+    _leaves,
+    time_and_position_bias,
+)
 
 
 def reference(q, k, v, offsets, n, timestamps, ts_w, pos_w):
@@ -33,7 +30,7 @@ def reference(q, k, v, offsets, n, timestamps, ts_w, pos_w):
     valid = torch.arange(n)[None, :] < lengths[:, None]
     mask = (torch.tril(torch.ones(n, n, dtype=torch.bool))[None] & valid[:, None, :]).unsqueeze(1)
     mask = mask.to(q.dtype)
-    ts_bias, pos_bias = _time_and_position_bias(timestamps, lengths, ts_w, pos_w, n)
+    ts_bias, pos_bias = time_and_position_bias(timestamps, lengths, ts_w, pos_w, n)
     semantic = torch.nn.functional.silu(torch.einsum("bnhd,bmhd->bhnm", qp, kp)) / n * mask
     time = ts_bias.unsqueeze(1) * mask
     position = pos_bias.unsqueeze(0).unsqueeze(0) * mask

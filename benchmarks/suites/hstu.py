@@ -14,16 +14,16 @@ HEADS, HEAD_DIM = 2, 64
 NUM_BUCKETS = 128
 
 
-def _relative_bias(ts, lengths, ts_w, pos_w, n):
-    # [B, N, N]: ts_w[bucket(t_{i+1} - t_j)] + pos_w[N - 1 + j - i], with torch ops; the last
-    # valid position of each sequence uses its own time (OPS.md section 3).
+def time_and_position_bias(ts, lengths, ts_w, pos_w, n):
+    # ([B, N, N], [N, N]): ts_w[bucket(t_{i+1} - t_j)] and pos_w[N - 1 + j - i], with torch ops;
+    # the last valid position of each sequence uses its own time (OPS.md section 3).
     tq = torch.cat([ts[:, 1:], ts[:, -1:]], dim=1)
     last = (lengths - 1).clamp(min=0).unsqueeze(1)
     tq = tq.scatter(1, last, ts.gather(1, last))
     dt = (tq[:, :, None] - ts[:, None, :]).abs().clamp(min=1)
     buckets = (torch.log(dt.double()) / 0.301).long().clamp(0, NUM_BUCKETS)
     pos = torch.arange(n)
-    return ts_w[buckets] + pos_w[n - 1 + pos[None, :] - pos[:, None]]
+    return ts_w[buckets], pos_w[n - 1 + pos[None, :] - pos[:, None]]
 
 
 def reference(q, k, v, offsets, n, timestamps=None, ts_w=None, pos_w=None):
@@ -37,7 +37,8 @@ def reference(q, k, v, offsets, n, timestamps=None, ts_w=None, pos_w=None):
     scores = torch.einsum("bnhd,bmhd->bhnm", qp, kp)
     lengths = offsets[1:] - offsets[:-1]
     if ts_w is not None:
-        scores = scores + _relative_bias(timestamps, lengths, ts_w, pos_w, n).unsqueeze(1)
+        ts_bias, pos_bias = time_and_position_bias(timestamps, lengths, ts_w, pos_w, n)
+        scores = scores + (ts_bias + pos_bias).unsqueeze(1)
     valid = torch.arange(n)[None, :] < lengths[:, None]
     mask = torch.tril(torch.ones(n, n, dtype=torch.bool))[None] & valid[:, None, :]
     attn = torch.nn.functional.silu(scores) / n * mask.unsqueeze(1).to(scores.dtype)
