@@ -7,7 +7,7 @@ import torch
 from torch.library import register_autograd, register_fake
 
 from recops._autograd import input_grads
-from recops.hstu import SequenceLayout, mask_arguments
+from recops.hstu import call_arguments
 
 ops = torch.ops.recops
 
@@ -98,10 +98,9 @@ def fuxi_attention(
     ``[semantic | time | position]``, or per head ``[position, time, semantic]`` when
     ``reference_layout`` (the FuXi-alpha code's layout). Differentiable in q, k, v and the biases.
     """
-    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
-    mask_type, custom_mask = mask_arguments(mask)
-    if silu_scale is None:
-        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
+    layout, mask_type, custom_mask, silu_scale = call_arguments(
+        q, k, v, seq_offsets, max_seq_len, mask, silu_scale
+    )
     out = ops.hstu_dense_forward_fuxi(
         *layout.qkv,
         layout.seq_offsets,

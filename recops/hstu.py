@@ -84,11 +84,14 @@ class SequenceLayout:
         return out.reshape(*self.dense_shape, *out.shape[1:])
 
 
-def mask_arguments(mask):
-    """(mask_type, custom_mask) of the ops from a mask name or a custom mask tensor."""
-    if isinstance(mask, torch.Tensor):
-        return "custom", mask
-    return mask, None
+def call_arguments(q, k, v, seq_offsets, max_seq_len, mask, silu_scale):
+    """What the HSTU-family wrappers pass on: the SequenceLayout, (mask_type, custom_mask) from a
+    mask name or a custom mask tensor, and silu_scale (default 1 / max_seq_len)."""
+    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
+    mask_type, custom_mask = ("custom", mask) if isinstance(mask, torch.Tensor) else (mask, None)
+    if silu_scale is None:
+        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
+    return layout, mask_type, custom_mask, silu_scale
 
 
 def hstu_attention(
@@ -125,10 +128,9 @@ def hstu_attention(
     from ``timestamps`` ([B, N], or [L] jagged), ``ts_w [num_buckets + 1]`` and
     ``pos_w [2 N - 1]``. ``silu_scale`` defaults to ``1 / max_seq_len``.
     """
-    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
-    mask_type, custom_mask = mask_arguments(mask)
-    if silu_scale is None:
-        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
+    layout, mask_type, custom_mask, silu_scale = call_arguments(
+        q, k, v, seq_offsets, max_seq_len, mask, silu_scale
+    )
     out = ops.hstu_dense_forward(
         *layout.qkv,
         layout.seq_offsets,
