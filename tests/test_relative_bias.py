@@ -487,6 +487,17 @@ class ReferenceModule(torch.nn.Module):
 FLOAT64_BUCKETIZATION = lambda x: (torch.log(torch.abs(x).clamp(min=1).double()) / 0.301).long()  # noqa: E731
 
 
+def assert_module_matches(module, reference, ts):
+    """Same output and same parameter gradients as the reference module on timestamps ts."""
+    out, expected = module(ts), reference(ts)
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    expected.backward(grad)
+    for ours, theirs in zip(module.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+
+
 def test_module_matches_reference():
     n = 50
     torch.manual_seed(3)
@@ -499,15 +510,7 @@ def test_module_matches_reference():
         assert torch.equal(ours, theirs)
     assert module.ts_w is module._ts_w and module.pos_w is module._pos_w
 
-    ts = random_timestamps(4, n, sort=False)
-    out = module(ts)
-    expected = reference(ts)
-    torch.testing.assert_close(out, expected)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    expected.backward(grad)
-    for ours, theirs in zip(module.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, theirs.grad)
+    assert_module_matches(module, reference, random_timestamps(4, n, sort=False))
 
 
 def test_module_state_dict_round_trip():
@@ -535,14 +538,7 @@ def test_module_custom_bucketization_is_not_fused():
     assert not module.fused
     reference = ReferenceModule(40, NB, fn)
     reference.load_state_dict(module.state_dict())
-    ts = random_timestamps(3, 40, high=200_000)
-    out, expected = module(ts), reference(ts)
-    torch.testing.assert_close(out, expected)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    expected.backward(grad)
-    for ours, theirs in zip(module.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, theirs.grad)
+    assert_module_matches(module, reference, random_timestamps(3, 40, high=200_000))
 
 
 @pytest.mark.parametrize("divisor", [0.3, 0.302])
