@@ -100,6 +100,15 @@ def sparse_input(op_name, num_features, batch, lengths_dtype, max_length=4):
     return lengths, int(lengths.sum()), num_segments
 
 
+def random_permute_case(op_name, kind, lengths_dtype, num_features, batch):
+    """(lengths, permute, values, weights): int64 ids and float weights for a random KJT."""
+    lengths, total, num_segments = sparse_input(op_name, num_features, batch, lengths_dtype)
+    if num_segments == 0 and kind != "empty":
+        pytest.skip("nothing to permute")
+    permute = make_permute(kind, num_segments)
+    return lengths, permute, torch.randint(0, 10**6, (total,)), torch.randn(total)
+
+
 PERMUTE_KINDS = ["identity", "random", "runs", "repeats_drops", "subset", "empty"]
 
 
@@ -110,12 +119,9 @@ PERMUTE_KINDS = ["identity", "random", "runs", "repeats_drops", "subset", "empty
 @pytest.mark.parametrize("num_features, batch", [(1, 1), (5, 3), (40, 7), (6, 0)], ids=str)
 def test_permute_random(op_name, kind, lengths_dtype, num_features, batch):
     op = getattr(ops, op_name)
-    lengths, total, num_segments = sparse_input(op_name, num_features, batch, lengths_dtype)
-    if num_segments == 0 and kind != "empty":
-        pytest.skip("nothing to permute")
-    permute = make_permute(kind, num_segments)
-    values = torch.randint(0, 10**6, (total,))
-    weights = torch.randn(total)
+    lengths, permute, values, weights = random_permute_case(
+        op_name, kind, lengths_dtype, num_features, batch
+    )
     expected = ref_permute(permute, lengths, values, weights)
     assert_all_equal(op(permute, lengths, values, weights), expected)
     assert_all_equal(op(permute, lengths, values, None), (*expected[:2], None))
@@ -395,12 +401,9 @@ def test_invert_permute_opcheck(dtype):
 @pytest.mark.parametrize("lengths_dtype", INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("num_features, batch", [(1, 1), (5, 3), (40, 7), (6, 0)], ids=str)
 def test_permute_matches_fbgemm(fbgemm_ops, op_name, kind, lengths_dtype, num_features, batch):
-    lengths, total, num_segments = sparse_input(op_name, num_features, batch, lengths_dtype)
-    if num_segments == 0 and kind != "empty":
-        pytest.skip("nothing to permute")
-    permute = make_permute(kind, num_segments)
-    values = torch.randint(0, 10**6, (total,))
-    weights = torch.randn(total)
+    lengths, permute, values, weights = random_permute_case(
+        op_name, kind, lengths_dtype, num_features, batch
+    )
     hint = ref_permute(permute, lengths, values, None)[1].shape[0]
     for args in [(values, weights), (values, None), (values, weights, hint)]:
         ours = getattr(ops, op_name)(permute, lengths, *args)
