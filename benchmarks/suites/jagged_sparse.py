@@ -250,45 +250,40 @@ def permute_cases(gen) -> list[Case]:
         permute = torch.randperm(num_features, generator=gen).int()
         return lengths, values, weights, permute
 
-    def permute_2d(tag, lengths, values, weights, permute):
-        seg = lengths.long().sum(1)
+    def permute_case(op_name, tag, permute, lengths, values, weights):
+        # Segment t is row t of lengths ([T, B], 2-D form) or entry t (1-D form).
+        seg = lengths.long().sum(1) if lengths.dim() == 2 else lengths.long()
+        ours, theirs = getattr(R, op_name), getattr(FB, op_name)
         return Case(
-            f"permute_2D_sparse_data {tag}",
+            f"{op_name} {tag}",
             {
-                "recops": lambda: R.permute_2D_sparse_data(permute, lengths, values, weights),
-                "fbgemm": lambda: FB.permute_2D_sparse_data(permute, lengths, values, weights),
+                "recops": lambda: ours(permute, lengths, values, weights),
+                "fbgemm": lambda: theirs(permute, lengths, values, weights),
                 "torch": lambda: _torch_permute(permute, lengths, values, weights, seg),
             },
             _permute_bytes(permute, lengths, values, weights),
         )
 
-    def permute_1d(tag, permute, lengths, values, weights):
-        seg = lengths.long()
-        return Case(
-            f"permute_1D_sparse_data {tag}",
-            {
-                "recops": lambda: R.permute_1D_sparse_data(permute, lengths, values, weights),
-                "fbgemm": lambda: FB.permute_1D_sparse_data(permute, lengths, values, weights),
-                "torch": lambda: _torch_permute(permute, lengths, values, weights, seg),
-            },
-            _permute_bytes(permute, lengths, values, weights),
-        )
-
+    two_d, one_d = "permute_2D_sparse_data", "permute_1D_sparse_data"
     # FBGEMM's permute benchmark shape: few features, long bags.
     lengths, values, weights, permute = kjt(40, 128, 1000, 2000)
-    cases.append(permute_2d("T=40 B=128 L~1500 +w", lengths, values, weights, permute))
+    cases.append(permute_case(two_d, "T=40 B=128 L~1500 +w", permute, lengths, values, weights))
 
     # Production-like KJT: 100 features x 4096 samples, ~5 ids per bag, int64 ids, fp32 weights.
     t, b = 100, 4096
     lengths, values, weights, permute = kjt(t, b, 0, 11)
-    cases.append(permute_2d(f"T={t} B={b} L~5 +w", lengths, values, weights, permute))
+    cases.append(permute_case(two_d, f"T={t} B={b} L~5 +w", permute, lengths, values, weights))
     # The same feature permutation in the 1-D form: one segment per (feature, sample).
     perm_1d = (permute.long()[:, None] * b + torch.arange(b)).flatten().int()
     flat = lengths.flatten()
-    cases.append(permute_1d(f"T*B={t * b} feature-major L~5 +w", perm_1d, flat, values, weights))
+    cases.append(
+        permute_case(one_d, f"T*B={t * b} feature-major L~5 +w", perm_1d, flat, values, weights)
+    )
     # 1-D with every segment moved independently (random gather of ~5-id segments).
     perm_rand = torch.randperm(t * b, generator=gen).int()
-    cases.append(permute_1d(f"T*B={t * b} random L~5 +w", perm_rand, flat, values, weights))
+    cases.append(
+        permute_case(one_d, f"T*B={t * b} random L~5 +w", perm_rand, flat, values, weights)
+    )
 
     # invert_permute on the 1-D segment permutation; offsets_range on the KJT's offsets.
     cases.append(
