@@ -6,9 +6,10 @@ STAMP := $(VENV)/.requirements-installed
 
 .PHONY: setup build test bench format format-check clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -54,7 +54,6 @@ def _extension():
     # exception flags or errno.
     cxx_flags = [
         "-O3",
-        "-std=c++17",
         "-fopenmp",
         "-fno-trapping-math",
         "-fno-math-errno",
@@ -72,7 +71,7 @@ def _extension():
         return CUDAExtension(
             sources=_sources("*.cpp") + _sources("*.cu"),
             define_macros=[("RECOPS_WITH_CUDA", "1")],
-            extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17"]},
+            extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
             **common,
         )
     return CppExtension(sources=_sources("*.cpp"), extra_compile_args={"cxx": cxx_flags}, **common)
