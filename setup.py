@@ -3,7 +3,11 @@
 CPU sources (csrc/recops/**/*.cpp) are always compiled. CUDA sources (csrc/recops/**/*.cu, next to
 their family's CPU kernels) are added when torch is a CUDA build, nvcc is found and its major
 version matches torch's; RECOPS_CUDA=0 forces a CPU-only build, RECOPS_CUDA=1 makes a missing
-toolchain an error.
+toolchain an error. The C++ standard is the one torch's cpp_extension picks for the torch being
+built against (C++17 up to torch 2.12, C++20 from 2.13, whose headers need it).
+
+The extension is bound to the ABI of the torch it was compiled with, so the package requires that
+torch's major.minor release (``torch==X.Y.*``).
 """
 
 import glob
@@ -15,6 +19,21 @@ from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# The GPU recops' CUDA backend is built for when no GPU is visible to pick the architecture from
+# (cpp_extension needs one); TORCH_CUDA_ARCH_LIST chooses others.
+DEFAULT_CUDA_ARCH = "9.0"
+
+
+def _version():
+    scope = {}
+    with open(os.path.join(ROOT, "recops", "_version.py")) as f:
+        exec(f.read(), scope)
+    return scope["__version__"]
+
+
+def _torch_requirement():
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return f"torch=={major}.{minor}.*"
 
 
 def _sources(pattern):
@@ -68,9 +87,10 @@ def _extension():
         py_limited_api=False,
     )
     if _build_cuda():
+        if torch.cuda.device_count() == 0:
+            os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCH)
         return CUDAExtension(
             sources=_sources("*.cpp") + _sources("*.cu"),
-            define_macros=[("RECOPS_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
             **common,
         )
@@ -78,11 +98,10 @@ def _extension():
 
 
 setup(
-    name="recops",
-    version="0.1.0",
-    description="Fast C++ operators for recommendation-model training in PyTorch",
+    version=_version(),
+    install_requires=[_torch_requirement()],
     packages=find_packages(include=["recops", "recops.*"]),
+    package_data={"recops": ["py.typed"]},
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    python_requires=">=3.10",
 )

@@ -7,6 +7,7 @@ autograd formulas, and binds the FBGEMM-compatible ops to ``torch.ops.fbgemm.*``
 import torch
 
 from recops import _fbgemm, _library
+from recops._version import __version__
 
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
@@ -38,10 +39,12 @@ from recops.hstu import hstu_attention  # noqa: E402
 from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
+use_for_fbgemm = _fbgemm.use_for_fbgemm
 
 ops = torch.ops.recops
 
 __all__ = [
+    "__version__",
     "BoundsCheckMode",
     "ComputeDevice",
     "DisentangledSelfAttention",
@@ -68,5 +71,5 @@ __all__ = [
     "ops",
     "relative_bias",
     "sparse",
+    "use_for_fbgemm",
 ]
-__version__ = "0.1.0"

@@ -1,55 +1,64 @@
-"""Binds recops' kernels to ``torch.ops.fbgemm`` (DESIGN.md, "FBGEMM binding").
+"""Binds recops' kernels to ``torch.ops.fbgemm`` (docs/design.md, "FBGEMM binding").
 
-If ``fbgemm_gpu`` is installed it is imported first and recops only adds kernels for dispatch keys
-that FBGEMM leaves empty; a schema FBGEMM defined is never redefined. Without FBGEMM, recops defines
-FBGEMM's schemas itself and routes each op to its ``torch.ops.recops`` twin, which carries the
-kernels, fake kernel and autograd. ``RECOPS_FBGEMM_CPU_OVERRIDE=1`` additionally routes FBGEMM's
-own CPU kernels to recops.
+- **FBGEMM absent** (or ignored with ``RECOPS_HIDE_FBGEMM=1``): recops defines FBGEMM's schemas,
+  taking each one's text from its ``torch.ops.recops`` twin (one copy of every schema), and serves
+  them with the twin's C++ kernels, autograd and fake kernel. The composites
+  (``jagged_to_padded_dense``, ``dense_to_jagged``) decompose into ``fbgemm::`` ops, so a graph
+  traced through ``torch.ops.fbgemm`` runs wherever FBGEMM is installed.
+- **FBGEMM installed**: it is imported first and its schemas and kernels stay; recops only fills
+  backend keys FBGEMM leaves empty.
+- :func:`use_for_fbgemm` routes FBGEMM's own kernels for a device to recops, on request and
+  reversibly (``RECOPS_FBGEMM_CPU_OVERRIDE=1`` does it for every op on CPU at import).
+
+Every registration is a C++ redispatch to the recops twin (csrc/recops/binding/fbgemm_route.cpp):
+no Python runs on the call path. :data:`bound` (``recops.fbgemm_bindings``) says what was bound.
 """
+
+from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterable
 
 import torch
 
-# FBGEMM's schema strings, verbatim (OPS.md section 1).
-FBGEMM_SCHEMAS = {
-    "asynchronous_complete_cumsum": "asynchronous_complete_cumsum(Tensor t_in) -> Tensor",
-    "asynchronous_exclusive_cumsum": "asynchronous_exclusive_cumsum(Tensor t_in) -> Tensor",
-    "asynchronous_inclusive_cumsum": "asynchronous_inclusive_cumsum(Tensor t_in) -> Tensor",
-    "jagged_to_padded_dense": "jagged_to_padded_dense(Tensor values, Tensor[] offsets, "
-    "SymInt[] max_lengths, float padding_value = 0) -> Tensor",
-    "jagged_to_padded_dense_forward": "jagged_to_padded_dense_forward(Tensor values, "
-    "Tensor[] offsets, SymInt[] max_lengths, float padding_value = 0) -> Tensor",
-    "jagged_to_padded_dense_backward": "jagged_to_padded_dense_backward(Tensor grad_output, "
-    "Tensor[] offsets, SymInt total_L) -> Tensor",
-    "dense_to_jagged": "dense_to_jagged(Tensor dense, Tensor[] x_offsets, "
-    "SymInt? total_L=None) -> (Tensor, Tensor[])",
-    "dense_to_jagged_forward": "dense_to_jagged_forward(Tensor dense, Tensor[] x_offsets, "
-    "SymInt? total_L=None) -> Tensor",
-    "jagged_2d_to_dense": "jagged_2d_to_dense(Tensor values, Tensor offsets, "
-    "SymInt max_sequence_length) -> Tensor",
-    "jagged_1d_to_dense": "jagged_1d_to_dense(Tensor values, Tensor offsets, "
-    "SymInt max_sequence_length, int padding_value) -> Tensor",
-    "permute_2D_sparse_data": "permute_2D_sparse_data(Tensor permute, Tensor lengths, "
-    "Tensor values, Tensor? weights=None, SymInt? permuted_lengths_sum=None) "
-    "-> (Tensor, Tensor, Tensor?)",
-    "permute_1D_sparse_data": "permute_1D_sparse_data(Tensor permute, Tensor lengths, "
-    "Tensor values, Tensor? weights=None, SymInt? permuted_lengths_sum=None) "
-    "-> (Tensor, Tensor, Tensor?)",
-    "invert_permute": "invert_permute(Tensor permute) -> Tensor",
-    "offsets_range": "offsets_range(Tensor offsets, SymInt range_size) -> Tensor",
-}
+# FBGEMM's ops that recops implements with FBGEMM's schemas (docs/ops.md section 1).
+FBGEMM_OPS = (
+    "asynchronous_complete_cumsum",
+    "asynchronous_exclusive_cumsum",
+    "asynchronous_inclusive_cumsum",
+    "jagged_to_padded_dense",
+    "jagged_to_padded_dense_forward",
+    "jagged_to_padded_dense_backward",
+    "dense_to_jagged",
+    "dense_to_jagged_forward",
+    "jagged_2d_to_dense",
+    "jagged_1d_to_dense",
+    "permute_2D_sparse_data",
+    "permute_1D_sparse_data",
+    "invert_permute",
+    "offsets_range",
+)
+# Composites call their `_forward` op; they hold no kernel of their own to route.
+COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")
 
-# Backend keys recops may fill in for an FBGEMM-defined op.
-_BACKEND_KEYS = ("CPU", "CUDA")
+# Backend keys recops may fill in for an FBGEMM-defined op, by device.
+_BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
+HIDE_FBGEMM_VARIABLE = "RECOPS_HIDE_FBGEMM"
+CPU_OVERRIDE_VARIABLE = "RECOPS_FBGEMM_CPU_OVERRIDE"
 
-_library = None  # the torch.library.Library holding recops' fbgemm registrations
-bound = {}  # op name -> how it was bound: "defined" or the list of keys recops filled in
+_library = None  # the torch.library.Library holding the fbgemm schemas recops defined
+bound: dict[str, str | list[str]] = {}  # op -> "defined", or the keys recops serves
 
 
 def import_fbgemm() -> bool:
-    """Imports fbgemm_gpu when it is installed; returns whether it is loaded."""
+    """Imports fbgemm_gpu when it is installed and not hidden; returns whether it is loaded.
+
+    ``RECOPS_HIDE_FBGEMM=1`` makes recops ignore an installed fbgemm_gpu: it defines
+    ``torch.ops.fbgemm`` itself, after which fbgemm_gpu cannot be imported into the process.
+    """
+    if os.environ.get(HIDE_FBGEMM_VARIABLE) == "1":
+        return False
     if importlib.util.find_spec("fbgemm_gpu") is None:
         return False
     import fbgemm_gpu  # noqa: F401
@@ -57,41 +66,97 @@ def import_fbgemm() -> bool:
     return True
 
 
-def _has_schema(qualname: str) -> bool:
-    return torch._C._dispatch_has_kernel(qualname) or any(
-        s.name == qualname for s in torch._C._jit_get_all_schemas()
-    )
+def recops_schema(name: str) -> str:
+    """The schema of ``torch.ops.recops.<name>`` without its namespace: FBGEMM's, verbatim."""
+    return str(getattr(torch.ops.recops, name).default._schema).split("::", 1)[1]
 
 
 def _has_kernel(qualname: str, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key)
 
 
-def bind() -> dict:
+def _route(name: str, key: str, enable: bool = True) -> None:
+    torch.ops.recops._route_fbgemm_op(name, key, enable)
+
+
+def _define(name: str) -> None:
+    _library.define(recops_schema(name), tags=(torch.Tag.pt2_compliant_tag,))
+    if name in COMPOSITES:
+        _route(name, "CompositeImplicitAutograd")
+        return
+    for key in ("CPU", "CUDA", "Autograd"):
+        if _has_kernel(f"recops::{name}", key):
+            _route(name, key)
+    recops_op = getattr(torch.ops.recops, name).default
+
+    def fake(*args, **kwargs):  # the twin's fake kernel, reached through the twin
+        return recops_op(*args, **kwargs)
+
+    torch.library.register_fake(f"fbgemm::{name}", fake, lib=_library)
+
+
+def bind() -> dict[str, str | list[str]]:
+    """Defines or fills in ``torch.ops.fbgemm``'s ops once per process; returns :data:`bound`."""
     global _library
     if _library is not None:
         return bound
     _library = torch.library.Library("fbgemm", "FRAGMENT")
-    override_cpu = os.environ.get("RECOPS_FBGEMM_CPU_OVERRIDE") == "1"
     defined = {s.name for s in torch._C._jit_get_all_schemas()}
-    for name, schema in FBGEMM_SCHEMAS.items():
+    for name in FBGEMM_OPS:
         qualname = f"fbgemm::{name}"
-        recops_op = getattr(torch.ops.recops, name).default
         if qualname not in defined:
-            _library.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-            _library.impl(name, recops_op, "CompositeImplicitAutograd")
+            _define(name)
             bound[name] = "defined"
+        elif name not in COMPOSITES and not _has_kernel(qualname, "CompositeImplicitAutograd"):
+            for key in _BACKEND_KEYS.values():
+                if _has_kernel(f"recops::{name}", key) and not _has_kernel(qualname, key):
+                    _serve(name, key)
+    if os.environ.get(CPU_OVERRIDE_VARIABLE) == "1":
+        use_for_fbgemm()
+    return bound
+
+
+def _serve(name: str, key: str, enable: bool = True) -> None:
+    _route(name, key, enable)
+    keys = bound.setdefault(name, [])
+    if enable and key not in keys:
+        keys.append(key)
+    elif not enable and key in keys:
+        keys.remove(key)
+    if not keys:
+        del bound[name]
+
+
+def _kernel_ops(ops: Iterable[str] | None) -> list[str]:
+    names = list(FBGEMM_OPS if ops is None else ops)
+    unknown = [n for n in names if n not in FBGEMM_OPS]
+    if unknown:
+        raise ValueError(f"ops must name FBGEMM ops recops implements {FBGEMM_OPS}, got {unknown}")
+    return [n for n in names if n not in COMPOSITES]
+
+
+def _device_key(device: str) -> str:
+    if device not in _BACKEND_KEYS:
+        raise ValueError(f"device must be one of {tuple(_BACKEND_KEYS)}, got {device!r}")
+    return _BACKEND_KEYS[device]
+
+
+def use_for_fbgemm(
+    ops: Iterable[str] | None = None, device: str = "cpu", enable: bool = True
+) -> dict[str, str | list[str]]:
+    """Routes FBGEMM's own ``torch.ops.fbgemm.<op>`` kernels for ``device`` to recops' kernels.
+
+    With fbgemm_gpu installed, ``torch.ops.fbgemm.*`` runs FBGEMM's kernels; this call makes the
+    given ops (default: every one recops implements; a composite such as
+    ``jagged_to_padded_dense`` follows its ``_forward`` op) run recops' instead, with no warning.
+    ``enable=False`` gives the kernels back to FBGEMM. Ops that recops defined itself (FBGEMM
+    absent) are recops' already and are left as they are. Returns :data:`bound`.
+    """
+    key = _device_key(device)
+    for name in _kernel_ops(ops):
+        if bound.get(name) == "defined":
             continue
-        if _has_kernel(qualname, "CompositeImplicitAutograd"):
-            continue
-        keys = []
-        for key in _BACKEND_KEYS:
-            if not _has_kernel(f"recops::{name}", key):
-                continue
-            if _has_kernel(qualname, key) and not (override_cpu and key == "CPU"):
-                continue
-            _library.impl(name, recops_op, key, allow_override=True)
-            keys.append(key)
-        if keys:
-            bound[name] = keys
+        if enable and not _has_kernel(f"recops::{name}", key):
+            raise NotImplementedError(f"recops has no {device} kernel for {name}")
+        _serve(name, key, enable)
     return bound

@@ -1,5 +1,6 @@
 """Test configuration. RECOPS_HIDE_FBGEMM=1 runs the suite as if fbgemm_gpu were not installed,
-which proves that recops alone defines and serves torch.ops.fbgemm.*."""
+which proves that recops alone defines and serves torch.ops.fbgemm.*: recops then ignores it
+(recops/_fbgemm.py), and the tests' own `import fbgemm_gpu` fails as if it were absent."""
 
 import os
 import sys

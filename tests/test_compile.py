@@ -148,10 +148,15 @@ def test_compile_backward():
             torch.testing.assert_close(ours, eager)
 
 
-def test_export_jagged_to_padded_dense_single_forward_node():
+@pytest.mark.parametrize("namespace", NAMESPACES)
+def test_export_jagged_to_padded_dense_single_forward_node(namespace):
+    # Through torch.ops.fbgemm the graph holds fbgemm nodes only, whether FBGEMM or recops defined
+    # them, so it runs wherever FBGEMM is installed.
+    ns = getattr(torch.ops, namespace)
+
     class Pad(torch.nn.Module):
         def forward(self, values, offsets):
-            return torch.ops.recops.jagged_to_padded_dense(values, [offsets], [4], 0.0)
+            return ns.jagged_to_padded_dense(values, [offsets], [4], 0.0)
 
     values, offsets = jagged_input(4, 4, 3, 0)
     # B >= 2: tracing guards the output's batch size (offsets.size(0) - 1) != 1 in torch's
@@ -161,10 +166,10 @@ def test_export_jagged_to_padded_dense_single_forward_node():
     # The training IR keeps the composite custom op as one node; decomposing it to ATen IR
     # leaves exactly one jagged_to_padded_dense_forward node.
     targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
-    assert targets == [torch.ops.recops.jagged_to_padded_dense.default]
+    assert targets == [ns.jagged_to_padded_dense.default]
     decomposed = exported.run_decompositions()
     targets = [n.target for n in decomposed.graph.nodes if n.op == "call_function"]
-    assert targets == [torch.ops.recops.jagged_to_padded_dense_forward.default]
+    assert targets == [ns.jagged_to_padded_dense_forward.default]
     for batch, seed in ((4, 0), (9, 1)):
         values, offsets = jagged_input(batch, 4, 3, seed)
         assert_same(decomposed.module()(values, offsets), Pad()(values, offsets))

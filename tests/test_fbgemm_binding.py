@@ -1,4 +1,4 @@
-"""The FBGEMM binding (DESIGN.md): torch.ops.fbgemm.* works with FBGEMM's exact schemas whether
+"""The FBGEMM binding (docs/design.md): torch.ops.fbgemm.* works with FBGEMM's exact schemas whether
 fbgemm_gpu is installed, imported before recops, imported after it, or absent."""
 
 import json
@@ -28,16 +28,18 @@ from recops import _fbgemm
 print(json.dumps({
     "fbgemm_loaded": recops.fbgemm_loaded,
     "bindings": recops.fbgemm_bindings,
-    "schemas": {
-        n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in _fbgemm.FBGEMM_SCHEMAS
-    },
+    "schemas": {n: str(getattr(torch.ops.fbgemm, n).default._schema) for n in _fbgemm.FBGEMM_OPS},
 }))
 """
 
 
-def _python(code, hide_fbgemm):
+def _python(code, hide_fbgemm, block_import=True):
+    """Runs ``code`` in a fresh interpreter; returns (the JSON its last line printed, its stderr).
+    ``hide_fbgemm`` sets RECOPS_HIDE_FBGEMM=1, and ``block_import`` also makes ``import
+    fbgemm_gpu`` fail there, as if it were not installed."""
     env = dict(os.environ, RECOPS_HIDE_FBGEMM="1" if hide_fbgemm else "0")
-    prelude = "import sys; sys.modules['fbgemm_gpu'] = None\n" if hide_fbgemm else ""
+    block = hide_fbgemm and block_import
+    prelude = "import sys; sys.modules['fbgemm_gpu'] = None\n" if block else ""
     out = subprocess.run(
         [sys.executable, "-c", prelude + code],
         cwd=ROOT,
@@ -46,29 +48,33 @@ def _python(code, hide_fbgemm):
         text=True,
         check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-def _schema_text(schema: str) -> str:
-    return str(torch._C.parse_schema(schema))
+def _fbgemm_schema(name):
+    return str(getattr(torch.ops.fbgemm, name).default._schema)
 
 
-def test_without_fbgemm_recops_defines_every_fbgemm_schema_verbatim():
-    report = _python(_REPORT, hide_fbgemm=True)
+@pytest.mark.parametrize("block_import", [True, False], ids=["absent", "hidden-by-variable"])
+def test_without_fbgemm_recops_defines_every_fbgemm_schema(block_import):
+    report, _ = _python(_REPORT, hide_fbgemm=True, block_import=block_import)
     assert not report["fbgemm_loaded"]
-    assert report["bindings"] == {name: "defined" for name in _fbgemm.FBGEMM_SCHEMAS}
-    for name, schema in _fbgemm.FBGEMM_SCHEMAS.items():
-        assert report["schemas"][name] == _schema_text("fbgemm::" + schema)
+    assert report["bindings"] == {name: "defined" for name in _fbgemm.FBGEMM_OPS}
+    for name in _fbgemm.FBGEMM_OPS:
+        assert report["schemas"][name] == "fbgemm::" + _fbgemm.recops_schema(name)
 
 
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
-def test_with_fbgemm_recops_never_redefines_its_schemas():
+def test_recops_schemas_are_fbgemms_verbatim():
+    # recops defines torch.ops.fbgemm from its twins' schemas: they must be FBGEMM's own.
+    for name in _fbgemm.FBGEMM_OPS:
+        assert _fbgemm_schema(name) == "fbgemm::" + _fbgemm.recops_schema(name)
+
+
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
+def test_with_fbgemm_recops_binds_nothing_by_default():
     # FBGEMM's CPU wheel has CPU kernels for every op: recops binds nothing on CPU.
     assert recops.fbgemm_bindings == {}
-    for name, schema in _fbgemm.FBGEMM_SCHEMAS.items():
-        assert str(getattr(torch.ops.fbgemm, name).default._schema) == _schema_text(
-            "fbgemm::" + schema
-        )
 
 
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
@@ -76,18 +82,83 @@ def test_with_fbgemm_recops_never_redefines_its_schemas():
     "imports", ["import fbgemm_gpu; import recops", "import recops; import fbgemm_gpu"]
 )
 def test_import_order_does_not_matter(imports):
-    report = _python(imports + "\n" + _REPORT, hide_fbgemm=False)
+    report, _ = _python(imports + "\n" + _REPORT, hide_fbgemm=False)
     assert report["fbgemm_loaded"]
     assert report["bindings"] == {}
 
 
+# FBGEMM's CPU invert_permute does not check its input; recops' raises on a repeated entry, which
+# tells whose kernel ran.
+_ROUTED = """
+import json, warnings, torch, recops
+def runs_recops():
+    try:
+        torch.ops.fbgemm.invert_permute(torch.tensor([0, 0, 2]))
+    except ValueError:
+        return True
+    return False
+before = runs_recops()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    recops.use_for_fbgemm(ops=OPS)
+    routed = runs_recops()
+    bindings = {k: list(v) for k, v in recops.fbgemm_bindings.items()}
+    recops.use_for_fbgemm(ops=OPS, enable=False)
+print(json.dumps({"before": before, "routed": routed, "after": runs_recops(),
+                  "bindings": bindings, "after_bindings": recops.fbgemm_bindings,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
-def test_cpu_override_routes_fbgemm_cpu_kernels_to_recops():
+@pytest.mark.parametrize("ops", [None, ["invert_permute"]])
+def test_use_for_fbgemm_routes_fbgemms_own_op_to_recops_without_warning(ops):
+    report, stderr = _python(_ROUTED.replace("OPS", repr(ops)), hide_fbgemm=False)
+    assert not report["before"] and report["routed"] and not report["after"]
+    expected = _fbgemm.FBGEMM_OPS if ops is None else ops
+    assert report["bindings"] == {n: ["CPU"] for n in expected if n not in _fbgemm.COMPOSITES}
+    assert report["after_bindings"] == {}
+    assert report["warnings"] == []
+    assert "Overriding" not in stderr and "Warning" not in stderr
+
+
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
+def test_use_for_fbgemm_results_and_gradients_match_fbgemms():
+    values = torch.randn(7, 3, requires_grad=True)
+    offsets = torch.tensor([0, 2, 2, 7])
+
+    def run():
+        values.grad = None
+        dense = torch.ops.fbgemm.jagged_to_padded_dense(values, [offsets], [4], -1.0)
+        (dense * torch.arange(dense.numel()).reshape(dense.shape)).sum().backward()
+        return dense.detach(), values.grad.clone()
+
+    expected = run()
+    recops.use_for_fbgemm()
+    try:
+        assert set(recops.fbgemm_bindings) == set(_fbgemm.FBGEMM_OPS) - set(_fbgemm.COMPOSITES)
+        actual = run()
+    finally:
+        recops.use_for_fbgemm(enable=False)
+    assert recops.fbgemm_bindings == {}
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_use_for_fbgemm_rejects_unknown_ops_and_devices():
+    with pytest.raises(ValueError, match="ops must name FBGEMM ops"):
+        recops.use_for_fbgemm(ops=["not_an_op"])
+    with pytest.raises(ValueError, match="device must be one of"):
+        recops.use_for_fbgemm(device="tpu")
+
+
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
+def test_cpu_override_variable_routes_fbgemm_cpu_kernels_to_recops():
     code = "import os; os.environ['RECOPS_FBGEMM_CPU_OVERRIDE'] = '1'\n" + _REPORT
-    report = _python(code, hide_fbgemm=False)
+    report, stderr = _python(code, hide_fbgemm=False)
     cpu_ops = {n for n, keys in report["bindings"].items() if "CPU" in keys}
-    assert "jagged_to_padded_dense_forward" in cpu_ops
-    assert "permute_2D_sparse_data" in cpu_ops
+    assert cpu_ops == set(_fbgemm.FBGEMM_OPS) - set(_fbgemm.COMPOSITES)
+    assert "Overriding" not in stderr
 
 
 def test_family_suites_pass_without_fbgemm():

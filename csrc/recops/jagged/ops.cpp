@@ -6,29 +6,35 @@
 #include "recops/jagged/ops.h"
 
 namespace recops::jagged {
-namespace {
 
-// The composite entry points call their `_forward` op through the dispatcher, so autograd and
-// exported graphs see exactly one `_forward` node.
+// The composite entry points call their `_forward` op in the same namespace through the
+// dispatcher, so autograd and exported graphs see exactly one `<namespace>::..._forward` node.
+template <const char* Namespace>
 at::Tensor jagged_to_padded_dense(const at::Tensor& values, at::TensorList offsets,
                                   c10::SymIntArrayRef max_lengths, double padding_value) {
   static const auto forward =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("recops::jagged_to_padded_dense_forward", "")
+          .findSchemaOrThrow((std::string(Namespace) + "::jagged_to_padded_dense_forward").c_str(),
+                             "")
           .typed<at::Tensor(const at::Tensor&, at::TensorList, c10::SymIntArrayRef, double)>();
   return forward.call(values, offsets, max_lengths, padding_value);
 }
 
+template <const char* Namespace>
 std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged(
     const at::Tensor& dense, at::TensorList x_offsets, std::optional<c10::SymInt> total_L) {
   static const auto forward =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("recops::dense_to_jagged_forward", "")
+          .findSchemaOrThrow((std::string(Namespace) + "::dense_to_jagged_forward").c_str(), "")
           .typed<at::Tensor(const at::Tensor&, at::TensorList, std::optional<c10::SymInt>)>();
   return {forward.call(dense, x_offsets, std::move(total_L)), x_offsets.vec()};
 }
 
-}  // namespace
+template at::Tensor jagged_to_padded_dense<kFbgemmNamespace>(const at::Tensor&, at::TensorList,
+                                                             c10::SymIntArrayRef, double);
+template std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged<kFbgemmNamespace>(
+    const at::Tensor&, at::TensorList, std::optional<c10::SymInt>);
+
 }  // namespace recops::jagged
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
@@ -63,9 +69,9 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   m.def("offsets_range(Tensor offsets, SymInt range_size) -> Tensor", pt2);
 
   m.impl("jagged_to_padded_dense", c10::DispatchKey::CompositeImplicitAutograd,
-         TORCH_FN(recops::jagged::jagged_to_padded_dense));
+         TORCH_FN(recops::jagged::jagged_to_padded_dense<recops::jagged::kRecopsNamespace>));
   m.impl("dense_to_jagged", c10::DispatchKey::CompositeImplicitAutograd,
-         TORCH_FN(recops::jagged::dense_to_jagged));
+         TORCH_FN(recops::jagged::dense_to_jagged<recops::jagged::kRecopsNamespace>));
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {

@@ -4,6 +4,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <tuple>
+#include <vector>
 
 namespace recops::jagged {
 
@@ -23,5 +25,19 @@ at::Tensor jagged_1d_to_dense(const at::Tensor& values, const at::Tensor& offset
                               int64_t max_sequence_length, int64_t padding_value);
 
 at::Tensor offsets_range(const at::Tensor& offsets, int64_t range_size);
+
+// The composite ops, for the namespace whose `_forward` op they call: recops' own, and fbgemm's
+// when recops defines torch.ops.fbgemm (recops/_fbgemm.py registers those through
+// csrc/recops/binding/fbgemm_route.cpp).
+inline constexpr char kRecopsNamespace[] = "recops";
+inline constexpr char kFbgemmNamespace[] = "fbgemm";
+
+template <const char* Namespace>
+at::Tensor jagged_to_padded_dense(const at::Tensor& values, at::TensorList offsets,
+                                  c10::SymIntArrayRef max_lengths, double padding_value);
+template <const char* Namespace>
+std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged(const at::Tensor& dense,
+                                                                at::TensorList x_offsets,
+                                                                std::optional<c10::SymInt> total_L);
 
 }  // namespace recops::jagged
