@@ -1,10 +1,16 @@
-# Every target sets itself up: it creates or refreshes .venv from requirements.txt and rebuilds
-# recops incrementally before running.
+# Every target sets itself up: it creates or refreshes its virtual environment from the pinned
+# requirement files and rebuilds recops incrementally before running.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
+# The oldest supported torch, in a venv and a copy of the tree of its own (test-compat).
+COMPAT_VENV := .venv-compat
+COMPAT_PY := $(abspath $(COMPAT_VENV))/bin/python
+COMPAT_STAMP := $(COMPAT_VENV)/.requirements-installed
+COMPAT_TREE := build/compat
+JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 
-.PHONY: setup build test bench format format-check clean
+.PHONY: setup build test test-compat wheel bench format format-check clean
 
 $(STAMP): requirements.txt requirements-data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,10 +18,16 @@ $(STAMP): requirements.txt requirements-data.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	touch $(STAMP)
 
+$(COMPAT_STAMP): requirements-compat.txt requirements-data.txt
+	test -x $(COMPAT_PY) || python3 -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -m pip install --quiet -r requirements-compat.txt
+	$(COMPAT_PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	touch $(COMPAT_STAMP)
+
 setup: $(STAMP)
 
 build: setup
-	MAX_JOBS=$${MAX_JOBS:-2} $(PY) setup.py --quiet build_ext --inplace
+	$(JOBS) $(PY) setup.py --quiet build_ext --inplace
 
 format-check: setup
 	$(VENV)/bin/ruff check recops tests benchmarks setup.py
@@ -30,8 +42,22 @@ format: setup
 test: build format-check
 	$(PY) -m pytest -q tests
 
+# recops built against the oldest supported torch (requirements-compat.txt) and its suite run
+# without FBGEMM. It builds in a copy of the tree, whose recops/_C*.so would otherwise replace the
+# pinned environment's; the copy keeps its build folder, so rebuilds are incremental.
+test-compat: $(COMPAT_STAMP)
+	mkdir -p $(COMPAT_TREE)
+	find $(COMPAT_TREE) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(COMPAT_TREE)
+	cd $(COMPAT_TREE) && $(JOBS) $(COMPAT_PY) setup.py --quiet build_ext --inplace
+	cd $(COMPAT_TREE) && RECOPS_HIDE_FBGEMM=1 $(COMPAT_PY) -m pytest -q tests
+
+# An installable wheel in dist/, requiring the torch release it was built against.
+wheel: build
+	$(PY) -m build --wheel --no-isolation --outdir dist
+
 bench: build
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf build recops/*.so
+	rm -rf build dist recops/*.so
