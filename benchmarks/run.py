@@ -23,16 +23,25 @@ import torch  # noqa: E402
 from harness import Limits, Row, geomean, measure_limits  # noqa: E402
 from memory import use_steady_allocator  # noqa: E402
 
-import recops  # noqa: E402,F401
+import recops  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
+
+
+def _versions():
+    fbgemm = "absent"
+    if recops.fbgemm_loaded:
+        import fbgemm_gpu
+
+        fbgemm = fbgemm_gpu.__version__
+    return f"torch {torch.__version__}, fbgemm-gpu-cpu {fbgemm}, recops {recops.__version__}"
 
 
 def format_table(rows, limits):
     lines = [
         f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s "
         f"({limits.copy_1thread_gbps:.1f} on one thread), "
-        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, torch {torch.__version__}; "
+        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, {_versions()}; "
         "allocator: steady (freed memory reused, no page faults in timings; benchmarks/memory.py)",
         "",
         "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) "
