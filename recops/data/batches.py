@@ -1,0 +1,147 @@
+"""Jagged batches of user sequences: what the models consume. Sequences are packed row after row
+(``seq_offsets``), never padded; each batch names the rows whose output is asked to predict an
+item (``query_rows``) and that item (``targets``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+
+from recops.data.sequences import UserSequences, complete_offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class JaggedBatch:
+    """B sequences of items with timestamps, packed: sequence b is rows
+    ``seq_offsets[b]:seq_offsets[b + 1]`` of ``item_ids`` / ``timestamps``, oldest first.
+
+    ``max_seq_len`` is the model's N (positions, relative bias, HSTU's 1/N scale), ``padded_len``
+    this batch's longest sequence (the width of padded formulations). The output at
+    ``query_rows[i]`` predicts ``targets[i]``; in training batches ``target_rows[i]`` is the row
+    holding that item (``query_rows[i] + 1``: every row but a sequence's last predicts the next),
+    in evaluation and request batches it is None and ``seen`` lists (query, item) pairs that
+    rankings exclude.
+    """
+
+    item_ids: torch.Tensor  # [L] int64
+    timestamps: torch.Tensor  # [L] int64
+    seq_offsets: torch.Tensor  # [B + 1] int64
+    max_seq_len: int
+    padded_len: int
+    query_rows: torch.Tensor  # [M] int64
+    targets: torch.Tensor | None = None  # [M] int64; None in request batches
+    target_rows: torch.Tensor | None = None  # [M] int64
+    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ([S] query index, [S] item)
+
+    @property
+    def batch_size(self) -> int:
+        return self.seq_offsets.numel() - 1
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.seq_offsets[1:] - self.seq_offsets[:-1]
+
+
+def _rows(starts: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source rows ``starts[b] + 0..lengths[b] - 1`` for every b, concatenated; their offsets)."""
+    offsets = complete_offsets(lengths)
+    total = int(offsets[-1])
+    steps = torch.repeat_interleave(starts - offsets[:-1], lengths, output_size=total)
+    return steps + torch.arange(total), offsets
+
+
+def train_batches(
+    data: UserSequences, batch_size: int, max_seq_len: int, generator: torch.Generator
+) -> Iterator[JaggedBatch]:
+    """One epoch of training batches over the users in random order: each user's training
+    history (all but the last two items), cut to its last ``max_seq_len`` items; every position
+    but the last predicts the next item. Users with fewer than two training items are skipped."""
+    history = data.split("train").history_lengths
+    users = torch.nonzero(history >= 2).flatten()
+    users = users[torch.randperm(users.numel(), generator=generator)]
+    for chunk in users.split(batch_size):
+        lengths = history[chunk].clamp(max=max_seq_len)
+        rows, offsets = _rows(data.offsets[chunk] + history[chunk] - lengths, lengths)
+        items = data.items[rows]
+        predicts_next = torch.ones(rows.numel(), dtype=torch.bool)
+        predicts_next[offsets[1:] - 1] = False
+        query_rows = torch.nonzero(predicts_next).flatten()
+        yield JaggedBatch(
+            item_ids=items,
+            timestamps=data.timestamps[rows],
+            seq_offsets=offsets,
+            max_seq_len=max_seq_len,
+            padded_len=int(lengths.max()),
+            query_rows=query_rows,
+            targets=items[query_rows + 1],
+            target_rows=query_rows + 1,
+        )
+
+
+def request_batch(
+    history_items: torch.Tensor,
+    history_timestamps: torch.Tensor,
+    history_offsets: torch.Tensor,
+    request_times: torch.Tensor,
+    max_seq_len: int,
+    targets: torch.Tensor | None = None,
+    exclude_seen: bool = True,
+) -> JaggedBatch:
+    """A batch asking for each user's next item: the last ``max_seq_len - 1`` items of each
+    (jagged, non-empty) history, then a request token (item 0) carrying the time of the request.
+
+    The query row is each history's last item. HSTU's and FuXi-alpha's time bias measures a
+    position's time from the next position's, so the last history item's is measured from the
+    request time, as in training it is from the time of the item it predicts (generative
+    recommenders puts the target's timestamp after the history the same way). The token's own
+    output is unused, and the attention being causal no other position sees it. ``seen`` lists
+    every history item (not only the kept window) when ``exclude_seen``."""
+    lengths = history_offsets[1:] - history_offsets[:-1]
+    if lengths.numel() and int(lengths.min()) < 1:
+        raise ValueError("every history needs at least one item")
+    kept = lengths.clamp(max=max_seq_len - 1)
+    rows, offsets = _rows(history_offsets[:-1] + lengths - kept, kept + 1)
+    token_rows = offsets[1:] - 1
+    is_history = torch.ones(rows.numel(), dtype=torch.bool)
+    is_history[token_rows] = False
+    item_ids = torch.zeros(rows.numel(), dtype=torch.int64)
+    item_ids[is_history] = history_items[rows[is_history]]
+    timestamps = torch.empty(rows.numel(), dtype=torch.int64)
+    timestamps[is_history] = history_timestamps[rows[is_history]]
+    timestamps[token_rows] = request_times.to(torch.int64)
+    seen = None
+    if exclude_seen:
+        batch = torch.arange(lengths.numel())
+        seen = (torch.repeat_interleave(batch, lengths), history_items)
+    return JaggedBatch(
+        item_ids=item_ids,
+        timestamps=timestamps,
+        seq_offsets=offsets,
+        max_seq_len=max_seq_len,
+        padded_len=int(kept.max()) + 1 if kept.numel() else 0,
+        query_rows=token_rows - 1,
+        targets=targets,
+        seen=seen,
+    )
+
+
+def eval_batches(
+    data: UserSequences, split: str, batch_size: int, max_seq_len: int
+) -> Iterator[JaggedBatch]:
+    """Every user once, in order: the history before the ``split``'s target ("valid" or
+    "test"), asked at the target's time, with that target; rankings exclude the history."""
+    history = data.split(split).history_lengths
+    for chunk in torch.arange(data.num_users).split(batch_size):
+        starts = data.offsets[chunk]
+        rows, offsets = _rows(starts, history[chunk])
+        target_at = starts + history[chunk]
+        yield request_batch(
+            data.items[rows],
+            data.timestamps[rows],
+            offsets,
+            data.timestamps[target_at],
+            max_seq_len,
+            targets=data.items[target_at],
+        )

@@ -1,0 +1,15 @@
+"""Generative / sequential recommenders on jagged batches: HSTU, FuXi-alpha and the SASRec
+baseline, each on recops' ops or on their plain-PyTorch reference formulation."""
+
+from recops.models.config import MODELS, ModelConfig
+from recops.models.loss import sample_negatives, sampled_softmax_loss
+from recops.models.recommender import BACKENDS, SequentialRecommender
+
+__all__ = [
+    "BACKENDS",
+    "MODELS",
+    "ModelConfig",
+    "SequentialRecommender",
+    "sample_negatives",
+    "sampled_softmax_loss",
+]

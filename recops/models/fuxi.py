@@ -1,0 +1,56 @@
+"""The FuXi-alpha block (Ye et al., "FuXi-alpha: Scaling Recommendation Model with Feature
+Interaction Enhanced Transformer", WWW'25): adaptive multi-channel self-attention (AMS), then the
+multi-stage feed-forward network (MFFN), with RMS norms as in the paper's code:
+
+    u, v, q, k = split(silu(rms_norm(x) @ W_uvqk))        # u is 3 H Dv wide
+    a = fuxi_attention(q, k, v)                           # per head [position, time, semantic]
+    x = x + W_0(dropout(u * rms_norm(a)))                 # MFFN stage 1: back to d, residual
+    h = dropout(rms_norm(x))
+    x = x + W_2(silu(W_1 h) * W_3 h)                      # MFFN stage 2: SwiGLU, residual
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recops.models.config import ModelConfig
+from recops.models.relative_bias import RelativeBiasTables
+
+RMS_NORM_EPS = 1e-6
+
+
+class FuXiBlock(nn.Module):
+    uses_time_bias = True
+
+    def __init__(self, config: ModelConfig, backend):
+        super().__init__()
+        h, dqk, dv, d = config.num_heads, config.attention_dim, config.linear_dim, config.dim
+        hidden = config.ffn_hidden_dim
+        self.backend = backend
+        self.split_sizes = [3 * h * dv, h * dv, h * dqk, h * dqk]
+        self.head_shapes = [(h, dqk), (h, dqk), (h, dv)]  # q, k, v
+        self.dropout = config.dropout
+        self.uvqk = nn.Parameter(torch.empty(d, sum(self.split_sizes)).normal_(mean=0, std=0.02))
+        self.relative_bias = RelativeBiasTables(config.max_seq_len, config.num_buckets)
+        self.ams_output = nn.Linear(3 * h * dv, d)
+        self.ffn_gate = nn.Linear(d, hidden, bias=False)
+        self.ffn_up = nn.Linear(d, hidden, bias=False)
+        self.ffn_down = nn.Linear(hidden, d, bias=False)
+        for linear in (self.ams_output, self.ffn_gate, self.ffn_up, self.ffn_down):
+            nn.init.xavier_uniform_(linear.weight)
+
+    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+        normed = F.rms_norm(x, x.shape[-1:], eps=RMS_NORM_EPS)
+        u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
+        q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
+        attn = self.backend.fuxi_attention(
+            q, k, v, layout, self.relative_bias.ts_w, self.relative_bias.pos_w
+        )
+        ams = u * F.rms_norm(attn, attn.shape[-1:], eps=RMS_NORM_EPS)
+        x = self.ams_output(F.dropout(ams, p=self.dropout, training=self.training)) + x
+        h = F.dropout(
+            F.rms_norm(x, x.shape[-1:], eps=RMS_NORM_EPS), p=self.dropout, training=self.training
+        )
+        return self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h)) + x

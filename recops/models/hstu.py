@@ -1,0 +1,43 @@
+"""The HSTU block (generative-recommenders' SequentialTransductionUnitJagged, research code):
+
+u, v, q, k = split(silu(layer_norm(x) @ W_uvqk))
+a = hstu_attention(q, k, v)            # causal, relative time + position bias, silu / N
+x = x + W_o(dropout(u * layer_norm(a)))
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recops.models.config import ModelConfig
+from recops.models.relative_bias import RelativeBiasTables
+
+LAYER_NORM_EPS = 1e-6
+
+
+class HSTUBlock(nn.Module):
+    uses_time_bias = True
+
+    def __init__(self, config: ModelConfig, backend):
+        super().__init__()
+        h, dqk, dv, d = config.num_heads, config.attention_dim, config.linear_dim, config.dim
+        self.backend = backend
+        self.split_sizes = [h * dv, h * dv, h * dqk, h * dqk]
+        self.head_shapes = [(h, dqk), (h, dqk), (h, dv)]  # q, k, v
+        self.dropout = config.dropout
+        self.uvqk = nn.Parameter(torch.empty(d, sum(self.split_sizes)).normal_(mean=0, std=0.02))
+        self.relative_bias = RelativeBiasTables(config.max_seq_len, config.num_buckets)
+        self.output = nn.Linear(h * dv, d)
+        nn.init.xavier_uniform_(self.output.weight)
+
+    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+        normed = F.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS)
+        u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
+        q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
+        attn = self.backend.hstu_attention(
+            q, k, v, layout, self.relative_bias.ts_w, self.relative_bias.pos_w
+        )
+        gated = u * F.layer_norm(attn, attn.shape[-1:], eps=LAYER_NORM_EPS)
+        return self.output(F.dropout(gated, p=self.dropout, training=self.training)) + x

@@ -1,0 +1,67 @@
+"""The recops op backend: fused jagged attention kernels (the relative time and position bias
+computed in-tile from the timestamps and the bias tables), recops' jagged ops where a batch is
+padded or unpacked, and the TBE with its fused optimizer for the items."""
+
+from __future__ import annotations
+
+import torch
+
+import recops
+from recops.data.batches import JaggedBatch
+from recops.models.item_table import TbeItemTable
+
+ops = torch.ops.recops
+
+
+class RecopsBackend:
+    name = "recops"
+
+    def layout(
+        self, batch: JaggedBatch, dtype: torch.dtype, num_buckets: int | None
+    ) -> JaggedBatch:
+        """The kernels read the jagged batch as it is: nothing to prepare."""
+        return batch
+
+    def positions(self, batch: JaggedBatch) -> torch.Tensor:
+        """Each row's position in its sequence."""
+        return ops.offsets_range(batch.seq_offsets[:-1], batch.item_ids.numel())
+
+    def pad(self, x: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
+        """Jagged ``[L, F]`` to ``[B, padded_len, F]`` (zeros past each sequence)."""
+        return ops.jagged_to_padded_dense(x, [batch.seq_offsets], [batch.padded_len])
+
+    def unpad(self, dense: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
+        return ops.dense_to_jagged(dense, [batch.seq_offsets], batch.item_ids.numel())[0]
+
+    def hstu_attention(self, q, k, v, batch: JaggedBatch, ts_w, pos_w) -> torch.Tensor:
+        """``[L, H, D]`` q, k, v to ``[L, H * Dv]``: causal HSTU attention with the fused
+        relative time + position bias, ``silu_scale = 1 / max_seq_len``."""
+        out = recops.hstu_attention(
+            q,
+            k,
+            v,
+            batch.seq_offsets,
+            batch.max_seq_len,
+            timestamps=batch.timestamps,
+            ts_w=ts_w,
+            pos_w=pos_w,
+        )
+        return out.flatten(1)
+
+    def fuxi_attention(self, q, k, v, batch: JaggedBatch, ts_w, pos_w) -> torch.Tensor:
+        """FuXi-alpha's three channels, ``[L, H * 3 * Dv]`` in the reference layout (per head
+        position, time, semantic)."""
+        return recops.fuxi_attention(
+            q,
+            k,
+            v,
+            batch.seq_offsets,
+            batch.max_seq_len,
+            timestamps=batch.timestamps,
+            ts_w=ts_w,
+            pos_w=pos_w,
+            reference_layout=True,
+        )
+
+    def item_table(self, weights, learning_rate, eps) -> TbeItemTable:
+        return TbeItemTable(weights, learning_rate, eps)
