@@ -30,10 +30,11 @@ def training_throughput(trainer: Trainer, steps: int) -> float:
 
 def recommend_histories(data: UserSequences, users: int) -> list[tuple]:
     """The test-split histories (all but the last item) of the first ``users`` users."""
-    offsets, lengths = data.offsets, data.split("test").history_lengths
+    starts = data.offsets[:-1][:users].tolist()
+    lengths = data.split("test").history_lengths[:users].tolist()
     return [
         (data.items[start : start + n], data.timestamps[start : start + n])
-        for start, n in zip(offsets[:users].tolist(), lengths[:users].tolist(), strict=True)
+        for start, n in zip(starts, lengths, strict=True)
     ]
 
 
