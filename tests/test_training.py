@@ -11,7 +11,7 @@ import torch
 from recops import train
 from recops.data import synthetic_sequences
 from recops.models import MODELS, ModelConfig
-from recops.training import TrainConfig, Trainer, build_model, chance_hit_rate
+from recops.training import TrainConfig, Trainer, build_model, chance_hit_rate, compare
 from recops.training.metrics import RankingMetrics
 
 NUM_ITEMS = 96
@@ -165,5 +165,11 @@ def test_command_line_trains_reports_and_resumes(data, tmp_path, capsys):
     )
     assert outcomes(resumed["history"]) == outcomes(straight["history"])
     assert resumed["test"] == straight["test"]
+    compare.main(
+        [str(tmp_path / d / "results.json") for d in "ac"] + ["--out", str(tmp_path / "o.png")]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    differences = [line.split()[3:] for line in lines if line.startswith("1 - 0")]
+    assert differences == [["0.0000"] * 6] * 2  # valid and test: the resumed run is the same
     with pytest.raises(SystemExit, match="differ"):
         train.run([*no_speedup, "--epochs", "2", "--resume", checkpoint, "--dim", "12"])

@@ -76,9 +76,10 @@ class Trainer:
         self.loss_fn = model.training_loss
         if config.compile:
             # fullgraph: the step is one graph (recops' ops have fake kernels, and the TBE's
-            # backward declares its in-place update of weights and Adagrad state in its schema).
+            # backward declares its in-place update of weights and Adagrad state in its schema);
+            # dynamic: batches differ in rows and sequences, one graph serves them all.
             self.loss_fn = torch.compile(
-                model.training_loss, backend=config.compile_backend, fullgraph=True
+                model.training_loss, backend=config.compile_backend, fullgraph=True, dynamic=True
             )
         self.epoch = 0
         self.history: list[dict] = []
