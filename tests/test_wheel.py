@@ -35,7 +35,18 @@ def test_wheel_installs_into_a_scratch_venv_and_imports(tmp_path):
     # The scratch venv borrows this environment's torch (a .pth file) instead of downloading it.
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     (tmp_path / purelib.strip() / "borrowed_torch.pth").write_text(sysconfig.get_paths()["purelib"])
-    _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel)
+    # --ignore-installed: a recops installed in the borrowed environment must not count (or go).
+    _run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--ignore-installed",
+        wheel,
+    )
     report = _run(
         python,
         "-c",
