@@ -99,7 +99,7 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(data, tmp_path, backen
     assert_same_weights(weights(resumed), weights(straight), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", ["hstu", "fuxi"])  # the recops attention ops (and the TBE)
 def test_compiled_training_gives_the_eager_weights(data, model):
     # aot_eager runs AOTAutograd (functionalisation, the joint graph and its partition into a
     # forward and a backward) without inductor's kernels, so the weights must match bit for
