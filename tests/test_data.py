@@ -106,11 +106,11 @@ def user_items(data, user):
 def test_leave_one_out_split():
     data = small_data()
     lengths = data.lengths
-    assert torch.equal(data.split("train").history_lengths, lengths - 2)
-    assert torch.equal(data.split("valid").history_lengths, lengths - 2)
-    assert torch.equal(data.split("test").history_lengths, lengths - 1)
+    assert torch.equal(data.history_lengths("train"), lengths - 2)
+    assert torch.equal(data.history_lengths("valid"), lengths - 2)
+    assert torch.equal(data.history_lengths("test"), lengths - 1)
     with pytest.raises(ValueError, match="unknown split"):
-        data.split("dev")
+        data.history_lengths("dev")
 
 
 def test_train_batches_predict_each_next_item():
@@ -134,7 +134,7 @@ def test_train_batches_predict_each_next_item():
             assert matches
             seen_users.append(matches[0])
     # Every user with two training items (one to predict from, one to predict), once.
-    trainable = torch.nonzero(data.split("train").history_lengths >= 2).flatten().tolist()
+    trainable = torch.nonzero(data.history_lengths("train") >= 2).flatten().tolist()
     assert sorted(seen_users) == trainable
 
 

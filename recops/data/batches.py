@@ -58,7 +58,7 @@ def train_batches(
     """One epoch of training batches over the users in random order: each user's training
     history (all but the last two items), cut to its last ``max_seq_len`` items; every position
     but the last predicts the next item. Users with fewer than two training items are skipped."""
-    history = data.split("train").history_lengths
+    history = data.history_lengths("train")
     users = torch.nonzero(history >= 2).flatten()
     users = users[torch.randperm(users.numel(), generator=generator)]
     for chunk in users.split(batch_size):
@@ -132,7 +132,7 @@ def eval_batches(
 ) -> Iterator[JaggedBatch]:
     """Every user once, in order: the history before the ``split``'s target ("valid" or
     "test"), asked at the target's time, with that target; rankings exclude the history."""
-    history = data.split(split).history_lengths
+    history = data.history_lengths(split)
     for chunk in torch.arange(data.num_users).split(batch_size):
         starts = data.offsets[chunk]
         rows, offsets = _rows(starts, history[chunk])

@@ -19,16 +19,6 @@ def complete_offsets(lengths: torch.Tensor) -> torch.Tensor:
 
 
 @dataclasses.dataclass(frozen=True)
-class Split:
-    """Which part of every user's sequence a split uses: the history ``items[start:start + n]``
-    (n = ``history_lengths``) and, for validation and test, the target right after it."""
-
-    name: str
-    history_lengths: torch.Tensor  # [U]
-    has_target: bool
-
-
-@dataclasses.dataclass(frozen=True)
 class UserSequences:
     """Every user's interactions in chronological order, concatenated: user u's are
     ``items[offsets[u]:offsets[u + 1]]`` with their ``timestamps`` (seconds). Item ids run from 1
@@ -72,11 +62,12 @@ class UserSequences:
             item_tokens=interactions.item_tokens,
         )
 
-    def split(self, name: str) -> Split:
-        """``train``: all but the last two items (the model learns to predict each next one);
-        ``valid``: that history and the second-to-last item as target; ``test``: all but the last
-        item and the last as target."""
+    def history_lengths(self, split: str) -> torch.Tensor:
+        """``[U]``: how many of each user's first items a split uses as history. ``train``: all
+        but the last two (the model learns to predict each next one); ``valid``: the same, with
+        the second-to-last item as target; ``test``: all but the last item, which is the
+        target. A split's target is the item right after its history."""
         held_out = {"train": 2, "valid": 2, "test": 1}
-        if name not in held_out:
-            raise ValueError(f"unknown split {name!r} (train, valid or test)")
-        return Split(name, self.lengths - held_out[name], has_target=name != "train")
+        if split not in held_out:
+            raise ValueError(f"unknown split {split!r} (train, valid or test)")
+        return self.lengths - held_out[split]

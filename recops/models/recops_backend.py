@@ -14,8 +14,6 @@ ops = torch.ops.recops
 
 
 class RecopsBackend:
-    name = "recops"
-
     def layout(
         self, batch: JaggedBatch, dtype: torch.dtype, num_buckets: int | None
     ) -> JaggedBatch:

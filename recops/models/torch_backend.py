@@ -62,8 +62,6 @@ def position_bias(pos_w: torch.Tensor, n: int, max_seq_len: int) -> torch.Tensor
 
 
 class TorchBackend:
-    name = "torch"
-
     def layout(
         self, batch: JaggedBatch, dtype: torch.dtype, num_buckets: int | None
     ) -> PaddedLayout:

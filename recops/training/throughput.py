@@ -26,7 +26,7 @@ RECOMMEND_PASSES = 3
 def recommend_histories(data: UserSequences, users: int) -> list[tuple]:
     """The test-split histories (all but the last item) of the first ``users`` users."""
     starts = data.offsets[:-1][:users].tolist()
-    lengths = data.split("test").history_lengths[:users].tolist()
+    lengths = data.history_lengths("test")[:users].tolist()
     return [
         (data.items[start : start + n], data.timestamps[start : start + n])
         for start, n in zip(starts, lengths, strict=True)

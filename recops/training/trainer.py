@@ -112,7 +112,7 @@ class Trainer:
         return loss.detach()
 
     def num_batches(self) -> int:
-        trainable = int((self.data.split("train").history_lengths >= 2).sum())
+        trainable = int((self.data.history_lengths("train") >= 2).sum())
         return -(-trainable // self.config.batch_size)
 
     def train_epoch(self, progress: Callable[[Iterable, int], Iterable] | None = None) -> dict:
