@@ -603,6 +603,99 @@ def test_none_mode_still_rejects_out_of_range_indices():
     assert torch.all(module.momentum1_host == 0)
 
 
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_empty_tables_share_offsets_with_the_next(optimizer):
+    """A 0-row table sits at the weights (and state) offset of the next table, as FBGEMM lays it
+    out; it is a table of its own there, not the next one."""
+    shapes = [(0, 8), (12, 8), (0, 4), (9, 4)]
+    ftm = [0, 1, 2, 3, 1]
+    module = make_module(shapes, ftm, optimizer, PoolingMode.SUM)
+    assert module.weights_offsets.tolist() == [0, 0, 96, 96, 0]
+    gen = torch.Generator().manual_seed(21)
+    rows = [shapes[t][0] for t in ftm]
+    batches = []
+    for batch_size in (3, 5):
+        lengths = torch.randint(0, 4, (len(ftm), batch_size), generator=gen)
+        lengths[[0, 2]] = 0  # nothing can be looked up in an empty table
+        indices = [
+            torch.randint(0, max(r, 1), (int(n),), generator=gen)
+            for r, n in zip(rows, lengths.sum(1), strict=True)
+        ]
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.flatten().cumsum(0)])
+        batches.append((torch.cat(indices), offsets))
+    check_against_reference(module, batches)
+    fatal = make_module(shapes, ftm, optimizer, PoolingMode.SUM, bounds_check_mode=0)
+    with pytest.raises(IndexError, match="out of range"):
+        fatal(torch.tensor([0]), torch.tensor([0, 1, 1, 1, 1, 1]))
+
+
+def layout_args(weights_offsets, rows, dims=(4, 4)):
+    D_offsets = torch.tensor([0, *itertools.accumulate(dims)], dtype=torch.int32)
+    return torch.tensor(weights_offsets), D_offsets, torch.tensor(rows)
+
+
+@pytest.mark.parametrize(
+    "weights_offsets, rows, match",
+    [
+        (
+            [0, 20],
+            [10, 10],
+            r"feature 1's table \(10 x 4 at weights_offsets\[1\] = 20\) overlaps "
+            r"feature 0's table \(10 x 4 at weights_offsets\[0\] = 0\) inside weights",
+        ),
+        ([40, 0], [10, 12], r"feature 0's table .* overlaps feature 1's table"),
+        ([0, 0], [10, 5], r"features sharing the table at weights_offsets 0 must agree"),
+    ],
+)
+def test_overlapping_tables_are_rejected(weights_offsets, rows, match):
+    """Distinct tables must not overlap inside weights: the update gives every row one owner."""
+    weights = torch.rand(100)
+    w_off, D_offsets, rows_t = layout_args(weights_offsets, rows)
+    indices, offsets = torch.tensor([1, 2]), torch.tensor([0, 1, 2])
+    with pytest.raises(RuntimeError, match=match):
+        ops.split_embedding_codegen_forward(
+            weights, w_off, D_offsets, 8, 4, rows_t, indices, offsets, 0, None, 0
+        )
+    before = weights.clone()
+    with pytest.raises(RuntimeError, match=match):
+        ops.backward_codegen_sgd_unweighted_exact(
+            torch.ones(1, 8),
+            weights,
+            w_off,
+            D_offsets,
+            rows_t,
+            indices,
+            offsets,
+            0,
+            torch.tensor(0.1),
+        )
+    assert torch.equal(weights, before)
+
+
+def test_overlapping_optimizer_state_is_rejected():
+    weights, momentum1 = torch.rand(80), torch.zeros(20)
+    w_off, D_offsets, rows = layout_args([0, 40], [10, 10])
+    with pytest.raises(
+        RuntimeError,
+        match=r"feature 1's table \(10 x 1 at momentum1_offsets\[1\] "
+        r"= 5\) overlaps .* inside momentum1",
+    ):
+        ops.backward_codegen_rowwise_adagrad_unweighted_exact(
+            torch.ones(1, 8),
+            weights,
+            w_off,
+            D_offsets,
+            rows,
+            torch.tensor([1, 2]),
+            torch.tensor([0, 1, 2]),
+            0,
+            momentum1,
+            torch.tensor([0, 5]),
+            torch.tensor(0.1),
+        )
+    assert torch.all(momentum1 == 0)
+
+
 # --------------------------------------------------------------------------- module API
 def test_enums_have_fbgemm_names_and_values():
     assert [(m.name, m.value) for m in PoolingMode] == [("SUM", 0), ("MEAN", 1), ("NONE", 2)]

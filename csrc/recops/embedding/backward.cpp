@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "recops/common/checks.h"
 #include "recops/embedding/batch.h"
@@ -39,20 +40,24 @@ at::Tensor checked_state_offsets(kernels::Optimizer optimizer, const CheckedBatc
               offsets.sizes());
   at::Tensor offsets_c = offsets.contiguous();
   const int64_t* state_off = offsets_c.const_data_ptr<int64_t>();
-  std::map<int64_t, int64_t> table_state;  // weights offset -> state offset
+  std::vector<TableExtent> tables(T);
+  std::map<int64_t, int64_t> table_state;  // weights offset of a non-empty table -> state offset
   for (int64_t t = 0; t < T; ++t) {
     const int64_t D = batch.layout.D_offsets[t + 1] - batch.layout.D_offsets[t];
     const int64_t per_row = state_size(optimizer, D);
-    TORCH_CHECK(
-        state_off[t] >= 0 && batch.layout.rows[t] <= (momentum1.numel() - state_off[t]) / per_row,
-        "feature ", t, "'s optimizer state (", batch.layout.rows[t], " x ", per_row,
-        " at momentum1_offsets[", t, "] = ", state_off[t], ") does not fit in momentum1 of ",
-        momentum1.numel(), " elements");
+    const int64_t rows = batch.layout.rows[t];
+    TORCH_CHECK(state_off[t] >= 0 && rows <= (momentum1.numel() - state_off[t]) / per_row,
+                "feature ", t, "'s optimizer state (", rows, " x ", per_row,
+                " at momentum1_offsets[", t, "] = ", state_off[t],
+                ") does not fit in momentum1 of ", momentum1.numel(), " elements");
+    tables[t] = {state_off[t], rows, per_row};
+    if (rows == 0) continue;
     const auto [it, inserted] = table_state.emplace(batch.layout.weights_offsets[t], state_off[t]);
     TORCH_CHECK(inserted || it->second == state_off[t],
                 "features sharing a table must share its optimizer state, feature ", t,
                 " has momentum1_offsets ", state_off[t], " but another has ", it->second);
   }
+  check_disjoint_tables(tables, "momentum1", "momentum1_offsets");
   return offsets_c;
 }
 
