@@ -603,6 +603,46 @@ def test_none_mode_still_rejects_out_of_range_indices():
     assert torch.all(module.momentum1_host == 0)
 
 
+def state_snapshot(module):
+    return module.weights_host.detach().clone(), [
+        s[0].clone() for s in module.split_optimizer_states()
+    ]
+
+
+def assert_state_unchanged(module, snapshot):
+    weights, states = snapshot
+    assert torch.equal(module.weights_host.detach(), weights)
+    for state, before in zip(module.split_optimizer_states(), states, strict=True):
+        assert torch.equal(state[0], before)
+
+
+@pytest.mark.parametrize("mode", [BoundsCheckMode.FATAL, BoundsCheckMode.WARNING], ids=str)
+def test_int32_index_type_never_wraps(mode):
+    """embedding_table_index_type=torch.int32 narrows int64 input after a range check: an index
+    int32 cannot hold raises IndexError (it used to wrap, 2^32 -> row 0, and the step updated row
+    0) and the step changes nothing; indices that fit give what the int64 index type gives."""
+    kwargs = dict(bounds_check_mode=mode, embedding_table_index_type=torch.int32)
+    module = make_module(
+        [(10, 8)], None, OptimType.EXACT_ROWWISE_ADAGRAD, PoolingMode.SUM, **kwargs
+    )
+    snapshot = state_snapshot(module)
+    for bad in (2**32, 2**40, -(2**31) - 1):
+        with pytest.raises(IndexError, match=rf"indices.flatten\(\)\[1\] = {bad} does not fit"):
+            module(torch.tensor([1, bad]), torch.tensor([0, 2]))
+    with pytest.raises(IndexError, match=r"offsets.flatten\(\)\[1\] = 4294967298 does not fit"):
+        module(torch.tensor([1, 2], dtype=torch.int32), torch.tensor([0, 2**32 + 2]))
+    assert_state_unchanged(module, snapshot)
+
+    wide = make_module([(10, 8)], None, OptimType.EXACT_ROWWISE_ADAGRAD, PoolingMode.SUM)
+    indices, offsets = torch.tensor([1, 9, 1, 0]), torch.tensor([0, 3, 4])
+    outs = [m(indices, offsets) for m in (module, wide)]
+    assert torch.equal(outs[0], outs[1])
+    for out in outs:
+        out.backward(grad_like(out, 3))
+    assert torch.equal(module.weights_host, wide.weights_host)
+    assert torch.equal(module.momentum1_host, wide.momentum1_host)
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
 def test_empty_tables_share_offsets_with_the_next(optimizer):
     """A 0-row table sits at the weights (and state) offset of the next table, as FBGEMM lays it
@@ -694,6 +734,43 @@ def test_overlapping_optimizer_state_is_rejected():
             torch.tensor(0.1),
         )
     assert torch.all(momentum1 == 0)
+
+
+def test_feature_requires_grad_nonzero_means_true():
+    # A narrowing cast to int32 would turn 2^32 into 0 ("no gradient").
+    gen = torch.Generator().manual_seed(9)
+    module = make_module([(20, 8), (20, 12)], [0, 1], OptimType.EXACT_SGD, PoolingMode.SUM)
+    indices, offsets = make_batch(gen, [20, 20], 5, max_bag=4)
+    grads = []
+    for requires in (torch.tensor([2**32, 0]), torch.tensor([1, 0])):
+        psw = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1))
+        out = ops.split_embedding_codegen_forward(
+            module.weights_host.detach(),
+            module.weights_offsets,
+            module.D_offsets,
+            module.total_D,
+            module.max_D,
+            module.rows_per_table,
+            indices,
+            offsets,
+            0,
+            psw,
+            0,
+        )
+        grads.append(
+            ops.split_embedding_codegen_grad_indice_weights(
+                grad_like(out, 1),
+                module.weights_host.detach(),
+                module.weights_offsets,
+                module.D_offsets,
+                module.rows_per_table,
+                indices,
+                offsets,
+                0,
+                requires,
+            )
+        )
+    assert torch.equal(grads[0], grads[1]) and torch.any(grads[0] != 0)
 
 
 # --------------------------------------------------------------------------- module API

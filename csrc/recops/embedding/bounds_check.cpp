@@ -1,6 +1,9 @@
+#include <string>
+
 #include "recops/embedding/kernels/bounds_check.h"
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/narrow.h"
 #include "recops/embedding/ops.h"
 
 namespace recops::embedding {
@@ -53,6 +56,11 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
     return;
   }
   if (report.bad_bags > 0 || report.bad_indices > 0) warning.mutable_data_ptr<int64_t>()[0] += 1;
+}
+
+at::Tensor index_to_int32(const at::Tensor& t, c10::string_view name) {
+  check_cpu(t, "t");
+  return checked_int32(t, std::string(name).c_str());
 }
 
 }  // namespace recops::embedding

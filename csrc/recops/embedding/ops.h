@@ -27,6 +27,10 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
                           const at::Tensor& offsets, int64_t bounds_check_mode,
                           const at::Tensor& warning);
 
+// An int64 index tensor (indices or offsets, named `name` in errors) narrowed to int32 for
+// embedding_table_index_type=torch.int32: an IndexError where a value does not fit.
+at::Tensor index_to_int32(const at::Tensor& t, c10::string_view name);
+
 at::Tensor split_embedding_codegen_forward(
     const at::Tensor& weights, const at::Tensor& weights_offsets, const at::Tensor& D_offsets,
     int64_t total_D, int64_t max_D, const at::Tensor& rows_per_table, const at::Tensor& indices,
