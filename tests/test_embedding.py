@@ -773,6 +773,53 @@ def test_feature_requires_grad_nonzero_means_true():
     assert torch.equal(grads[0], grads[1]) and torch.any(grads[0] != 0)
 
 
+def test_fatal_needs_the_last_offset_at_the_last_index():
+    """FBGEMM's FATAL rule: offsets[-1] must equal the number of indices (WARNING / IGNORE set it
+    so); offsets[0] > 0 is accepted, the indices before it belong to no bag."""
+    fatal = make_module([(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=0)
+    weights = fatal.split_embedding_weights()[0]
+    out = fatal(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3]))
+    assert torch.equal(out, weights[[2, 3]])
+    snapshot = state_snapshot(fatal)
+    with pytest.raises(ValueError, match=r"offsets\[-1\] = 2 must equal the number of indices, 3"):
+        fatal(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2]))
+    assert_state_unchanged(fatal, snapshot)
+    for mode in (BoundsCheckMode.WARNING, BoundsCheckMode.IGNORE):
+        module = make_module(
+            [(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
+        )
+        offsets = torch.tensor([0, 1, 2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = module(torch.tensor([1, 2, 3]), offsets)
+        assert offsets.tolist() == [0, 1, 3] and module.bounds_check_warning.item() == 1
+        weights = module.split_embedding_weights()[0]
+        assert torch.equal(out, torch.stack([weights[1], weights[2] + weights[3]]))
+
+
+@pytest.mark.parametrize("mode", [BoundsCheckMode.FATAL, BoundsCheckMode.WARNING], ids=str)
+def test_last_offset_rule_matches_fbgemm(fbgemm_ops, mode):
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode as Fbgemm
+
+    module = make_module(
+        [(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
+    )
+    theirs = fbgemm_module(fbgemm_ops, module, bounds_check_mode=Fbgemm(int(mode)))
+    indices = torch.tensor([1, 2, 3])
+    for offsets in ([1, 2, 3], [0, 1, 2], [0, 1, 3]):
+        results = []
+        for m in (module, theirs):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    results.append(m(indices.clone(), torch.tensor(offsets)))
+            except (RuntimeError, ValueError):
+                results.append(None)
+        assert (results[0] is None) == (results[1] is None), offsets
+        if results[0] is not None:
+            torch.testing.assert_close(results[0], results[1])
+
+
 # --------------------------------------------------------------------------- module API
 def test_enums_have_fbgemm_names_and_values():
     assert [(m.name, m.value) for m in PoolingMode] == [("SUM", 0), ("MEAN", 1), ("NONE", 2)]
