@@ -736,6 +736,61 @@ def test_overlapping_optimizer_state_is_rejected():
     assert torch.all(momentum1 == 0)
 
 
+def test_bad_hyper_parameters_are_rejected_before_any_update():
+    module = make_module([(10, 8)], None, OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+    indices, offsets = torch.tensor([1, 2]), torch.tensor([0, 1, 2])
+    snapshot = state_snapshot(module)
+    weights = module.weights_host.detach()
+    base = dict(eps=EPS, weight_decay=0.0)
+    cases = [
+        (
+            dict(lr=torch.tensor([0.1, 0.2])),
+            RuntimeError,
+            r"learning_rate_tensor must be a float32 "
+            r"tensor of one value, got Float of shape \[2\]",
+        ),
+        (dict(lr=torch.tensor(1, dtype=torch.long)), RuntimeError, r"got Long of shape \[\]"),
+        (dict(lr=torch.tensor(float("nan"))), ValueError, r"learning_rate_tensor must be a finite"),
+        (dict(eps=float("inf")), ValueError, r"eps must be a finite number"),
+        (dict(weight_decay=float("nan")), ValueError, r"weight_decay must be a finite number"),
+        (dict(weight_decay=1e39), ValueError, r"weight_decay must be a finite number in float32"),
+    ]
+    for change, error, match in cases:
+        args = {**base, "lr": module.learning_rate_tensor, **change}
+        with pytest.raises(error, match=match):
+            ops.backward_codegen_adagrad_unweighted_exact(
+                torch.ones(2, 8),
+                weights,
+                module.weights_offsets,
+                module.D_offsets,
+                module.rows_per_table,
+                indices,
+                offsets,
+                0,
+                module.momentum1_host,
+                module.momentum1_offsets,
+                args["lr"],
+                args["eps"],
+                args["weight_decay"],
+            )
+    clipping = make_module(
+        [(10, 8)],
+        None,
+        OptimType.EXACT_SGD,
+        PoolingMode.SUM,
+        gradient_clipping=True,
+        max_gradient=float("nan"),
+    )
+    out = clipping(indices, offsets)
+    with pytest.raises(ValueError, match=r"max_gradient must be a finite number"):
+        out.sum().backward()
+    module.set_learning_rate(float("inf"))
+    out = module(indices, offsets)
+    with pytest.raises(ValueError, match=r"learning_rate_tensor must be a finite number"):
+        out.sum().backward()
+    assert_state_unchanged(module, snapshot)
+
+
 def test_feature_requires_grad_nonzero_means_true():
     # A narrowing cast to int32 would turn 2^32 into 0 ("no gradient").
     gen = torch.Generator().manual_seed(9)

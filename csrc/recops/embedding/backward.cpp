@@ -78,8 +78,13 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
               "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
               weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
-  TORCH_CHECK(learning_rate_tensor.numel() == 1, "learning_rate_tensor must hold one value, got ",
-              learning_rate_tensor.numel());
+  TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
+              "learning_rate_tensor must be a float32 tensor of one value, got ",
+              learning_rate_tensor.scalar_type(), " of shape ", learning_rate_tensor.sizes());
+  const float learning_rate = learning_rate_tensor.item<float>();
+  check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
+  check_finite(weight_decay, "weight_decay", at::kFloat);
+  if (optimizer != kernels::Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
   // Sort keys pack (global row, bag or position) into 64 bits.
   const auto bits_below = [](int64_t bound) {
     return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
@@ -104,7 +109,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
     args.state_offsets = state_offsets.const_data_ptr<int64_t>();
   }
   args.optimizer = optimizer;
-  args.params.learning_rate = learning_rate_tensor.item<float>();
+  args.params.learning_rate = learning_rate;
   args.params.eps = static_cast<float>(state.eps);
   args.params.weight_decay = static_cast<float>(weight_decay);
   args.params.weight_decay_mode = static_cast<kernels::WeightDecay>(weight_decay_mode);

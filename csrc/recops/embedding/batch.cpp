@@ -166,6 +166,7 @@ at::Tensor checked_grad_output(const at::Tensor& grad_output, const CheckedBatch
 
 float clip_bound(bool gradient_clipping, double max_gradient) {
   if (!gradient_clipping) return std::numeric_limits<float>::infinity();
+  check_finite(max_gradient, "max_gradient", at::kFloat);
   TORCH_CHECK_VALUE(max_gradient >= 0, "max_gradient must be >= 0 when clipping, got ",
                     max_gradient);
   return static_cast<float>(max_gradient);
