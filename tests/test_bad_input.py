@@ -112,6 +112,27 @@ def test_total_L(ops):
         ops.jagged_to_padded_dense_backward(dense, offsets, 0)
 
 
+@pytest.mark.parametrize("index_dtype", [I32, I64], ids=str)
+def test_rows_from_offsets_must_fit_in_dense(ops, index_dtype):
+    """Without total_L the output has the last offset's rows, a size read from data: it must not
+    exceed the rows dense holds, B * max_lengths (an offset near 2^31 on a 3-row dense used to
+    allocate and zero 8 GB, then fail in the allocator, naming nothing)."""
+    dense = torch.randn(3, 2, 4)
+    for last in (7, 2**31 - 1, 2**40):
+        if last >= 2**31 and index_dtype == I32:
+            continue
+        offsets = [idx([0, 1, 2, last], index_dtype)]
+        match = rf"x_offsets\[0\]\[-1\] = {last} rows exceed the 6 rows dense of shape \[3, 2, 4\]"
+        with pytest.raises(ValueError, match=match):
+            ops.dense_to_jagged(dense, offsets)
+        with pytest.raises(ValueError, match=match):
+            ops.dense_to_jagged_forward(dense, offsets)
+    # Rows past the dense extent (of a row longer than max_lengths) take an explicit total_L.
+    values, _ = ops.dense_to_jagged(dense, [idx([0, 1, 2, 7], index_dtype)], 7)
+    expected = torch.cat([dense[0, :1], dense[1, :1], dense[2], torch.zeros(3, 4)])
+    assert torch.equal(values, expected)
+
+
 def test_dense_batch_mismatch(ops):
     match = r"dense.size\(0\) = 4 must equal len\(x_offsets\[0\]\) - 1 = 2"
     with pytest.raises(RuntimeError, match=match):

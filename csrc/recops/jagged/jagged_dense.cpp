@@ -4,6 +4,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -112,6 +113,25 @@ elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
   }
 }
 
+// Without total_L the output has the last offset's rows: a size read from data, so it must be one
+// the dense input can fill (B * max_lengths... rows), before anything is allocated from it. Rows
+// past the dense extent (of rows longer than max_lengths) come back zero; asking for them takes
+// an explicit total_L.
+void check_rows_within_dense(const CheckedOffsets& checked, const at::Tensor& dense,
+                             const char* dense_name, const char* offsets_name) {
+  const int64_t num_levels = static_cast<int64_t>(checked.levels.size());
+  int64_t capacity = checked.batch;  // saturates: a zero inner dim lets the others be huge
+  for (int64_t d = 1; d <= num_levels; ++d) {
+    if (__builtin_mul_overflow(capacity, dense.size(d), &capacity)) {
+      capacity = std::numeric_limits<int64_t>::max();
+    }
+  }
+  TORCH_CHECK_VALUE(checked.num_rows <= capacity, offsets_name, "[", num_levels - 1,
+                    "][-1] = ", checked.num_rows, " rows exceed the ", capacity, " rows ",
+                    dense_name, " of shape ", dense.sizes(), " holds (B * max_lengths); pass ",
+                    "total_L to get rows past the dense extent, which come back zero");
+}
+
 // Shared by dense_to_jagged_forward and jagged_to_padded_dense_backward.
 at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
                                 std::optional<int64_t> total_L, const char* dense_name,
@@ -124,6 +144,7 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
               dense.sizes());
   TORCH_CHECK(dense.size(0) == checked.batch, dense_name, ".size(0) = ", dense.size(0),
               " must equal len(", offsets_name, "[0]) - 1 = ", checked.batch);
+  if (!total_L.has_value()) check_rows_within_dense(checked, dense, dense_name, offsets_name);
   const int64_t rows = total_L.value_or(checked.num_rows);
   TORCH_CHECK_VALUE(rows >= 0, "total_L must be >= 0, got ", rows);
   TORCH_CHECK(rows >= checked.num_rows, "total_L = ", rows, " is smaller than ", offsets_name, "[",
