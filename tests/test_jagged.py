@@ -149,6 +149,16 @@ def test_jagged_to_padded_dense_padding_values(dtype, padding_value):
     assert_equal(out, ref_jagged_to_dense(values, offsets, [3], padding_value))
 
 
+def test_jagged_1d_to_dense_integer_padding_is_exact():
+    # jagged_1d_to_dense's padding_value is an int: int64 values get it exactly (it used to pass
+    # through double, which rounds 2^60 + 1), and a padding int32 cannot hold raises.
+    offsets = torch.tensor([0, 2, 5])
+    out = ops.jagged_1d_to_dense(torch.arange(5), offsets, 4, 2**60 + 1)
+    assert out.tolist() == [[0, 1, 2**60 + 1, 2**60 + 1], [2, 3, 4, 2**60 + 1]]
+    with pytest.raises(RuntimeError, match="type int without overflow"):
+        ops.jagged_1d_to_dense(torch.arange(5, dtype=torch.int32), offsets, 4, 2**40)
+
+
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 def test_jagged_to_padded_dense_edge_cases(index_dtype):
     def check(values, offsets, max_lengths, padding_value=0.0):

@@ -75,10 +75,11 @@ JaggedLayout<index_t> make_layout(const CheckedOffsets& offsets, at::IntArrayRef
 
 // padding_value in the values' dtype as raw bits, converted as a fill converts it (checked for
 // float, double, integers and bool, so it raises where a fill would; through float, unchecked, for
-// half and bfloat16). The usual dtypes skip the scalar tensor, whose allocation and fill cost as
-// much as a small op's kernel.
+// half and bfloat16). An integer padding (jagged_1d_to_dense's) stays an integer, so int64 values
+// get it exactly, never rounded through double. The usual dtypes skip the scalar tensor, whose
+// allocation and fill cost as much as a small op's kernel.
 template <typename elem_t>
-elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
+elem_t padding_bits(const c10::Scalar& padding_value, const at::TensorOptions& options) {
   elem_t bits{};
   const at::ScalarType dtype = options.dtype().toScalarType();
   switch (dtype) {
@@ -97,9 +98,9 @@ elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
           scalar_t value;
           if constexpr (std::is_same_v<scalar_t, at::Half> ||
                         std::is_same_v<scalar_t, at::BFloat16>) {
-            value = static_cast<scalar_t>(static_cast<float>(padding_value));
+            value = static_cast<scalar_t>(static_cast<float>(padding_value.toDouble()));
           } else {
-            value = c10::Scalar(padding_value).to<scalar_t>();
+            value = padding_value.to<scalar_t>();
           }
           std::memcpy(&bits, &value, sizeof(elem_t));
         }
@@ -177,10 +178,11 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
   return values;
 }
 
-}  // namespace
-
-at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
-                                          at::IntArrayRef max_lengths, double padding_value) {
+// jagged_to_padded_dense_forward and the one-level forms, with the padding as given (a float,
+// or jagged_1d_to_dense's integer).
+at::Tensor jagged_to_padded_dense_impl(const at::Tensor& values, at::TensorList offsets,
+                                       at::IntArrayRef max_lengths,
+                                       const c10::Scalar& padding_value) {
   check_cpu(values, "values");
   const CheckedOffsets checked = check_offsets(offsets, "offsets");
   const int64_t num_levels = static_cast<int64_t>(checked.levels.size());
@@ -220,6 +222,13 @@ at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorLi
   return dense;
 }
 
+}  // namespace
+
+at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
+                                          at::IntArrayRef max_lengths, double padding_value) {
+  return jagged_to_padded_dense_impl(values, offsets, max_lengths, padding_value);
+}
+
 at::Tensor jagged_to_padded_dense_backward(const at::Tensor& grad_output, at::TensorList offsets,
                                            int64_t total_L) {
   return dense_to_jagged_impl(grad_output, offsets, total_L, "grad_output", "offsets");
@@ -233,14 +242,13 @@ at::Tensor dense_to_jagged_forward(const at::Tensor& dense, at::TensorList x_off
 at::Tensor jagged_2d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length) {
   check_dim(values, 2, "values");
-  return jagged_to_padded_dense_forward(values, {offsets}, {max_sequence_length}, 0.0);
+  return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, 0.0);
 }
 
 at::Tensor jagged_1d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length, int64_t padding_value) {
   check_dim(values, 1, "values");
-  return jagged_to_padded_dense_forward(values, {offsets}, {max_sequence_length},
-                                        static_cast<double>(padding_value));
+  return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, padding_value);
 }
 
 }  // namespace recops::jagged
