@@ -261,8 +261,6 @@ def test_permute_wrong_ranks(ops):
     permute = idx([2, 0, 1], I32)
     with pytest.raises(RuntimeError, match=r"lengths must be 2-D, got shape \[6\]"):
         ops.permute_2D_sparse_data(permute, lengths_1d, torch.arange(total), None)
-    with pytest.raises(RuntimeError, match=r"lengths must be 1-D, got shape \[3, 2\]"):
-        ops.permute_1D_sparse_data(permute, lengths_2d, torch.arange(total), None)
     with pytest.raises(RuntimeError, match=r"permute must be 1-D, got shape \[1, 3\]"):
         ops.permute_2D_sparse_data(permute[None], lengths_2d, torch.arange(total), None)
     with pytest.raises(RuntimeError, match=r"permute must be int32 or int64, got Float"):
