@@ -1,7 +1,8 @@
 """Fake kernels and autograd of the jagged family (kernels live in csrc/recops/jagged)."""
 
 import torch
-from torch.library import register_fake
+
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 

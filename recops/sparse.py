@@ -2,9 +2,10 @@
 
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 

@@ -4,10 +4,15 @@ DESIGN.md "validate inputs"), never a crash or a silent bad write.
 Each case runs on torch.ops.recops and, when FBGEMM is hidden, on torch.ops.fbgemm (recops' own
 definitions then). FBGEMM's own CPU kernels are not exercised here: on several of these inputs
 they read or write out of bounds (garbage output or heap corruption) instead of raising.
+The device test at the end covers every op (op_cases.CASES); test_bad_input_properties.py
+mutates calls of every op at random.
 """
+
+import re
 
 import pytest
 import torch
+from op_cases import CASES, seeded_draw
 
 import recops
 
@@ -306,3 +311,38 @@ def test_offsets_range_bad_input(ops):
         ops.offsets_range(idx([[0, 3]]), 6)
     with pytest.raises(RuntimeError, match=r"offsets must be int32 or int64"):
         ops.offsets_range(torch.tensor([0.0, 3.0]), 6)
+
+
+# --------------------------------------------------------------------------- devices
+def tensor_arguments(args):
+    """(label, name, index) of every tensor of a call; index is None outside tensor lists."""
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            yield name, name, None
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    yield f"{name}[{i}]", name, i
+
+
+def on_meta(args, name, index):
+    if index is None:
+        return {**args, name: args[name].to("meta")}
+    items = list(args[name])
+    items[index] = items[index].to("meta")
+    return {**args, name: items}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.op_name)
+def test_one_tensor_on_another_device(case):
+    """One input on the meta device and the rest on CPU dispatches to the fake kernel, which used
+    to return an uninitialised CPU tensor; every op's fake kernel checks its tensors share one
+    device and names the one that differs (the CPU kernels check each tensor is on CPU)."""
+    args = {n: v for n, v in case.make(seeded_draw(1)).items() if not n.startswith("_")}
+    tensors = list(tensor_arguments(args))
+    if len(tensors) < 2:
+        pytest.skip("one tensor argument: nothing to mix")
+    for label, name, index in tensors:
+        both = rf"(?=.*(?<![\w\[]){re.escape(label)}(?![\w\[]))(?=.* is on meta)"
+        with pytest.raises(RuntimeError, match=both):
+            case.op(**on_meta(args, name, index))
