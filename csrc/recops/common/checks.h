@@ -21,6 +21,11 @@ inline void check_index_dtype(const at::Tensor& t, const char* name) {
               " must be int32 or int64, got ", t.scalar_type());
 }
 
+inline void check_floating(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), name,
+              " must be float32, bfloat16, float16 or float64, got ", t.scalar_type());
+}
+
 inline void check_same_dtype(const at::Tensor& a, const char* a_name, const at::Tensor& b,
                              const char* b_name) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), a_name, " and ", b_name,
