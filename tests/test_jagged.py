@@ -155,7 +155,7 @@ def test_jagged_1d_to_dense_integer_padding_is_exact():
     offsets = torch.tensor([0, 2, 5])
     out = ops.jagged_1d_to_dense(torch.arange(5), offsets, 4, 2**60 + 1)
     assert out.tolist() == [[0, 1, 2**60 + 1, 2**60 + 1], [2, 3, 4, 2**60 + 1]]
-    with pytest.raises(RuntimeError, match="type int without overflow"):
+    with pytest.raises(ValueError, match=r"padding_value = 1099511627776 cannot be represented"):
         ops.jagged_1d_to_dense(torch.arange(5, dtype=torch.int32), offsets, 4, 2**40)
 
 

@@ -100,6 +100,13 @@ elem_t padding_bits(const c10::Scalar& padding_value, const at::TensorOptions& o
                         std::is_same_v<scalar_t, at::BFloat16>) {
             value = static_cast<scalar_t>(static_cast<float>(padding_value.toDouble()));
           } else {
+            if constexpr (!std::is_same_v<scalar_t, bool>) {
+              const bool overflows = padding_value.isIntegral(/*includeBool=*/false)
+                                         ? c10::overflows<scalar_t>(padding_value.toLong())
+                                         : c10::overflows<scalar_t>(padding_value.toDouble());
+              TORCH_CHECK_VALUE(!overflows, "padding_value = ", padding_value,
+                                " cannot be represented in the values' dtype ", dtype);
+            }
             value = padding_value.to<scalar_t>();
           }
           std::memcpy(&bits, &value, sizeof(elem_t));
