@@ -539,6 +539,24 @@ def test_bad_input(kwargs, error, match):
         recops.disentangled_attention(*args, **kwargs)
 
 
+def test_nan_scores_give_nan_as_in_torch():
+    """A query row whose kept scores are all NaN gives NaN output (and NaN probabilities at its
+    kept keys, zero at the masked ones), as torch's softmax does; the kernel's row max skipped the
+    NaNs and returned the zeros of a fully masked row."""
+    q, k, v, pos_key, pos_query = (t.detach() for t in make_inputs(2, 2, 3, 3, 4, 4))
+    q[0, 1, 2] = math.nan
+    mask = torch.ones(2, 1, 3, 3, dtype=torch.bool)
+    mask[0, 0, 2, 0] = False
+    for m in (None, mask):
+        out, probs = recops.disentangled_attention(
+            q, k, v, pos_key, pos_query, m, position_buckets=4, return_probs=True
+        )
+        want_out, want_probs = reference(q, k, v, pos_key, pos_query, m, position_buckets=4)
+        assert out[0, 1, 2].isnan().all() and not out[0, 1, :2].isnan().any()
+        torch.testing.assert_close(out, want_out, equal_nan=True)
+        torch.testing.assert_close(probs, want_probs.view(probs.shape), equal_nan=True)
+
+
 def test_backward_checks_the_forward_results():
     q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
     tables = (torch.randn(16, 3, 4), torch.randn(16, 3, 4))
