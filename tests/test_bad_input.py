@@ -161,7 +161,7 @@ def test_max_lengths(ops):
         ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [3, 3], 0.0)
     with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -1"):
         ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [-1], 0.0)
-    with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -2"):
+    with pytest.raises(ValueError, match=r"max_sequence_length must be >= 0, got -2"):
         ops.jagged_2d_to_dense(torch.randn(5, 2), offsets[0], -2)
 
 

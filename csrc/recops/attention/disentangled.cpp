@@ -111,8 +111,9 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       "max_relative_positions > position_buckets / 2 + 1, got ",
                       buckets, " and ", max_pos);
   }
-  TORCH_CHECK_VALUE(2 * g.span * kKeyTile < std::numeric_limits<int32_t>::max(), "span ", g.span,
-                    " is too large");
+  TORCH_CHECK_VALUE(g.span < std::numeric_limits<int32_t>::max() / (2 * kKeyTile),
+                    "position_buckets / max_relative_positions give a span of ", g.span,
+                    " positions, too large for the kernel's int32 position index");
   if (g.c2p) check_position_table(pos_key, "pos_key", "c2p", g, q);
   if (g.p2c) check_position_table(pos_query, "pos_query", "p2c", g, q);
   return g;

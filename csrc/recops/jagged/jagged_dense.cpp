@@ -229,6 +229,12 @@ at::Tensor jagged_to_padded_dense_impl(const at::Tensor& values, at::TensorList 
   return dense;
 }
 
+// The one-level forms' max_lengths[0], under its own name.
+void check_max_sequence_length(int64_t max_sequence_length) {
+  TORCH_CHECK_VALUE(max_sequence_length >= 0, "max_sequence_length must be >= 0, got ",
+                    max_sequence_length);
+}
+
 }  // namespace
 
 at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
@@ -249,12 +255,14 @@ at::Tensor dense_to_jagged_forward(const at::Tensor& dense, at::TensorList x_off
 at::Tensor jagged_2d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length) {
   check_dim(values, 2, "values");
+  check_max_sequence_length(max_sequence_length);
   return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, 0.0);
 }
 
 at::Tensor jagged_1d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length, int64_t padding_value) {
   check_dim(values, 1, "values");
+  check_max_sequence_length(max_sequence_length);
   return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, padding_value);
 }
 
