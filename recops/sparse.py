@@ -14,6 +14,7 @@ def _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, lengt
     total = permuted_lengths_sum
     if total is None:
         total = torch.library.get_ctx().new_dynamic_size()
+    torch._check(total >= 0, lambda: f"permuted_lengths_sum must be >= 0, got {total}")
     permuted_lengths = lengths.new_empty(lengths_shape)
     permuted_values = values.new_empty((total, *values.shape[1:]))
     permuted_weights = None if weights is None else weights.new_empty((total, *weights.shape[1:]))
