@@ -182,8 +182,8 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
     TORCH_CHECK(ts_w->numel() >= 1, "ts_w must have num_buckets + 1 >= 1 entries");
     check_bucket_divisor(bucket_divisor);
     p.ts_w = ts_w->to(compute).contiguous();
-    p.buckets = std::make_shared<LogBucketizer>(bucket_divisor,
-                                                checked_num_buckets(ts_w->numel() - 1));
+    p.buckets =
+        std::make_shared<LogBucketizer>(bucket_divisor, checked_num_buckets(ts_w->numel() - 1));
   }
   if (pos_w.has_value()) {
     check_cpu(*pos_w, "pos_w");

@@ -1,10 +1,10 @@
 #include <limits>
 #include <string>
 
-#include "recops/embedding/kernels/bounds_check.h"
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/narrow.h"
+#include "recops/embedding/kernels/bounds_check.h"
 #include "recops/embedding/ops.h"
 
 namespace recops::embedding {
@@ -36,9 +36,9 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
               "indices and offsets must be contiguous: bad entries are repaired in place");
   const at::Tensor rows = rows_per_table.contiguous();
   const int64_t num_indices = indices.numel();
-  TORCH_CHECK_VALUE(indices.scalar_type() == at::kLong ||
-                        num_indices <= std::numeric_limits<int32_t>::max(),
-                    "int32 offsets cannot address ", num_indices, " indices; use int64");
+  TORCH_CHECK_VALUE(
+      indices.scalar_type() == at::kLong || num_indices <= std::numeric_limits<int32_t>::max(),
+      "int32 offsets cannot address ", num_indices, " indices; use int64");
   // FBGEMM's rule: the last bag ends at the last index. FATAL raises otherwise; a repair moves the
   // last offset there (before the bags are checked, as FBGEMM does).
   const bool fatal = bounds_check_mode == 0;
@@ -64,8 +64,7 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
     TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k % B, " of feature ", k / B,
                       " are malformed: offsets[", k, "] = ", index_at(offsets, k), ", offsets[",
                       k + 1, "] = ", index_at(offsets, k + 1),
-                      " must satisfy 0 <= start <= end <= ", num_indices,
-                      " (number of indices)");
+                      " must satisfy 0 <= start <= end <= ", num_indices, " (number of indices)");
     const int64_t p = report.first_bad_index;
     TORCH_CHECK_INDEX(report.bad_indices == 0, "indices[", p, "] = ", index_at(indices, p),
                       " is out of range: ", report.bad_indices,

@@ -4,8 +4,8 @@
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
 // plus the plain forward, the per-sample-weight gradient, the bounds check and checked index
-// narrowing they build on, and the huge-page-backed buffers the module keeps tables and optimizer state in.
-// Fake kernels and autograd are registered from Python (recops/embedding.py).
+// narrowing they build on, and the huge-page-backed buffers the module keeps tables and optimizer
+// state in. Fake kernels and autograd are registered from Python (recops/embedding.py).
 #include <torch/library.h>
 
 #include <string>
