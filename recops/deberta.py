@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 

@@ -13,9 +13,10 @@ import warnings
 
 import torch
 from torch import nn
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 
@@ -181,6 +182,12 @@ def _grad_indice_weights_fake(
 @register_fake("recops::embedding_host_zeros")
 def _embedding_host_zeros_fake(numel, dtype):
     return torch.empty(numel, dtype=dtype)
+
+
+@register_fake("recops::index_to_int32")
+def _index_to_int32_fake(t, name):
+    torch._check(t.dtype == torch.int64, lambda: f"{name} must be int64 to be narrowed to int32")
+    return torch.empty_like(t, dtype=torch.int32, memory_format=torch.contiguous_format)
 
 
 @register_fake("recops::bounds_check_indices")
@@ -496,10 +503,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         for name in _UNSUPPORTED_FORWARD_ARGS:
             if given[name] is not None:
                 raise NotImplementedError(f"recops' TBE forward does not support {name}")
-        if self.embedding_table_index_type == torch.int32:
-            indices = indices.to(torch.int32)
-        indices = indices.contiguous()
-        offsets = offsets.to(indices.dtype).contiguous()
+        indices, offsets = self._index_tensors(indices, offsets)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.float()
         if self.bounds_check_mode != BoundsCheckMode.NONE:
@@ -547,6 +551,19 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             output_dtype=self.output_dtype.as_int(),
             **state,
         )
+
+    def _index_tensors(self, indices, offsets):
+        """indices and offsets in one dtype, as FBGEMM's forward casts them: indices to
+        embedding_table_index_type, offsets to the indices' dtype. Narrowing to int32 is checked
+        (an index of 2^32 raises IndexError instead of becoming row 0); other dtypes are left to
+        the ops to reject."""
+        if self.embedding_table_index_type == torch.int32 and indices.dtype == torch.int64:
+            indices = ops.index_to_int32(indices, "indices")
+        if offsets.dtype == torch.int64 and indices.dtype == torch.int32:
+            offsets = ops.index_to_int32(offsets, "offsets")
+        elif offsets.dtype == torch.int32 and indices.dtype == torch.int64:
+            offsets = offsets.long()
+        return indices.contiguous(), offsets.contiguous()
 
     # ----------------------------------------------------------------------- FBGEMM accessors
     def split_embedding_weights(self):

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import torch
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 from recops.hstu import call_arguments
 
 ops = torch.ops.recops

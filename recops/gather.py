@@ -1,9 +1,10 @@
 """Fake kernels and autograd of the gather family (kernels live in csrc/recops/gather)."""
 
 import torch
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 

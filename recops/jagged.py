@@ -1,7 +1,8 @@
 """Fake kernels and autograd of the jagged family (kernels live in csrc/recops/jagged)."""
 
 import torch
-from torch.library import register_fake
+
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 
@@ -11,6 +12,13 @@ def _check_max_lengths(offsets, max_lengths):
         len(max_lengths) == len(offsets),
         lambda: f"max_lengths must have one entry per jagged dim ({len(offsets)})",
     )
+    for d, length in enumerate(max_lengths):
+        _check_size(length, f"max_lengths[{d}]")
+
+
+def _check_size(size, name):
+    """The size rules the fake kernels check without data, as the CPU kernels do."""
+    torch._check(size >= 0, lambda: f"{name} must be >= 0, got {size}")
 
 
 # --------------------------------------------------------------------------- cumsum
@@ -42,6 +50,7 @@ def _jagged_to_padded_dense_forward_fake(values, offsets, max_lengths, padding_v
 
 @register_fake("recops::jagged_to_padded_dense_backward")
 def _jagged_to_padded_dense_backward_fake(grad_output, offsets, total_L):
+    _check_size(total_L, "total_L")
     return grad_output.new_empty((total_L, *grad_output.shape[1 + len(offsets) :]))
 
 
@@ -49,16 +58,19 @@ def _jagged_to_padded_dense_backward_fake(grad_output, offsets, total_L):
 def _dense_to_jagged_forward_fake(dense, x_offsets, total_L=None):
     if total_L is None:
         total_L = torch.library.get_ctx().new_dynamic_size()
+    _check_size(total_L, "total_L")
     return dense.new_empty((total_L, *dense.shape[1 + len(x_offsets) :]))
 
 
 @register_fake("recops::jagged_2d_to_dense")
 def _jagged_2d_to_dense_fake(values, offsets, max_sequence_length):
+    _check_size(max_sequence_length, "max_sequence_length")
     return values.new_empty((offsets.shape[0] - 1, max_sequence_length, values.shape[1]))
 
 
 @register_fake("recops::jagged_1d_to_dense")
 def _jagged_1d_to_dense_fake(values, offsets, max_sequence_length, padding_value):
+    _check_size(max_sequence_length, "max_sequence_length")
     return values.new_empty((offsets.shape[0] - 1, max_sequence_length))
 
 
@@ -69,4 +81,5 @@ def _jagged_1d_to_dense_fake(values, offsets, max_sequence_length, padding_value
 # --------------------------------------------------------------------------- offsets_range
 @register_fake("recops::offsets_range")
 def _offsets_range_fake(offsets, range_size):
+    _check_size(range_size, "range_size")
     return offsets.new_empty(range_size)

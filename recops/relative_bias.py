@@ -4,9 +4,10 @@ RelativeBucketedTimeAndPositionBasedBias module (kernels: csrc/recops/attention)
 import math
 
 import torch
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 
@@ -58,6 +59,7 @@ def _backward_fake(
     query_time_shift=True,
     pos_grad=False,
 ):
+    torch._check(num_buckets >= 0, lambda: f"num_buckets must be >= 0, got {num_buckets}")
     layers = (grad_bias.shape[0],) if grad_bias.dim() == 4 else ()
     n = grad_bias.shape[-1]
     has_time = timestamps is not None or bucket_index is not None

@@ -2,9 +2,10 @@
 
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false
-from torch.library import register_autograd, register_fake
+from torch.library import register_autograd
 
 from recops._autograd import input_grads
+from recops._fake import register_fake
 
 ops = torch.ops.recops
 
@@ -13,6 +14,7 @@ def _permute_fake(permute, lengths, values, weights, permuted_lengths_sum, lengt
     total = permuted_lengths_sum
     if total is None:
         total = torch.library.get_ctx().new_dynamic_size()
+    torch._check(total >= 0, lambda: f"permuted_lengths_sum must be >= 0, got {total}")
     permuted_lengths = lengths.new_empty(lengths_shape)
     permuted_values = values.new_empty((total, *values.shape[1:]))
     permuted_weights = None if weights is None else weights.new_empty((total, *weights.shape[1:]))

@@ -4,10 +4,15 @@ DESIGN.md "validate inputs"), never a crash or a silent bad write.
 Each case runs on torch.ops.recops and, when FBGEMM is hidden, on torch.ops.fbgemm (recops' own
 definitions then). FBGEMM's own CPU kernels are not exercised here: on several of these inputs
 they read or write out of bounds (garbage output or heap corruption) instead of raising.
+The device test at the end covers every op (op_cases.CASES); test_bad_input_properties.py
+mutates calls of every op at random.
 """
+
+import re
 
 import pytest
 import torch
+from op_cases import CASES, seeded_draw
 
 import recops
 
@@ -112,6 +117,27 @@ def test_total_L(ops):
         ops.jagged_to_padded_dense_backward(dense, offsets, 0)
 
 
+@pytest.mark.parametrize("index_dtype", [I32, I64], ids=str)
+def test_rows_from_offsets_must_fit_in_dense(ops, index_dtype):
+    """Without total_L the output has the last offset's rows, a size read from data: it must not
+    exceed the rows dense holds, B * max_lengths (an offset near 2^31 on a 3-row dense used to
+    allocate and zero 8 GB, then fail in the allocator, naming nothing)."""
+    dense = torch.randn(3, 2, 4)
+    for last in (7, 2**31 - 1, 2**40):
+        if last >= 2**31 and index_dtype == I32:
+            continue
+        offsets = [idx([0, 1, 2, last], index_dtype)]
+        match = rf"x_offsets\[0\]\[-1\] = {last} rows exceed the 6 rows dense of shape \[3, 2, 4\]"
+        with pytest.raises(ValueError, match=match):
+            ops.dense_to_jagged(dense, offsets)
+        with pytest.raises(ValueError, match=match):
+            ops.dense_to_jagged_forward(dense, offsets)
+    # Rows past the dense extent (of a row longer than max_lengths) take an explicit total_L.
+    values, _ = ops.dense_to_jagged(dense, [idx([0, 1, 2, 7], index_dtype)], 7)
+    expected = torch.cat([dense[0, :1], dense[1, :1], dense[2], torch.zeros(3, 4)])
+    assert torch.equal(values, expected)
+
+
 def test_dense_batch_mismatch(ops):
     match = r"dense.size\(0\) = 4 must equal len\(x_offsets\[0\]\) - 1 = 2"
     with pytest.raises(RuntimeError, match=match):
@@ -135,7 +161,7 @@ def test_max_lengths(ops):
         ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [3, 3], 0.0)
     with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -1"):
         ops.jagged_to_padded_dense(torch.randn(5, 2), offsets, [-1], 0.0)
-    with pytest.raises(ValueError, match=r"max_lengths\[0\] must be >= 0, got -2"):
+    with pytest.raises(ValueError, match=r"max_sequence_length must be >= 0, got -2"):
         ops.jagged_2d_to_dense(torch.randn(5, 2), offsets[0], -2)
 
 
@@ -167,7 +193,9 @@ def test_cumsum_bad_input(ops, name):
             op(torch.ones(2, 3, 4, dtype=I64))
         with pytest.raises(RuntimeError, match=r"t_in must be 1-D \[N\] or 2-D"):
             op(torch.tensor(3))
-    with pytest.raises(RuntimeError, match=r"not implemented for 'Bool'"):
+    with pytest.raises(
+        RuntimeError, match=r"t_in must be an integer .* or floating tensor, got Bool"
+    ):
         op(torch.ones(3, dtype=torch.bool))
 
 
@@ -240,8 +268,6 @@ def test_permute_wrong_ranks(ops):
     permute = idx([2, 0, 1], I32)
     with pytest.raises(RuntimeError, match=r"lengths must be 2-D, got shape \[6\]"):
         ops.permute_2D_sparse_data(permute, lengths_1d, torch.arange(total), None)
-    with pytest.raises(RuntimeError, match=r"lengths must be 1-D, got shape \[3, 2\]"):
-        ops.permute_1D_sparse_data(permute, lengths_2d, torch.arange(total), None)
     with pytest.raises(RuntimeError, match=r"permute must be 1-D, got shape \[1, 3\]"):
         ops.permute_2D_sparse_data(permute[None], lengths_2d, torch.arange(total), None)
     with pytest.raises(RuntimeError, match=r"permute must be int32 or int64, got Float"):
@@ -287,3 +313,38 @@ def test_offsets_range_bad_input(ops):
         ops.offsets_range(idx([[0, 3]]), 6)
     with pytest.raises(RuntimeError, match=r"offsets must be int32 or int64"):
         ops.offsets_range(torch.tensor([0.0, 3.0]), 6)
+
+
+# --------------------------------------------------------------------------- devices
+def tensor_arguments(args):
+    """(label, name, index) of every tensor of a call; index is None outside tensor lists."""
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            yield name, name, None
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    yield f"{name}[{i}]", name, i
+
+
+def on_meta(args, name, index):
+    if index is None:
+        return {**args, name: args[name].to("meta")}
+    items = list(args[name])
+    items[index] = items[index].to("meta")
+    return {**args, name: items}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.op_name)
+def test_one_tensor_on_another_device(case):
+    """One input on the meta device and the rest on CPU dispatches to the fake kernel, which used
+    to return an uninitialised CPU tensor; every op's fake kernel checks its tensors share one
+    device and names the one that differs (the CPU kernels check each tensor is on CPU)."""
+    args = {n: v for n, v in case.make(seeded_draw(1)).items() if not n.startswith("_")}
+    tensors = list(tensor_arguments(args))
+    if len(tensors) < 2:
+        pytest.skip("one tensor argument: nothing to mix")
+    for label, name, index in tensors:
+        both = rf"(?=.*(?<![\w\[]){re.escape(label)}(?![\w\[]))(?=.* is on meta)"
+        with pytest.raises(RuntimeError, match=both):
+            case.op(**on_meta(args, name, index))

@@ -516,7 +516,13 @@ def bad_input_cases():
         (dict(dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\]"),
         (dict(position_buckets=-1, max_relative_positions=0), ValueError, r"position terms need"),
         (dict(position_buckets=1), ValueError, r"position_buckets >= 2"),
-        (dict(max_relative_positions=5), ValueError, r"max_relative_positions != position_bu"),
+        (dict(max_relative_positions=5), ValueError, r"max_relative_positions > position_buck"),
+        # HF's log bucketing divides by log((max_relative_positions - 1) / (buckets / 2)) <= 0.
+        (dict(max_relative_positions=4), ValueError, r"buckets / 2 \+ 1, got 8 and 4"),
+        (dict(max_relative_positions=2), ValueError, r"buckets / 2 \+ 1, got 8 and 2"),
+        (dict(scale=float("nan")), ValueError, r"scale must be a finite number.*got nan"),
+        (dict(scale=float("-inf")), ValueError, r"scale must be a finite number.*got -inf"),
+        (dict(scale=1e39), ValueError, r"scale must be a finite number in float32's range"),
     ]
     for change, error, match in cases:
         kwargs = base()
@@ -531,6 +537,54 @@ def test_bad_input(kwargs, error, match):
     args = [kwargs.pop(n) for n in ("q", "k", "v", "pos_key", "pos_query", "attention_mask")]
     with pytest.raises(error, match=match):
         recops.disentangled_attention(*args, **kwargs)
+
+
+def test_nan_scores_give_nan_as_in_torch():
+    """A query row whose kept scores are all NaN gives NaN output (and NaN probabilities at its
+    kept keys, zero at the masked ones), as torch's softmax does; the kernel's row max skipped the
+    NaNs and returned the zeros of a fully masked row."""
+    q, k, v, pos_key, pos_query = (t.detach() for t in make_inputs(2, 2, 3, 3, 4, 4))
+    q[0, 1, 2] = math.nan
+    mask = torch.ones(2, 1, 3, 3, dtype=torch.bool)
+    mask[0, 0, 2, 0] = False
+    for m in (None, mask):
+        out, probs = recops.disentangled_attention(
+            q, k, v, pos_key, pos_query, m, position_buckets=4, return_probs=True
+        )
+        want_out, want_probs = reference(q, k, v, pos_key, pos_query, m, position_buckets=4)
+        assert out[0, 1, 2].isnan().all() and not out[0, 1, :2].isnan().any()
+        torch.testing.assert_close(out, want_out, equal_nan=True)
+        torch.testing.assert_close(probs, want_probs.view(probs.shape), equal_nan=True)
+
+
+def test_backward_checks_the_forward_results():
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    tables = (torch.randn(16, 3, 4), torch.randn(16, 3, 4))
+    out, lse, _ = ops.disentangled_attention(q, k, v, *tables, None, "c2p|p2c", 8)
+    grad = torch.ones_like(out)
+    cases = [
+        (dict(softmax_lse=lse.long()), r"softmax_lse must be the forward's log-sum-exp, in Float"),
+        (dict(softmax_lse=lse.half()), r"softmax_lse must be .* in Float, got Half"),
+        (dict(grad_output=grad.long()), r"grad_output must be float32"),
+        (dict(output=out.int()), r"output must be float32"),
+    ]
+    for change, match in cases:
+        args = {"grad_output": grad, "output": out, "softmax_lse": lse, **change}
+        with pytest.raises(RuntimeError, match=match):
+            ops.disentangled_attention_backward(
+                args["grad_output"],
+                None,
+                q,
+                k,
+                v,
+                *tables,
+                None,
+                args["output"],
+                args["softmax_lse"],
+                None,
+                "c2p|p2c",
+                8,
+            )
 
 
 # --------------------------------------------------------------------------- module

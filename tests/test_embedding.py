@@ -603,6 +603,278 @@ def test_none_mode_still_rejects_out_of_range_indices():
     assert torch.all(module.momentum1_host == 0)
 
 
+def state_snapshot(module):
+    return module.weights_host.detach().clone(), [
+        s[0].clone() for s in module.split_optimizer_states()
+    ]
+
+
+def assert_state_unchanged(module, snapshot):
+    weights, states = snapshot
+    assert torch.equal(module.weights_host.detach(), weights)
+    for state, before in zip(module.split_optimizer_states(), states, strict=True):
+        assert torch.equal(state[0], before)
+
+
+@pytest.mark.parametrize("mode", [BoundsCheckMode.FATAL, BoundsCheckMode.WARNING], ids=str)
+def test_int32_index_type_never_wraps(mode):
+    """embedding_table_index_type=torch.int32 narrows int64 input after a range check: an index
+    int32 cannot hold raises IndexError (it used to wrap, 2^32 -> row 0, and the step updated row
+    0) and the step changes nothing; indices that fit give what the int64 index type gives."""
+    kwargs = dict(bounds_check_mode=mode, embedding_table_index_type=torch.int32)
+    module = make_module(
+        [(10, 8)], None, OptimType.EXACT_ROWWISE_ADAGRAD, PoolingMode.SUM, **kwargs
+    )
+    snapshot = state_snapshot(module)
+    for bad in (2**32, 2**40, -(2**31) - 1):
+        with pytest.raises(IndexError, match=rf"indices.flatten\(\)\[1\] = {bad} does not fit"):
+            module(torch.tensor([1, bad]), torch.tensor([0, 2]))
+    with pytest.raises(IndexError, match=r"offsets.flatten\(\)\[1\] = 4294967298 does not fit"):
+        module(torch.tensor([1, 2], dtype=torch.int32), torch.tensor([0, 2**32 + 2]))
+    assert_state_unchanged(module, snapshot)
+
+    wide = make_module([(10, 8)], None, OptimType.EXACT_ROWWISE_ADAGRAD, PoolingMode.SUM)
+    indices, offsets = torch.tensor([1, 9, 1, 0]), torch.tensor([0, 3, 4])
+    outs = [m(indices, offsets) for m in (module, wide)]
+    assert torch.equal(outs[0], outs[1])
+    for out in outs:
+        out.backward(grad_like(out, 3))
+    assert torch.equal(module.weights_host, wide.weights_host)
+    assert torch.equal(module.momentum1_host, wide.momentum1_host)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+def test_empty_tables_share_offsets_with_the_next(optimizer):
+    """A 0-row table sits at the weights (and state) offset of the next table, as FBGEMM lays it
+    out; it is a table of its own there, not the next one."""
+    shapes = [(0, 8), (12, 8), (0, 4), (9, 4)]
+    ftm = [0, 1, 2, 3, 1]
+    module = make_module(shapes, ftm, optimizer, PoolingMode.SUM)
+    assert module.weights_offsets.tolist() == [0, 0, 96, 96, 0]
+    gen = torch.Generator().manual_seed(21)
+    rows = [shapes[t][0] for t in ftm]
+    batches = []
+    for batch_size in (3, 5):
+        lengths = torch.randint(0, 4, (len(ftm), batch_size), generator=gen)
+        lengths[[0, 2]] = 0  # nothing can be looked up in an empty table
+        indices = [
+            torch.randint(0, max(r, 1), (int(n),), generator=gen)
+            for r, n in zip(rows, lengths.sum(1), strict=True)
+        ]
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.flatten().cumsum(0)])
+        batches.append((torch.cat(indices), offsets))
+    check_against_reference(module, batches)
+    fatal = make_module(shapes, ftm, optimizer, PoolingMode.SUM, bounds_check_mode=0)
+    with pytest.raises(IndexError, match="out of range"):
+        fatal(torch.tensor([0]), torch.tensor([0, 1, 1, 1, 1, 1]))
+
+
+def layout_args(weights_offsets, rows, dims=(4, 4)):
+    D_offsets = torch.tensor([0, *itertools.accumulate(dims)], dtype=torch.int32)
+    return torch.tensor(weights_offsets), D_offsets, torch.tensor(rows)
+
+
+@pytest.mark.parametrize(
+    "weights_offsets, rows, match",
+    [
+        (
+            [0, 20],
+            [10, 10],
+            r"feature 1's table \(10 x 4 at weights_offsets\[1\] = 20\) overlaps "
+            r"feature 0's table \(10 x 4 at weights_offsets\[0\] = 0\) inside weights",
+        ),
+        ([40, 0], [10, 12], r"feature 0's table .* overlaps feature 1's table"),
+        ([0, 0], [10, 5], r"features sharing the table at weights_offsets 0 must agree"),
+    ],
+)
+def test_overlapping_tables_are_rejected(weights_offsets, rows, match):
+    """Distinct tables must not overlap inside weights: the update gives every row one owner."""
+    weights = torch.rand(100)
+    w_off, D_offsets, rows_t = layout_args(weights_offsets, rows)
+    indices, offsets = torch.tensor([1, 2]), torch.tensor([0, 1, 2])
+    with pytest.raises(RuntimeError, match=match):
+        ops.split_embedding_codegen_forward(
+            weights, w_off, D_offsets, 8, 4, rows_t, indices, offsets, 0, None, 0
+        )
+    before = weights.clone()
+    with pytest.raises(RuntimeError, match=match):
+        ops.backward_codegen_sgd_unweighted_exact(
+            torch.ones(1, 8),
+            weights,
+            w_off,
+            D_offsets,
+            rows_t,
+            indices,
+            offsets,
+            0,
+            torch.tensor(0.1),
+        )
+    assert torch.equal(weights, before)
+
+
+def test_overlapping_optimizer_state_is_rejected():
+    weights, momentum1 = torch.rand(80), torch.zeros(20)
+    w_off, D_offsets, rows = layout_args([0, 40], [10, 10])
+    with pytest.raises(
+        RuntimeError,
+        match=r"feature 1's table \(10 x 1 at momentum1_offsets\[1\] "
+        r"= 5\) overlaps .* inside momentum1",
+    ):
+        ops.backward_codegen_rowwise_adagrad_unweighted_exact(
+            torch.ones(1, 8),
+            weights,
+            w_off,
+            D_offsets,
+            rows,
+            torch.tensor([1, 2]),
+            torch.tensor([0, 1, 2]),
+            0,
+            momentum1,
+            torch.tensor([0, 5]),
+            torch.tensor(0.1),
+        )
+    assert torch.all(momentum1 == 0)
+
+
+def test_bad_hyper_parameters_are_rejected_before_any_update():
+    module = make_module([(10, 8)], None, OptimType.EXACT_ADAGRAD, PoolingMode.SUM)
+    indices, offsets = torch.tensor([1, 2]), torch.tensor([0, 1, 2])
+    snapshot = state_snapshot(module)
+    weights = module.weights_host.detach()
+    base = dict(eps=EPS, weight_decay=0.0)
+    cases = [
+        (
+            dict(lr=torch.tensor([0.1, 0.2])),
+            RuntimeError,
+            r"learning_rate_tensor must be a float32 "
+            r"tensor of one value, got Float of shape \[2\]",
+        ),
+        (dict(lr=torch.tensor(1, dtype=torch.long)), RuntimeError, r"got Long of shape \[\]"),
+        (dict(lr=torch.tensor(float("nan"))), ValueError, r"learning_rate_tensor must be a finite"),
+        (dict(eps=float("inf")), ValueError, r"eps must be a finite number"),
+        (dict(weight_decay=float("nan")), ValueError, r"weight_decay must be a finite number"),
+        (dict(weight_decay=1e39), ValueError, r"weight_decay must be a finite number in float32"),
+    ]
+    for change, error, match in cases:
+        args = {**base, "lr": module.learning_rate_tensor, **change}
+        with pytest.raises(error, match=match):
+            ops.backward_codegen_adagrad_unweighted_exact(
+                torch.ones(2, 8),
+                weights,
+                module.weights_offsets,
+                module.D_offsets,
+                module.rows_per_table,
+                indices,
+                offsets,
+                0,
+                module.momentum1_host,
+                module.momentum1_offsets,
+                args["lr"],
+                args["eps"],
+                args["weight_decay"],
+            )
+    clipping = make_module(
+        [(10, 8)],
+        None,
+        OptimType.EXACT_SGD,
+        PoolingMode.SUM,
+        gradient_clipping=True,
+        max_gradient=float("nan"),
+    )
+    out = clipping(indices, offsets)
+    with pytest.raises(ValueError, match=r"max_gradient must be a finite number"):
+        out.sum().backward()
+    module.set_learning_rate(float("inf"))
+    out = module(indices, offsets)
+    with pytest.raises(ValueError, match=r"learning_rate_tensor must be a finite number"):
+        out.sum().backward()
+    assert_state_unchanged(module, snapshot)
+
+
+def test_feature_requires_grad_nonzero_means_true():
+    # A narrowing cast to int32 would turn 2^32 into 0 ("no gradient").
+    gen = torch.Generator().manual_seed(9)
+    module = make_module([(20, 8), (20, 12)], [0, 1], OptimType.EXACT_SGD, PoolingMode.SUM)
+    indices, offsets = make_batch(gen, [20, 20], 5, max_bag=4)
+    grads = []
+    for requires in (torch.tensor([2**32, 0]), torch.tensor([1, 0])):
+        psw = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1))
+        out = ops.split_embedding_codegen_forward(
+            module.weights_host.detach(),
+            module.weights_offsets,
+            module.D_offsets,
+            module.total_D,
+            module.max_D,
+            module.rows_per_table,
+            indices,
+            offsets,
+            0,
+            psw,
+            0,
+        )
+        grads.append(
+            ops.split_embedding_codegen_grad_indice_weights(
+                grad_like(out, 1),
+                module.weights_host.detach(),
+                module.weights_offsets,
+                module.D_offsets,
+                module.rows_per_table,
+                indices,
+                offsets,
+                0,
+                requires,
+            )
+        )
+    assert torch.equal(grads[0], grads[1]) and torch.any(grads[0] != 0)
+
+
+def test_fatal_needs_the_last_offset_at_the_last_index():
+    """FBGEMM's FATAL rule: offsets[-1] must equal the number of indices (WARNING / IGNORE set it
+    so); offsets[0] > 0 is accepted, the indices before it belong to no bag."""
+    fatal = make_module([(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=0)
+    weights = fatal.split_embedding_weights()[0]
+    out = fatal(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3]))
+    assert torch.equal(out, weights[[2, 3]])
+    snapshot = state_snapshot(fatal)
+    with pytest.raises(ValueError, match=r"offsets\[-1\] = 2 must equal the number of indices, 3"):
+        fatal(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2]))
+    assert_state_unchanged(fatal, snapshot)
+    for mode in (BoundsCheckMode.WARNING, BoundsCheckMode.IGNORE):
+        module = make_module(
+            [(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
+        )
+        offsets = torch.tensor([0, 1, 2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = module(torch.tensor([1, 2, 3]), offsets)
+        assert offsets.tolist() == [0, 1, 3] and module.bounds_check_warning.item() == 1
+        weights = module.split_embedding_weights()[0]
+        assert torch.equal(out, torch.stack([weights[1], weights[2] + weights[3]]))
+
+
+@pytest.mark.parametrize("mode", [BoundsCheckMode.FATAL, BoundsCheckMode.WARNING], ids=str)
+def test_last_offset_rule_matches_fbgemm(fbgemm_ops, mode):
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode as Fbgemm
+
+    module = make_module(
+        [(10, 4)], None, OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
+    )
+    theirs = fbgemm_module(fbgemm_ops, module, bounds_check_mode=Fbgemm(int(mode)))
+    indices = torch.tensor([1, 2, 3])
+    for offsets in ([1, 2, 3], [0, 1, 2], [0, 1, 3]):
+        results = []
+        for m in (module, theirs):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    results.append(m(indices.clone(), torch.tensor(offsets)))
+            except (RuntimeError, ValueError):
+                results.append(None)
+        assert (results[0] is None) == (results[1] is None), offsets
+        if results[0] is not None:
+            torch.testing.assert_close(results[0], results[1])
+
+
 # --------------------------------------------------------------------------- module API
 def test_enums_have_fbgemm_names_and_values():
     assert [(m.name, m.value) for m in PoolingMode] == [("SUM", 0), ("MEAN", 1), ("NONE", 2)]

@@ -313,6 +313,18 @@ def test_compile_fullgraph():
         ({"ts_w": torch.zeros(129)}, "ts_w needs timestamps"),
         ({"pos_w": torch.zeros(10)}, "pos_w must have 2 \\* max_seq_len - 1"),
         ({"mask": "diagonal"}, "mask_type"),
+        ({"pos_bias": torch.zeros(1, 6, 6, dtype=torch.long)}, "pos_bias must be float32"),
+        ({"pos_bias": torch.zeros(2, 6, 6)}, r"pos_bias must be 3-D \[1, N, N\], got shape \[2"),
+        ({"ts_bias": torch.zeros(2, 6, 6, dtype=torch.int32)}, "ts_bias must be float32"),
+        ({"timestamps": torch.zeros(2, 6)}, "timestamps are used only with ts_w"),
+        ({"timestamps": torch.zeros(2, 6), "ts_bias": torch.zeros(2, 6, 6)}, "used only with ts_w"),
+        ({"alpha": float("nan")}, "alpha must be a finite number"),
+        ({"alpha": float("inf")}, "alpha must be a finite number"),
+        ({"silu_scale": float("-inf")}, "silu_scale must be a finite number"),
+        (
+            {"ts_w": torch.zeros(129), "timestamps": torch.zeros(2, 6), "bucket_divisor": 1e400},
+            "bucket_divisor must be a positive finite number",
+        ),
     ],
 )
 def test_bad_input(kwargs, match):

@@ -6,6 +6,8 @@ the reference then runs in float64), so the tolerances only cover the kernel's f
 and the final rounding to the output dtype.
 """
 
+import math
+
 import pytest
 import torch
 from hstu_reference import hstu_mask, hstu_reference, relative_bias, time_buckets
@@ -777,7 +779,14 @@ def bad_input_cases():
         ),
         "window_negative": ({**base, "max_attn_len": -2}, r"max_attn_len must be >= 0"),
         "group_zero": ({**base, "target_group_size": 0}, r"target_group_size must be >= 1"),
-        "divisor": ({**base, **tables, "bucket_divisor": 0.0}, r"bucket_divisor must be > 0"),
+        "divisor": ({**base, **tables, "bucket_divisor": 0.0}, r"bucket_divisor must be a pos"),
+        "divisor_inf": ({**base, **tables, "bucket_divisor": math.inf}, r"bucket_divisor must"),
+        "timestamps_alone": ({**base, "timestamps": tables["timestamps"]}, r"needs all of"),
+        # Scalars where the reference formula would give NaN (the kernel gave -inf or 0).
+        "alpha_nan": ({**base, "alpha": math.nan}, r"alpha must be a finite number.*, got nan"),
+        "alpha_inf": ({**base, "alpha": -math.inf}, r"alpha must be a finite number.*, got -inf"),
+        "alpha_float_range": ({**base, "alpha": 1e39}, r"alpha must be a finite number in float32"),
+        "silu_scale_nan": ({**base, "silu_scale": math.nan}, r"silu_scale must be a finite"),
     }
 
 
@@ -789,6 +798,17 @@ def test_bad_input(case):
     kwargs, match = BAD_INPUT[case]
     with pytest.raises((RuntimeError, ValueError), match=match):
         recops.hstu_attention(**kwargs)
+
+
+def test_custom_mask_contradicting_mask_type():
+    args = op_args("causal", requires_grad=False)
+    n = args[5]
+    args[13] = torch.ones(1, 1, n, n, dtype=torch.bool)  # custom_mask, with mask_type "causal"
+    match = r"custom_mask contradicts mask_type 'causal'"
+    with pytest.raises(RuntimeError, match=match):
+        ops.hstu_dense_forward(*args)
+    with pytest.raises(RuntimeError, match=match):
+        ops.hstu_dense_backward(torch.zeros(args[0].shape[0], 2, 6), *args)
 
 
 def test_bad_grad_output():

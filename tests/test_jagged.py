@@ -1,6 +1,7 @@
 """Jagged <-> dense ops and offsets_range (OPS.md section 1)."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -81,6 +82,14 @@ def ref_dense_to_jagged(dense, offsets, total_L=None):
     return values
 
 
+def hint_past_dense(dense, offsets):
+    """dense_to_jagged's total_L for these inputs: None (read from the offsets) when the last
+    offset lies within the rows dense holds, B * max_lengths; else the last offset itself, as the
+    op requires an explicit total_L for rows past the dense extent (truncated rows)."""
+    last = int(offsets[-1][-1])
+    return None if last <= math.prod(dense.shape[: 1 + len(offsets)]) else last
+
+
 def assert_equal(actual, expected):
     assert actual.dtype == expected.dtype
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
@@ -140,6 +149,16 @@ def test_jagged_to_padded_dense_padding_values(dtype, padding_value):
     assert_equal(out, ref_jagged_to_dense(values, offsets, [3], padding_value))
 
 
+def test_jagged_1d_to_dense_integer_padding_is_exact():
+    # jagged_1d_to_dense's padding_value is an int: int64 values get it exactly (it used to pass
+    # through double, which rounds 2^60 + 1), and a padding int32 cannot hold raises.
+    offsets = torch.tensor([0, 2, 5])
+    out = ops.jagged_1d_to_dense(torch.arange(5), offsets, 4, 2**60 + 1)
+    assert out.tolist() == [[0, 1, 2**60 + 1, 2**60 + 1], [2, 3, 4, 2**60 + 1]]
+    with pytest.raises(ValueError, match=r"padding_value = 1099511627776 cannot be represented"):
+        ops.jagged_1d_to_dense(torch.arange(5, dtype=torch.int32), offsets, 4, 2**40)
+
+
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 def test_jagged_to_padded_dense_edge_cases(index_dtype):
     def check(values, offsets, max_lengths, padding_value=0.0):
@@ -193,12 +212,13 @@ def test_dense_to_jagged_random(num_dims, index_dtype, inner):
     offsets, total = random_jagged(batch, max_lengths, index_dtype)
     dense = torch.randn((batch, *max_lengths) + (() if inner is None else (inner,)))
     expected = ref_dense_to_jagged(dense, offsets)
-    values, out_offsets = ops.dense_to_jagged(dense, offsets)
+    total_L = hint_past_dense(dense, offsets)
+    values, out_offsets = ops.dense_to_jagged(dense, offsets, total_L)
     assert_equal(values, expected)
     assert len(out_offsets) == num_dims
     for got, given in zip(out_offsets, offsets, strict=True):
         assert_equal(got, given)
-    assert_equal(ops.dense_to_jagged_forward(dense, offsets), expected)
+    assert_equal(ops.dense_to_jagged_forward(dense, offsets, total_L), expected)
     # The backward of jagged_to_padded_dense is the same gather, into total_L rows.
     backward = ops.jagged_to_padded_dense_backward(dense, offsets, total + 3)
     assert_equal(backward, ref_dense_to_jagged(dense, offsets, total + 3))
@@ -211,7 +231,7 @@ def test_dense_to_jagged_dtypes(dtype, index_dtype, num_dims):
     batch, max_lengths = JAGGED_CASES[num_dims]
     offsets, total = random_jagged(batch, max_lengths, index_dtype)
     dense = random_values((batch, *max_lengths, 2), dtype)
-    values, _ = ops.dense_to_jagged(dense, offsets)
+    values, _ = ops.dense_to_jagged(dense, offsets, hint_past_dense(dense, offsets))
     assert_equal(values, ref_dense_to_jagged(dense, offsets))
     values = ops.jagged_to_padded_dense_backward(dense, offsets, total)
     assert_equal(values, ref_dense_to_jagged(dense, offsets))
@@ -236,13 +256,13 @@ def test_dense_to_jagged_edge_cases(index_dtype):
     assert values.shape == (6, 2) and (values[3:] == 0).all() and (values[:3] != 0).all()
     # Zero-length rows and a zero dense extent.
     check(torch.randn(3, 4, 2), [idx([0, 0, 0, 0])])
-    values = check(torch.randn(2, 0, 2), [idx([0, 2, 5])])
+    values = check(torch.randn(2, 0, 2), [idx([0, 2, 5])], 5)
     assert values.shape == (5, 2) and (values == 0).all()
     # Truncated rows (longer than the dense extent) are zero past the extent.
-    values = check(torch.ones(2, 2), [idx([0, 5, 6])])
+    values = check(torch.ones(2, 2), [idx([0, 5, 6])], 6)
     assert values.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     # Truncated outer rows leave whole inner runs at zero.
-    values = check(torch.ones(1, 1, 2), [idx([0, 2]), idx([0, 1, 3])])
+    values = check(torch.ones(1, 1, 2), [idx([0, 2]), idx([0, 1, 3])], 3)
     assert values.tolist() == [1.0, 0.0, 0.0]
     # Offsets not starting at zero: rows before offsets[0] are zero.
     values = check(torch.ones(2, 3, 2), [idx([2, 3, 5])])
@@ -445,7 +465,7 @@ def test_opcheck_jagged_dense(num_dims, inner, index_dtype):
         opcheck_both(name, (values, offsets, max_lengths, 0.5))
     opcheck_both("jagged_to_padded_dense_backward", (dense.detach(), offsets, total + 1))
     for name in ("dense_to_jagged", "dense_to_jagged_forward"):
-        opcheck_both(name, (dense, offsets))
+        opcheck_both(name, (dense, offsets, hint_past_dense(dense, offsets)))
         opcheck_both(name, (dense, offsets, total + 1))
 
 
@@ -486,7 +506,7 @@ def test_jagged_dense_matches_fbgemm_random(fbgemm_ops, num_dims, index_dtype, i
         # FBGEMM's dense_to_jagged requires a trailing dim D (dense [B, N..., D]); OPS.md's
         # values [total_L, D] does too, and recops additionally accepts dense [B, N...].
         return
-    for total_L in (None, total + 2):
+    for total_L in (hint_past_dense(dense, offsets), total + 2):
         args = (dense, offsets, total_L)
         assert_equal(ops.dense_to_jagged_forward(*args), fbgemm_ops.dense_to_jagged_forward(*args))
         assert_equal(ops.dense_to_jagged(*args)[0], fbgemm_ops.dense_to_jagged(*args)[0])
@@ -508,7 +528,7 @@ def test_jagged_dense_matches_fbgemm_dtypes(fbgemm_ops, dtype, index_dtype, batc
     both("jagged_to_padded_dense", values[:, 0], [offsets], [3], 0.0)
     both("jagged_2d_to_dense", values.t().contiguous().t(), offsets, 3)
     both("jagged_1d_to_dense", values[:, 1], offsets, 3, -1)
-    both("dense_to_jagged_forward", dense, [offsets], None)
+    both("dense_to_jagged_forward", dense, [offsets], hint_past_dense(dense, [offsets]))
     strided_dense = dense.transpose(1, 2).contiguous().transpose(1, 2)
     both("dense_to_jagged_forward", strided_dense, [offsets], total + 3)
     both("jagged_to_padded_dense_backward", dense, [offsets], total + 1)
@@ -534,7 +554,7 @@ def test_jagged_dense_matches_fbgemm_edge_cases(fbgemm_ops, index_dtype):
     ]:
         both("jagged_to_padded_dense", values, offsets, max_lengths, -1.0)
         dense = torch.randn(len(offsets[0]) - 1, *max_lengths, 2)
-        both("dense_to_jagged_forward", dense, offsets, None)
+        both("dense_to_jagged_forward", dense, offsets, hint_past_dense(dense, offsets))
         both("dense_to_jagged_forward", dense, offsets, 12)
 
 

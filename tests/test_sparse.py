@@ -427,6 +427,27 @@ def test_permute_matches_fbgemm_dtypes(fbgemm_ops, op_name, values_dtype, weight
     assert_all_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("shape", [(6, 3), (2, 3, 3), ()], ids=str)
+def test_permute_1d_reads_lengths_flat(shape):
+    """permute_1D_sparse_data reads lengths of any shape flat, as FBGEMM does ([T, B] lengths are
+    T * B segments); it raised "lengths must be 1-D" on FBGEMM's own tests."""
+    lengths = torch.randint(0, 4, shape)
+    total = int(lengths.sum())
+    permute = make_permute("repeats_drops", lengths.numel())
+    values, weights = torch.randint(0, 10**6, (total,)), torch.randn(total)
+    expected = ref_permute(permute, lengths.flatten(), values, weights)
+    assert_all_equal(ops.permute_1D_sparse_data(permute, lengths, values, weights), expected)
+
+
+def test_permute_1d_lengths_flat_matches_fbgemm(fbgemm_ops):
+    lengths, permute, values, weights = random_permute_case(
+        "permute_2D_sparse_data", "repeats_drops", torch.int64, 6, 3
+    )
+    permute = make_permute("repeats_drops", lengths.numel())
+    args = (permute, lengths, values, weights)
+    assert_all_equal(ops.permute_1D_sparse_data(*args), fbgemm_ops.permute_1D_sparse_data(*args))
+
+
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
 @pytest.mark.parametrize("n", [0, 1, 5, 1000])
 def test_invert_permute_matches_fbgemm(fbgemm_ops, dtype, n):

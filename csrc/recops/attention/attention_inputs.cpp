@@ -61,8 +61,7 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     check_cpu(*t, name);
     check_dim(*t, 3, name);
-    TORCH_CHECK(at::isFloatingType(t->scalar_type()), name,
-                " must be float32, bfloat16, float16 or float64, got ", t->scalar_type());
+    check_floating(*t, name);
   }
   check_same_dtype(q, "q", k, "k");
   check_same_dtype(q, "q", v, "v");
@@ -107,6 +106,9 @@ PreparedMask prepare_mask(const HstuOptions& o, const Sequences& seqs, int64_t h
                   " exceeds the length of sequence ", b, " (", seqs.length[b], ")");
     }
   }
+  TORCH_CHECK(m.kind == MaskKind::kCustom || !o.custom_mask.has_value(),
+              "custom_mask contradicts mask_type '", o.mask_type,
+              "': pass mask_type 'custom' to apply it, or no custom_mask");
   if (m.kind != MaskKind::kCustom) return p;
   TORCH_CHECK(o.custom_mask.has_value(), "mask_type 'custom' needs custom_mask");
   const at::Tensor& cm = *o.custom_mask;
@@ -132,6 +134,8 @@ PreparedAttention prepare_attention(const at::Tensor& q, const at::Tensor& k, co
   a.rows = q.size(0);
   a.heads = q.size(1);
   a.compute = compute_dtype(q);
+  check_finite(options.alpha, "alpha", a.compute);
+  check_finite(options.silu_scale, "silu_scale", a.compute);
   a.seqs = prepare_sequences(a.rows, seq_offsets, seq_lengths, options.max_seq_len);
   a.mask = prepare_mask(options, a.seqs.view, a.heads, a.compute);
   return a;
@@ -140,6 +144,7 @@ PreparedAttention prepare_attention(const at::Tensor& q, const at::Tensor& k, co
 PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const Sequences& seqs,
                                 int64_t heads, at::ScalarType compute) {
   check_cpu(bias, name);
+  check_floating(bias, name);
   const int64_t n = seqs.max_len;
   TORCH_CHECK(bias.dim() <= 4, name, " must be broadcastable to [B, H, N, N], got shape ",
               bias.sizes());
@@ -171,19 +176,26 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
   p.kind = BiasKind::kRelative;
   p.max_len = n;
   if (ts_w.has_value()) {
+    check_cpu(*ts_w, "ts_w");
     check_dim(*ts_w, 1, "ts_w");
+    check_floating(*ts_w, "ts_w");
     TORCH_CHECK(ts_w->numel() >= 1, "ts_w must have num_buckets + 1 >= 1 entries");
-    TORCH_CHECK_VALUE(bucket_divisor > 0, "bucket_divisor must be > 0, got ", bucket_divisor);
+    check_bucket_divisor(bucket_divisor);
     p.ts_w = ts_w->to(compute).contiguous();
-    const int64_t num_buckets = ts_w->numel() - 1;
-    p.buckets = std::make_shared<LogBucketizer>(bucket_divisor, static_cast<int32_t>(num_buckets));
+    p.buckets =
+        std::make_shared<LogBucketizer>(bucket_divisor, checked_num_buckets(ts_w->numel() - 1));
   }
   if (pos_w.has_value()) {
+    check_cpu(*pos_w, "pos_w");
     check_dim(*pos_w, 1, "pos_w");
+    check_floating(*pos_w, "pos_w");
     TORCH_CHECK(pos_w->numel() == 2 * n - 1, "pos_w must have 2 * max_seq_len - 1 = ", 2 * n - 1,
                 " entries, got ", pos_w->numel());
     p.pos_w = pos_w->to(compute).contiguous();
   }
+  TORCH_CHECK(ts_w.has_value() || !timestamps.has_value(),
+              "timestamps are used only with ts_w (the time bias table): pass ts_w or drop "
+              "timestamps");
   if (!ts_w.has_value()) return p;
   TORCH_CHECK(timestamps.has_value(), "ts_w needs timestamps");
   const at::Tensor& ts = *timestamps;

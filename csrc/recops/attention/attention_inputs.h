@@ -26,11 +26,6 @@ PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
 // q, k [L, H, Dqk] and v [L, H, Dv] of one floating dtype.
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-// float64 inputs compute in float64; every other floating dtype computes in fp32.
-inline at::ScalarType compute_dtype(const at::Tensor& q) {
-  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 struct PreparedMask {
   kernels::MaskKind kind = kernels::MaskKind::kCausal;
   int64_t contextual_len = 0, target_group_size = 1, max_attn_len = 0;

@@ -78,8 +78,7 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     check_cpu(*t, name);
     TORCH_CHECK(t->dim() == 4, name, " must be 4-D [B, H, S, d], got shape ", t->sizes());
-    TORCH_CHECK(at::isFloatingType(t->scalar_type()), name,
-                " must be float32, bfloat16, float16 or float64, got ", t->scalar_type());
+    check_floating(*t, name);
   }
   check_same_dtype(q, "q", k, "k");
   check_same_dtype(q, "q", v, "v");
@@ -96,6 +95,7 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int terms = int(g.c2p) + int(g.p2c);
   TORCH_CHECK_VALUE(o.dropout_p >= 0.0 && o.dropout_p <= 1.0, "dropout_p must be in [0, 1], got ",
                     o.dropout_p);
+  if (o.scale.has_value()) check_finite(*o.scale, "scale", compute_dtype(q));
   g.scale = o.scale.has_value() ? *o.scale : 1.0 / std::sqrt(double(g.dqk) * (1 + terms));
   if (terms == 0) return g;
   const int64_t buckets = o.position_buckets, max_pos = o.max_relative_positions;
@@ -104,13 +104,16 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     "position terms need position_buckets > 0 or max_relative_positions > 0, got ",
                     buckets, " and ", max_pos);
   if (buckets > 0 && max_pos > 0) {
-    TORCH_CHECK_VALUE(buckets >= 2 && max_pos - 1 != buckets / 2,
+    // HF's bucket of a distance beyond position_buckets / 2 divides by
+    // log((max_relative_positions - 1) / (position_buckets / 2)): zero or negative otherwise.
+    TORCH_CHECK_VALUE(buckets >= 2 && max_pos - 1 > buckets / 2,
                       "log-bucketed positions need position_buckets >= 2 and "
-                      "max_relative_positions != position_buckets / 2 + 1, got ",
+                      "max_relative_positions > position_buckets / 2 + 1, got ",
                       buckets, " and ", max_pos);
   }
-  TORCH_CHECK_VALUE(2 * g.span * kKeyTile < std::numeric_limits<int32_t>::max(), "span ", g.span,
-                    " is too large");
+  TORCH_CHECK_VALUE(g.span < std::numeric_limits<int32_t>::max() / (2 * kKeyTile),
+                    "position_buckets / max_relative_positions give a span of ", g.span,
+                    " positions, too large for the kernel's int32 position index");
   if (g.c2p) check_position_table(pos_key, "pos_key", "c2p", g, q);
   if (g.p2c) check_position_table(pos_query, "pos_query", "p2c", g, q);
   return g;
@@ -286,6 +289,19 @@ disentangled_attention_backward(
     const at::Tensor& output, const at::Tensor& softmax_lse, const std::optional<at::Tensor>& probs,
     const DisentangledOptions& options) {
   const Geometry g = validate(q, k, v, pos_key, pos_query, options);
+  for (const auto& [t, name] : {std::pair{&grad_output, "grad_output"}, {&output, "output"}}) {
+    check_cpu(*t, name);
+    check_floating(*t, name);
+  }
+  check_cpu(softmax_lse, "softmax_lse");
+  TORCH_CHECK(softmax_lse.scalar_type() == compute_dtype(q),
+              "softmax_lse must be the forward's log-sum-exp, in ", compute_dtype(q), ", got ",
+              softmax_lse.scalar_type());
+  for (const auto& [t, name] : {std::pair{&grad_probs, "grad_probs"}, {&probs, "probs"}}) {
+    if (!t->has_value()) continue;
+    check_cpu(**t, name);
+    check_floating(**t, name);
+  }
   const std::vector<int64_t> out_shape{g.batch, g.heads, g.q_len, g.dv};
   TORCH_CHECK(grad_output.sizes() == at::IntArrayRef(out_shape) &&
                   output.sizes() == at::IntArrayRef(out_shape),

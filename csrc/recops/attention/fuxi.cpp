@@ -24,8 +24,9 @@ PreparedBias prepare_channel_bias(const std::optional<at::Tensor>& dense, const 
   TORCH_CHECK(!(dense.has_value() && table.has_value()), "pass either ", dense_name, " or ",
               table_name, ", not both");
   if (dense.has_value()) {
-    TORCH_CHECK(dense->dim() == 3, dense_name, " must be 3-D [B or 1, N, N], got shape ",
-                dense->sizes());
+    // The position bias depends on positions only: one [N, N] table for the whole batch.
+    TORCH_CHECK(dense->dim() == 3 && (is_time || dense->size(0) == 1), dense_name, " must be 3-D ",
+                is_time ? "[B or 1, N, N]" : "[1, N, N]", ", got shape ", dense->sizes());
     return prepare_dense_bias(dense->unsqueeze(1), dense_name, seqs.view, 1, compute);
   }
   if (!table.has_value()) return PreparedBias{};
@@ -41,6 +42,9 @@ FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& se
   TORCH_CHECK(!o.base.attn_bias.has_value(),
               "FuXi-alpha attention takes ts_bias / pos_bias or "
               "ts_w / pos_w, not attn_bias");
+  TORCH_CHECK(o.base.ts_w.has_value() || !o.base.timestamps.has_value(),
+              "timestamps are used only with ts_w (the time bias table): pass ts_w or drop "
+              "timestamps");
   return {
       prepare_channel_bias(o.ts_bias, "ts_bias", "ts_w", o.base.ts_w, true, o, seqs, rows, compute),
       prepare_channel_bias(o.pos_bias, "pos_bias", "pos_w", o.base.pos_w, false, o, seqs, rows,
@@ -109,6 +113,7 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options) {
   check_cpu(grad_output, "grad_output");
+  check_floating(grad_output, "grad_output");
   const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;

@@ -54,6 +54,7 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
                     const std::optional<at::Tensor>& seq_lengths, const HstuOptions& options) {
   check_qkv(q, k, v);
   check_cpu(grad_output, "grad_output");
+  check_floating(grad_output, "grad_output");
   TORCH_CHECK(grad_output.dim() == 3 && grad_output.size(0) == q.size(0) &&
                   grad_output.size(1) == q.size(1) && grad_output.size(2) == v.size(2),
               "grad_output must have the output's shape [L, H, Dv] = [", q.size(0), ", ", q.size(1),

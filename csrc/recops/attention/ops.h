@@ -10,8 +10,18 @@
 
 namespace recops::attention {
 
+// float64 inputs compute in float64; every other floating dtype computes in fp32.
+inline at::ScalarType compute_dtype(const at::Tensor& q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 // The narrowest bucket-index dtype that holds num_buckets: uint8, else int32.
 at::ScalarType compact_bucket_type(int64_t num_buckets);
+
+// The time bias's argument rules, shared by every op that buckets timestamps: num_buckets in
+// [0, 2^31 - 1) (the bucketizer counts in int32), bucket_divisor positive and finite.
+int32_t checked_num_buckets(int64_t num_buckets);
+void check_bucket_divisor(double bucket_divisor);
 
 // Bias [B, N, N] (or [layers, B, N, N]) and bucket index [B, N, N] of index_dtype (uint8, int32,
 // int64). relative_attn_bias_time and relative_attn_bias_time_with_index are composites of it.

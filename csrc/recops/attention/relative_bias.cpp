@@ -138,17 +138,6 @@ CheckedSequences check_timestamps(const at::Tensor& timestamps,
   return seqs;
 }
 
-void check_bucket_divisor(double bucket_divisor) {
-  TORCH_CHECK_VALUE(bucket_divisor > 0 && std::isfinite(bucket_divisor),
-                    "bucket_divisor must be a positive finite number, got ", bucket_divisor);
-}
-
-int32_t checked_num_buckets(int64_t num_buckets) {
-  TORCH_CHECK_VALUE(num_buckets >= 0 && num_buckets < std::numeric_limits<int32_t>::max(),
-                    "num_buckets must be in [0, 2^31 - 1), got ", num_buckets);
-  return static_cast<int32_t>(num_buckets);
-}
-
 // A table is [entries] or [layers, entries]; returns the layers (1 for a 1-D table).
 int64_t table_layers(const at::Tensor& table, const char* name) {
   check_cpu(table, name);
@@ -166,6 +155,17 @@ void check_position_table(const at::Tensor& pos_w, int64_t seq_len) {
 
 at::ScalarType compact_bucket_type(int64_t num_buckets) {
   return num_buckets <= std::numeric_limits<uint8_t>::max() ? at::kByte : at::kInt;
+}
+
+int32_t checked_num_buckets(int64_t num_buckets) {
+  TORCH_CHECK_VALUE(num_buckets >= 0 && num_buckets < std::numeric_limits<int32_t>::max(),
+                    "num_buckets must be in [0, 2^31 - 1), got ", num_buckets);
+  return static_cast<int32_t>(num_buckets);
+}
+
+void check_bucket_divisor(double bucket_divisor) {
+  TORCH_CHECK_VALUE(bucket_divisor > 0 && std::isfinite(bucket_divisor),
+                    "bucket_divisor must be a positive finite number, got ", bucket_divisor);
 }
 
 std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_forward(

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -20,6 +21,11 @@ inline void check_index_dtype(const at::Tensor& t, const char* name) {
               " must be int32 or int64, got ", t.scalar_type());
 }
 
+inline void check_floating(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), name,
+              " must be float32, bfloat16, float16 or float64, got ", t.scalar_type());
+}
+
 inline void check_same_dtype(const at::Tensor& a, const char* a_name, const at::Tensor& b,
                              const char* b_name) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), a_name, " and ", b_name,
@@ -28,6 +34,16 @@ inline void check_same_dtype(const at::Tensor& a, const char* a_name, const at::
 
 inline void check_cpu(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got ", t.device());
+}
+
+// A floating-point scalar argument (a scale, rate or divisor) must be a finite number in the type
+// the kernel computes in: NaN or inf would raise nowhere later but silently poison or flatten the
+// result, and a double beyond float's range turns into inf when a float kernel narrows it.
+inline void check_finite(double value, const char* name, at::ScalarType compute = at::kDouble) {
+  const bool in_range =
+      compute == at::kDouble || std::abs(value) <= std::numeric_limits<float>::max();
+  TORCH_CHECK_VALUE(std::isfinite(value) && in_range, name, " must be a finite number",
+                    compute == at::kDouble ? "" : " in float32's range", ", got ", value);
 }
 
 // Reads the i-th element of a 1-D int32/int64 CPU tensor.

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "recops/common/checks.h"
 #include "recops/embedding/batch.h"
@@ -39,20 +40,24 @@ at::Tensor checked_state_offsets(kernels::Optimizer optimizer, const CheckedBatc
               offsets.sizes());
   at::Tensor offsets_c = offsets.contiguous();
   const int64_t* state_off = offsets_c.const_data_ptr<int64_t>();
-  std::map<int64_t, int64_t> table_state;  // weights offset -> state offset
+  std::vector<TableExtent> tables(T);
+  std::map<int64_t, int64_t> table_state;  // weights offset of a non-empty table -> state offset
   for (int64_t t = 0; t < T; ++t) {
     const int64_t D = batch.layout.D_offsets[t + 1] - batch.layout.D_offsets[t];
     const int64_t per_row = state_size(optimizer, D);
-    TORCH_CHECK(
-        state_off[t] >= 0 && batch.layout.rows[t] <= (momentum1.numel() - state_off[t]) / per_row,
-        "feature ", t, "'s optimizer state (", batch.layout.rows[t], " x ", per_row,
-        " at momentum1_offsets[", t, "] = ", state_off[t], ") does not fit in momentum1 of ",
-        momentum1.numel(), " elements");
+    const int64_t rows = batch.layout.rows[t];
+    TORCH_CHECK(state_off[t] >= 0 && rows <= (momentum1.numel() - state_off[t]) / per_row,
+                "feature ", t, "'s optimizer state (", rows, " x ", per_row,
+                " at momentum1_offsets[", t, "] = ", state_off[t],
+                ") does not fit in momentum1 of ", momentum1.numel(), " elements");
+    tables[t] = {state_off[t], rows, per_row};
+    if (rows == 0) continue;
     const auto [it, inserted] = table_state.emplace(batch.layout.weights_offsets[t], state_off[t]);
     TORCH_CHECK(inserted || it->second == state_off[t],
                 "features sharing a table must share its optimizer state, feature ", t,
                 " has momentum1_offsets ", state_off[t], " but another has ", it->second);
   }
+  check_disjoint_tables(tables, "momentum1", "momentum1_offsets");
   return offsets_c;
 }
 
@@ -73,8 +78,13 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
               "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
               weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
-  TORCH_CHECK(learning_rate_tensor.numel() == 1, "learning_rate_tensor must hold one value, got ",
-              learning_rate_tensor.numel());
+  TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
+              "learning_rate_tensor must be a float32 tensor of one value, got ",
+              learning_rate_tensor.scalar_type(), " of shape ", learning_rate_tensor.sizes());
+  const float learning_rate = learning_rate_tensor.item<float>();
+  check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
+  check_finite(weight_decay, "weight_decay", at::kFloat);
+  if (optimizer != kernels::Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
   // Sort keys pack (global row, bag or position) into 64 bits.
   const auto bits_below = [](int64_t bound) {
     return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
@@ -99,7 +109,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
     args.state_offsets = state_offsets.const_data_ptr<int64_t>();
   }
   args.optimizer = optimizer;
-  args.params.learning_rate = learning_rate_tensor.item<float>();
+  args.params.learning_rate = learning_rate;
   args.params.eps = static_cast<float>(state.eps);
   args.params.weight_decay = static_cast<float>(weight_decay);
   args.params.weight_decay_mode = static_cast<kernels::WeightDecay>(weight_decay_mode);

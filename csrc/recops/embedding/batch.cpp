@@ -1,8 +1,8 @@
 #include "recops/embedding/batch.h"
 
+#include <algorithm>
 #include <limits>
-#include <map>
-#include <utility>
+#include <vector>
 
 #include "recops/common/checks.h"
 
@@ -19,6 +19,36 @@ at::Tensor checked_table_info(const at::Tensor& t, const char* name, at::ScalarT
 }
 
 }  // namespace
+
+void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
+                           const char* offsets_name) {
+  const int64_t T = static_cast<int64_t>(tables.size());
+  std::vector<int64_t> order;  // the features of non-empty tables, by offset
+  for (int64_t t = 0; t < T; ++t) {
+    if (tables[t].rows > 0) order.push_back(t);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return tables[a].begin < tables[b].begin; });
+  const auto describe = [&](int64_t t) {
+    const TableExtent& e = tables[t];
+    return c10::str("feature ", t, "'s table (", e.rows, " x ", e.width, " at ", offsets_name, "[",
+                    t, "] = ", e.begin, ")");
+  };
+  int64_t reach = -1;  // the feature whose table ends last among those before
+  for (size_t i = 1; i < order.size(); ++i) {
+    const int64_t prev = order[i - 1], t = order[i];
+    if (reach < 0 || tables[prev].end() > tables[reach].end()) reach = prev;
+    const TableExtent& e = tables[t];
+    if (e.begin == tables[prev].begin) {
+      TORCH_CHECK(e.rows == tables[prev].rows && e.width == tables[prev].width,
+                  "features sharing the table at ", offsets_name, " ", e.begin,
+                  " must agree on its rows and dim, got ", describe(t), " and ", describe(prev));
+      continue;
+    }
+    TORCH_CHECK(tables[reach].end() <= e.begin, describe(t), " overlaps ", describe(reach),
+                " inside ", buffer, ": distinct tables need disjoint extents");
+  }
+}
 
 kernels::FloatKind float_kind(const at::Tensor& t, const char* name) {
   switch (t.scalar_type()) {
@@ -58,7 +88,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
 
   TORCH_CHECK(D_off[0] == 0, "D_offsets[0] must be 0, got ", D_off[0]);
   int64_t max_D = 0;
-  std::map<int64_t, std::pair<int64_t, int64_t>> tables;  // weights offset -> (rows, D)
+  std::vector<TableExtent> tables(T);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t D = D_off[t + 1] - D_off[t];
     TORCH_CHECK(D >= 1, "feature ", t, " must have a positive embedding dim, got D_offsets[", t + 1,
@@ -67,14 +97,11 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
     TORCH_CHECK(w_off[t] >= 0 && rows[t] <= (weights.numel() - w_off[t]) / D, "feature ", t,
                 "'s table (", rows[t], " rows of ", D, " at weights_offsets[", t, "] = ", w_off[t],
                 ") does not fit in weights of ", weights.numel(), " elements");
-    const auto [it, inserted] = tables.emplace(w_off[t], std::make_pair(rows[t], D));
-    TORCH_CHECK(inserted || it->second == std::make_pair(rows[t], D), "features sharing the ",
-                "table at weights offset ", w_off[t], " must agree on rows and dim, feature ", t,
-                " has ", rows[t], " x ", D, " but another has ", it->second.first, " x ",
-                it->second.second);
+    tables[t] = {w_off[t], rows[t], D};
     batch.max_table_rows = std::max(batch.max_table_rows, rows[t]);
     max_D = std::max(max_D, D);
   }
+  check_disjoint_tables(tables, "weights", "weights_offsets");
   TORCH_CHECK(pooling_mode != 2 || max_D * T == D_off[T],
               "PoolingMode.NONE needs one embedding dim for all features, got dims from 1 to ",
               max_D, " summing to ", D_off[T]);
@@ -139,6 +166,7 @@ at::Tensor checked_grad_output(const at::Tensor& grad_output, const CheckedBatch
 
 float clip_bound(bool gradient_clipping, double max_gradient) {
   if (!gradient_clipping) return std::numeric_limits<float>::infinity();
+  check_finite(max_gradient, "max_gradient", at::kFloat);
   TORCH_CHECK_VALUE(max_gradient >= 0, "max_gradient must be >= 0 when clipping, got ",
                     max_gradient);
   return static_cast<float>(max_gradient);

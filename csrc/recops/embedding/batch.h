@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <vector>
 
 #include "recops/embedding/kernels/tbe.h"
 
@@ -28,6 +29,20 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
                          const at::Tensor& D_offsets, const at::Tensor& rows_per_table,
                          const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
                          const std::optional<at::Tensor>& indice_weights);
+
+// One feature's table inside a flat buffer (weights, or optimizer state): rows x width elements
+// from element `begin`.
+struct TableExtent {
+  int64_t begin = 0, rows = 0, width = 0;
+  int64_t end() const { return begin + rows * width; }
+};
+
+// Features whose tables start at the same offset share that table and must agree on its shape;
+// distinct tables must not overlap (the update gives every row one owner: two tables on the same
+// elements would update them twice, concurrently). An empty table occupies nothing and shares
+// with no one: FBGEMM lays a 0-row table at the offset of the next. tables[t] is feature t's.
+void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
+                           const char* offsets_name);
 
 kernels::FloatKind float_kind(const at::Tensor& t, const char* name);
 

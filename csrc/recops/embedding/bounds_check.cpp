@@ -1,6 +1,10 @@
-#include "recops/embedding/kernels/bounds_check.h"
+#include <limits>
+#include <string>
+
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/narrow.h"
+#include "recops/embedding/kernels/bounds_check.h"
 #include "recops/embedding/ops.h"
 
 namespace recops::embedding {
@@ -31,28 +35,50 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
   TORCH_CHECK(indices.is_contiguous() && offsets.is_contiguous(),
               "indices and offsets must be contiguous: bad entries are repaired in place");
   const at::Tensor rows = rows_per_table.contiguous();
-  const int64_t B = (offsets.numel() - 1) / T;
+  const int64_t num_indices = indices.numel();
+  TORCH_CHECK_VALUE(
+      indices.scalar_type() == at::kLong || num_indices <= std::numeric_limits<int32_t>::max(),
+      "int32 offsets cannot address ", num_indices, " indices; use int64");
+  // FBGEMM's rule: the last bag ends at the last index. FATAL raises otherwise; a repair moves the
+  // last offset there (before the bags are checked, as FBGEMM does).
   const bool fatal = bounds_check_mode == 0;
+  const int64_t last = index_at(offsets, offsets.numel() - 1);
+  TORCH_CHECK_VALUE(!fatal || last == num_indices, "offsets are malformed: offsets[-1] = ", last,
+                    " must equal the number of indices, ", num_indices,
+                    " (BoundsCheckMode.FATAL; WARNING and IGNORE set it so, like FBGEMM)");
+  if (last != num_indices) {
+    dispatch_index_type(offsets.scalar_type(), [&](auto tag) {
+      using index_t = typename decltype(tag)::type;
+      offsets.mutable_data_ptr<index_t>()[offsets.numel() - 1] = static_cast<index_t>(num_indices);
+    });
+  }
+  const int64_t B = (offsets.numel() - 1) / T;
   const kernels::BoundsReport report = dispatch_index_type(indices.scalar_type(), [&](auto tag) {
     using index_t = typename decltype(tag)::type;
     return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, B,
                                  indices.mutable_data_ptr<index_t>(),
-                                 offsets.mutable_data_ptr<index_t>(), indices.numel(), !fatal);
+                                 offsets.mutable_data_ptr<index_t>(), num_indices, !fatal);
   });
   if (fatal) {
     const int64_t k = report.first_bad_bag;
     TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k % B, " of feature ", k / B,
                       " are malformed: offsets[", k, "] = ", index_at(offsets, k), ", offsets[",
                       k + 1, "] = ", index_at(offsets, k + 1),
-                      " must satisfy 0 <= start <= end <= ", indices.numel(),
-                      " (number of indices)");
+                      " must satisfy 0 <= start <= end <= ", num_indices, " (number of indices)");
     const int64_t p = report.first_bad_index;
     TORCH_CHECK_INDEX(report.bad_indices == 0, "indices[", p, "] = ", index_at(indices, p),
                       " is out of range: ", report.bad_indices,
                       " indices are negative or not below their table's rows");
     return;
   }
-  if (report.bad_bags > 0 || report.bad_indices > 0) warning.mutable_data_ptr<int64_t>()[0] += 1;
+  if (last != num_indices || report.bad_bags > 0 || report.bad_indices > 0) {
+    warning.mutable_data_ptr<int64_t>()[0] += 1;
+  }
+}
+
+at::Tensor index_to_int32(const at::Tensor& t, c10::string_view name) {
+  check_cpu(t, "t");
+  return checked_int32(t, std::string(name).c_str());
 }
 
 }  // namespace recops::embedding

@@ -75,7 +75,8 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
     TORCH_CHECK(feature_requires_grad->numel() == batch.layout.num_features,
                 "feature_requires_grad must have one entry per feature (",
                 batch.layout.num_features, "), got ", feature_requires_grad->numel());
-    requires_grad = feature_requires_grad->to(at::kInt).contiguous();
+    // Nonzero means "requires grad" for any dtype; a cast to int32 could turn 2^32 into 0.
+    requires_grad = feature_requires_grad->ne(0).to(at::kInt).contiguous();
   }
   at::Tensor out = at::zeros({batch.bags.num_indices}, grad.options());
   const at::Tensor weights_c = weights.contiguous();

@@ -3,9 +3,9 @@
 //   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding.py binds its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
-// plus the plain forward, the per-sample-weight gradient and the bounds check they build on, and
-// the huge-page-backed buffers the module keeps tables and optimizer state in.
-// Fake kernels and autograd are registered from Python (recops/embedding.py).
+// plus the plain forward, the per-sample-weight gradient, the bounds check and checked index
+// narrowing they build on, and the huge-page-backed buffers the module keeps tables and optimizer
+// state in. Fake kernels and autograd are registered from Python (recops/embedding.py).
 #include <torch/library.h>
 
 #include <string>
@@ -162,6 +162,7 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   using namespace recops::embedding;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("embedding_host_zeros(SymInt numel, ScalarType dtype) -> Tensor", pt2);
+  m.def("index_to_int32(Tensor t, str name) -> Tensor", pt2);
   m.def(
       "bounds_check_indices(Tensor rows_per_table, Tensor(a!) indices, Tensor(b!) offsets, "
       "int bounds_check_mode, Tensor(c!) warning) -> ()",
@@ -192,6 +193,7 @@ TORCH_LIBRARY_IMPL(recops, CompositeExplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
   using namespace recops::embedding;
   m.impl("bounds_check_indices", TORCH_FN(bounds_check_indices));
+  m.impl("index_to_int32", TORCH_FN(index_to_int32));
   m.impl("split_embedding_codegen_forward", TORCH_FN(split_embedding_codegen_forward));
   m.impl("split_embedding_codegen_grad_indice_weights",
          TORCH_FN(split_embedding_codegen_grad_indice_weights));

@@ -20,12 +20,17 @@ namespace recops::embedding {
 at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
 
 // BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
-// malformed offsets) and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0,
-// offsets clamped into range) and count repaired batches in `warning` (the module warns once);
-// NONE 3 does nothing.
+// malformed offsets, including a last offset other than the number of indices, FBGEMM's rule)
+// and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0, offsets clamped into
+// range, the last one set to the number of indices) and count repaired batches in `warning` (the
+// module warns once); NONE 3 does nothing.
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
                           const at::Tensor& warning);
+
+// An int64 index tensor (indices or offsets, named `name` in errors) narrowed to int32 for
+// embedding_table_index_type=torch.int32: an IndexError where a value does not fit.
+at::Tensor index_to_int32(const at::Tensor& t, c10::string_view name);
 
 at::Tensor split_embedding_codegen_forward(
     const at::Tensor& weights, const at::Tensor& weights_offsets, const at::Tensor& D_offsets,

@@ -47,6 +47,7 @@ at::Tensor index_select_for_rank1_backward(const at::Tensor& grad, const at::Ten
                                            const at::Tensor& index) {
   check_cpu(grad, "grad");
   check_dim(grad, 1, "grad");
+  check_cpu(x, "x");
   check_dim(x, 1, "x");
   check_same_dtype(grad, "grad", x, "x");
   const at::Tensor index_c = checked_index(index);

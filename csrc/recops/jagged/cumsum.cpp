@@ -13,6 +13,21 @@ namespace {
 
 template <typename Fn>
 void dispatch_cumsum_dtype(const at::Tensor& t, Fn&& fn) {
+  switch (t.scalar_type()) {
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+      break;
+    default:
+      TORCH_CHECK(false, "t_in must be an integer (uint8 to int64) or floating tensor, got ",
+                  t.scalar_type());
+  }
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "recops_cumsum", [&] {
     fn(TypeTag<scalar_t>{}, TypeTag<at::opmath_type<scalar_t>>{});
   });

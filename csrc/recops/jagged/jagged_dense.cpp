@@ -4,6 +4,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -74,10 +75,11 @@ JaggedLayout<index_t> make_layout(const CheckedOffsets& offsets, at::IntArrayRef
 
 // padding_value in the values' dtype as raw bits, converted as a fill converts it (checked for
 // float, double, integers and bool, so it raises where a fill would; through float, unchecked, for
-// half and bfloat16). The usual dtypes skip the scalar tensor, whose allocation and fill cost as
-// much as a small op's kernel.
+// half and bfloat16). An integer padding (jagged_1d_to_dense's) stays an integer, so int64 values
+// get it exactly, never rounded through double. The usual dtypes skip the scalar tensor, whose
+// allocation and fill cost as much as a small op's kernel.
 template <typename elem_t>
-elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
+elem_t padding_bits(const c10::Scalar& padding_value, const at::TensorOptions& options) {
   elem_t bits{};
   const at::ScalarType dtype = options.dtype().toScalarType();
   switch (dtype) {
@@ -96,9 +98,16 @@ elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
           scalar_t value;
           if constexpr (std::is_same_v<scalar_t, at::Half> ||
                         std::is_same_v<scalar_t, at::BFloat16>) {
-            value = static_cast<scalar_t>(static_cast<float>(padding_value));
+            value = static_cast<scalar_t>(static_cast<float>(padding_value.toDouble()));
           } else {
-            value = c10::Scalar(padding_value).to<scalar_t>();
+            if constexpr (!std::is_same_v<scalar_t, bool>) {
+              const bool overflows = padding_value.isIntegral(/*includeBool=*/false)
+                                         ? c10::overflows<scalar_t>(padding_value.toLong())
+                                         : c10::overflows<scalar_t>(padding_value.toDouble());
+              TORCH_CHECK_VALUE(!overflows, "padding_value = ", padding_value,
+                                " cannot be represented in the values' dtype ", dtype);
+            }
+            value = padding_value.to<scalar_t>();
           }
           std::memcpy(&bits, &value, sizeof(elem_t));
         }
@@ -110,6 +119,25 @@ elem_t padding_bits(double padding_value, const at::TensorOptions& options) {
       return bits;
     }
   }
+}
+
+// Without total_L the output has the last offset's rows: a size read from data, so it must be one
+// the dense input can fill (B * max_lengths... rows), before anything is allocated from it. Rows
+// past the dense extent (of rows longer than max_lengths) come back zero; asking for them takes
+// an explicit total_L.
+void check_rows_within_dense(const CheckedOffsets& checked, const at::Tensor& dense,
+                             const char* dense_name, const char* offsets_name) {
+  const int64_t num_levels = static_cast<int64_t>(checked.levels.size());
+  int64_t capacity = checked.batch;  // saturates: a zero inner dim lets the others be huge
+  for (int64_t d = 1; d <= num_levels; ++d) {
+    if (__builtin_mul_overflow(capacity, dense.size(d), &capacity)) {
+      capacity = std::numeric_limits<int64_t>::max();
+    }
+  }
+  TORCH_CHECK_VALUE(checked.num_rows <= capacity, offsets_name, "[", num_levels - 1,
+                    "][-1] = ", checked.num_rows, " rows exceed the ", capacity, " rows ",
+                    dense_name, " of shape ", dense.sizes(), " holds (B * max_lengths); pass ",
+                    "total_L to get rows past the dense extent, which come back zero");
 }
 
 // Shared by dense_to_jagged_forward and jagged_to_padded_dense_backward.
@@ -124,6 +152,7 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
               dense.sizes());
   TORCH_CHECK(dense.size(0) == checked.batch, dense_name, ".size(0) = ", dense.size(0),
               " must equal len(", offsets_name, "[0]) - 1 = ", checked.batch);
+  if (!total_L.has_value()) check_rows_within_dense(checked, dense, dense_name, offsets_name);
   const int64_t rows = total_L.value_or(checked.num_rows);
   TORCH_CHECK_VALUE(rows >= 0, "total_L must be >= 0, got ", rows);
   TORCH_CHECK(rows >= checked.num_rows, "total_L = ", rows, " is smaller than ", offsets_name, "[",
@@ -156,10 +185,11 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
   return values;
 }
 
-}  // namespace
-
-at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
-                                          at::IntArrayRef max_lengths, double padding_value) {
+// jagged_to_padded_dense_forward and the one-level forms, with the padding as given (a float,
+// or jagged_1d_to_dense's integer).
+at::Tensor jagged_to_padded_dense_impl(const at::Tensor& values, at::TensorList offsets,
+                                       at::IntArrayRef max_lengths,
+                                       const c10::Scalar& padding_value) {
   check_cpu(values, "values");
   const CheckedOffsets checked = check_offsets(offsets, "offsets");
   const int64_t num_levels = static_cast<int64_t>(checked.levels.size());
@@ -199,6 +229,19 @@ at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorLi
   return dense;
 }
 
+// The one-level forms' max_lengths[0], under its own name.
+void check_max_sequence_length(int64_t max_sequence_length) {
+  TORCH_CHECK_VALUE(max_sequence_length >= 0, "max_sequence_length must be >= 0, got ",
+                    max_sequence_length);
+}
+
+}  // namespace
+
+at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
+                                          at::IntArrayRef max_lengths, double padding_value) {
+  return jagged_to_padded_dense_impl(values, offsets, max_lengths, padding_value);
+}
+
 at::Tensor jagged_to_padded_dense_backward(const at::Tensor& grad_output, at::TensorList offsets,
                                            int64_t total_L) {
   return dense_to_jagged_impl(grad_output, offsets, total_L, "grad_output", "offsets");
@@ -212,14 +255,15 @@ at::Tensor dense_to_jagged_forward(const at::Tensor& dense, at::TensorList x_off
 at::Tensor jagged_2d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length) {
   check_dim(values, 2, "values");
-  return jagged_to_padded_dense_forward(values, {offsets}, {max_sequence_length}, 0.0);
+  check_max_sequence_length(max_sequence_length);
+  return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, 0.0);
 }
 
 at::Tensor jagged_1d_to_dense(const at::Tensor& values, const at::Tensor& offsets,
                               int64_t max_sequence_length, int64_t padding_value) {
   check_dim(values, 1, "values");
-  return jagged_to_padded_dense_forward(values, {offsets}, {max_sequence_length},
-                                        static_cast<double>(padding_value));
+  check_max_sequence_length(max_sequence_length);
+  return jagged_to_padded_dense_impl(values, {offsets}, {max_sequence_length}, padding_value);
 }
 
 }  // namespace recops::jagged

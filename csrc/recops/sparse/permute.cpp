@@ -127,9 +127,8 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   return {permuted_lengths, permuted_values, maybe_weights};
 }
 
-at::Tensor checked_lengths(const at::Tensor& lengths, int64_t dim) {
+at::Tensor checked_lengths(const at::Tensor& lengths) {
   check_cpu(lengths, "lengths");
-  check_dim(lengths, dim, "lengths");
   check_index_dtype(lengths, "lengths");
   return lengths.contiguous();
 }
@@ -140,15 +139,17 @@ PermutedSparse permute_2D_sparse_data(const at::Tensor& permute, const at::Tenso
                                       const at::Tensor& values,
                                       const std::optional<at::Tensor>& weights,
                                       std::optional<int64_t> permuted_lengths_sum) {
-  return permute_sparse(permute, checked_lengths(lengths, 2), values, weights,
-                        permuted_lengths_sum);
+  check_dim(lengths, 2, "lengths");
+  return permute_sparse(permute, checked_lengths(lengths), values, weights, permuted_lengths_sum);
 }
 
 PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
                                       const at::Tensor& values,
                                       const std::optional<at::Tensor>& weights,
                                       std::optional<int64_t> permuted_lengths_sum) {
-  const at::Tensor lengths_2d = checked_lengths(lengths, 1).view({-1, 1});
+  // Lengths of any shape are read flat, as FBGEMM's CPU op reads them: [T, B] lengths are T * B
+  // segments, and permute indexes those.
+  const at::Tensor lengths_2d = checked_lengths(lengths).view({-1, 1});
   auto [permuted_lengths, permuted_values, permuted_weights] =
       permute_sparse(permute, lengths_2d, values, weights, permuted_lengths_sum);
   return {permuted_lengths.view({-1}), permuted_values, permuted_weights};

@@ -215,13 +215,39 @@ void add_position_grads(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, i
       s.p2c ? t.dp2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
 }
 
-// Masks row r (query i) of a tile of scores over keys [kt0, kt0 + n); returns the row max
-// (-inf when the row sees none of these keys).
+// Masks row r (query i) of a tile of scores over keys [kt0, kt0 + n); returns the row max: -inf
+// when the row sees none of these keys or they all score -inf, NaN when they score NaN (the max
+// skips NaN, which would then leave the row at zero where torch's softmax gives NaN).
 template <typename T>
 T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int64_t kt0, int64_t n,
             T* row) {
   const DisentangledShape<T>& s = p.shape;
-  return mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
+  const T m = mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
+  if (m != -std::numeric_limits<T>::infinity()) return m;
+  const bool any_nan = std::any_of(row, row + n, [](T x) { return std::isnan(x); });
+  return any_nan ? std::numeric_limits<T>::quiet_NaN() : m;
+}
+
+// Probabilities of a row whose softmax is NaN: NaN at the keys it keeps, zero at the masked ones
+// (HF zeroes those after the softmax).
+template <typename T>
+void nan_probabilities(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, T* prow) {
+  const DisentangledShape<T>& s = p.shape;
+  const uint8_t* keep = p.mask.keep(unit.b, i, 0, s.q_len, s.k_len);
+  for (int64_t j = 0; j < unit.keys; ++j) {
+    prow[j] = keep == nullptr || keep[j] != 0 ? std::numeric_limits<T>::quiet_NaN() : T(0);
+  }
+}
+
+// Whether query row i keeps every key. A row that sees no key is a masked row (zero output, as
+// HF, whose softmax then falls back on the masked scores' dtype minimum and zeroes them) unless
+// it keeps every key: then its scores were all -inf, and softmax over them is NaN.
+template <typename T>
+bool keeps_every_key(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i) {
+  const DisentangledShape<T>& s = p.shape;
+  if (p.mask.k_extent[unit.b] < s.k_len) return false;
+  const uint8_t* keep = p.mask.keep(unit.b, i, 0, s.q_len, s.k_len);
+  return keep == nullptr || std::all_of(keep, keep + s.k_len, [](uint8_t k) { return k != 0; });
 }
 
 // Lays out scale K^T [dqk, k_len] for the unit's keys (the right operand of Q K^T and of P2C^T).
@@ -271,7 +297,8 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
         std::fill(row, row + n, T(0));
         continue;
       }
-      const T m_new = std::max(m[r], score_row(p, unit, i, kt0, n, row));
+      const T tile_max = score_row(p, unit, i, kt0, n, row);
+      const T m_new = std::isnan(tile_max) ? tile_max : std::max(m[r], tile_max);  // NaN sticks
       if (o.probs != nullptr) {
         std::memcpy(o.probs + (first_row + r) * s.k_len + kt0, row, n * sizeof(T));
       }
@@ -291,8 +318,16 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
   }
   for (int64_t r = 0; r < rows; ++r) {
     T* prow = o.probs == nullptr ? nullptr : o.probs + (first_row + r) * s.k_len;
-    if (l[r] == T(0)) {  // sees no key: zero output and probabilities, lse stays +inf
+    if (l[r] == T(0) && !keeps_every_key(p, unit, row0 + r)) {
+      // Sees no key: zero output and probabilities, lse stays +inf.
       if (prow != nullptr) std::fill(prow, prow + unit.keys, T(0));
+      continue;
+    }
+    if (l[r] == T(0) || std::isnan(l[r])) {  // scores all -inf, or NaN: softmax is NaN
+      constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
+      std::fill(out + r * s.dv, out + (r + 1) * s.dv, kNaN);
+      o.lse[first_row + r] = kNaN;
+      if (prow != nullptr) nan_probabilities(p, unit, row0 + r, prow);
       continue;
     }
     const T inv = T(1) / l[r];

@@ -36,7 +36,7 @@ BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* in
                           index_t* offsets, int64_t num_indices, bool repair) {
   BoundsReport report;
   const int64_t bags = T * B;
-  const index_t n = static_cast<index_t>(num_indices);
+  const auto n = static_cast<index_t>(num_indices);  // fits: the adapter checked
   for (int64_t k = 0; k < bags; ++k) {
     const index_t start = offsets[k];
     const index_t end = offsets[k + 1];

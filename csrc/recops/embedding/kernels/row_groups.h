@@ -25,21 +25,27 @@ struct Table {
   int64_t state_offset;
 };
 
-// The distinct tables behind the features (one per weights offset), in weights order.
+// The distinct tables behind the features, in weights order. Features with one weights offset
+// share a table, except that an empty table shares its offset with the next table without being
+// it (validated by the adapter: features on one non-empty table agree on its rows and dim).
 struct Tables {
   std::vector<Table> tables;
   std::vector<int64_t> feature_table;  // [T]: index into tables
 
   Tables(const FeatureLayout& layout, const int64_t* state_offsets) {
     const int64_t T = layout.num_features;
+    const auto key = [&](int64_t t) {
+      return std::make_tuple(layout.weights_offsets[t], layout.rows[t],
+                             layout.D_offsets[t + 1] - layout.D_offsets[t]);
+    };
     std::vector<int64_t> order(T);
     for (int64_t t = 0; t < T; ++t) order[t] = t;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return layout.weights_offsets[a] < layout.weights_offsets[b];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return key(a) < key(b); });
     feature_table.resize(T);
-    for (const int64_t t : order) {
-      if (tables.empty() || tables.back().weights_offset != layout.weights_offsets[t]) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t t = order[i];
+      if (i == 0 || key(order[i - 1]) != key(t)) {
         tables.push_back({layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
                           layout.weights_offsets[t],
                           state_offsets != nullptr ? state_offsets[t] : 0});

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 

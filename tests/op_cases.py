@@ -1,0 +1,1178 @@
+"""A catalogue of recops' ops for the bad-input tests: per op, a valid call drawn at random and an
+independent plain-PyTorch reference that computes the op's result and rejects (raises Invalid)
+every call its contract rejects (OPS.md). test_bad_input.py moves each tensor of a valid call to
+another device; test_bad_input_properties.py mutates valid calls and compares op and reference.
+
+References are written from the contract, not from the kernels: they validate with Python
+comparisons on the values and compute with torch's own ops in float64 where it helps.
+"""
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+from hstu_reference import hstu_mask, hstu_reference
+from test_deberta import hf_attention
+from test_relative_bias import reference_pos_bias, reference_time_buckets
+
+ops = torch.ops.recops
+I32, I64 = torch.int32, torch.int64
+F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+INDEX_DTYPES = (I32, I64)
+FLOAT_DTYPES = (F32, F64, F16, BF16)
+# The dtypes a copy op moves as raw elements of 1, 2, 4 or 8 bytes.
+ELEMENT_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, I32, I64, *FLOAT_DTYPES)
+
+
+class Invalid(Exception):
+    """The reference rejects the call: the op must raise."""
+
+
+def require(condition, why):
+    if not condition:
+        raise Invalid(why)
+
+
+class Draw:
+    """The choices a valid call is built from: hypothesis' (``data.draw``) or a seeded RNG's."""
+
+    def __init__(self, pick):
+        self._pick = pick  # pick(lo, hi) -> an int in [lo, hi]
+
+    def int(self, lo, hi):
+        return self._pick(lo, hi)
+
+    def choice(self, options):
+        return options[self.int(0, len(options) - 1)]
+
+    def bool(self):
+        return self.int(0, 1) == 1
+
+    def generator(self):
+        return torch.Generator().manual_seed(self.int(0, 2**31 - 1))
+
+
+def seeded_draw(seed):
+    rng = random.Random(seed)
+    return Draw(rng.randint)
+
+
+@dataclass
+class OpCase:
+    """One op: ``make(draw)`` gives a valid call's arguments by schema name, ``reference(args)``
+    the expected result (raising Invalid when the contract rejects ``args``); ``tolerance`` maps a
+    result dtype to (rtol, atol)."""
+
+    op_name: str
+    make: object
+    reference: object
+    tolerance: dict = field(default_factory=dict)
+    unmodelled: tuple = ()  # arguments whose values the reference cannot follow once changed
+
+    @property
+    def op(self):
+        return getattr(ops, self.op_name)
+
+    def arg_names(self):
+        return [a.name for a in self.op.default._schema.arguments]
+
+
+# --------------------------------------------------------------------------- argument rules
+def tensor(args, name, dtypes=None, ranks=None):
+    """args[name], required to be a CPU tensor of one of `dtypes` and `ranks` (None: any)."""
+    t = args[name]
+    require(isinstance(t, torch.Tensor), f"{name} is a tensor")
+    require(t.device.type == "cpu", f"{name} on cpu")
+    require(dtypes is None or t.dtype in dtypes, f"{name} dtype")
+    require(ranks is None or t.dim() in ranks, f"{name} rank")
+    return t
+
+
+def optional_tensor(args, name, dtypes=None, ranks=None):
+    return None if args.get(name) is None else tensor(args, name, dtypes, ranks)
+
+
+def ints(t):
+    return [int(x) for x in t.reshape(-1).tolist()]
+
+
+def offsets_list(t, name):
+    """The values of a 1-D offsets tensor: at least one, starting at >= 0, non-decreasing."""
+    values = ints(t)
+    require(len(values) >= 1, f"{name} not empty")
+    require(values[0] >= 0, f"{name}[0] >= 0")
+    require(all(b >= a for a, b in itertools.pairwise(values)), f"{name} non-decreasing")
+    return values
+
+
+def finite(value, name, compute=F64):
+    require(isinstance(value, float | int) and math.isfinite(value), f"{name} finite")
+    if compute != F64:
+        require(abs(value) <= torch.finfo(torch.float32).max, f"{name} in float range")
+    return float(value)
+
+
+def compute_dtype(q):
+    return F64 if q.dtype == F64 else F32
+
+
+def padding_in(value, dtype):
+    """padding_value converted as a fill converts it: checked for integers (NaN, inf and values out
+    of range are errors), through float32 for half and bfloat16."""
+    if dtype == torch.bool:
+        return torch.tensor(value != 0)
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        require(math.isfinite(value) and info.min <= value <= info.max, "padding_value in range")
+        return torch.tensor(int(value), dtype=dtype)
+    if dtype in (F16, BF16):
+        return torch.tensor(value, dtype=F64).to(F32).to(dtype)
+    if dtype == F32:
+        limit = torch.finfo(F32).max
+        require(not math.isfinite(value) or abs(value) <= limit, "padding_value in float range")
+    return torch.tensor(value, dtype=F64).to(dtype)
+
+
+# --------------------------------------------------------------------------- cumsum
+def make_cumsum(ranks):
+    def make(d):
+        dtype = d.choice((I32, I64, F32, F64, F16))
+        shape = [d.int(0, 6) for _ in range(d.choice(ranks))]
+        gen = d.generator()
+        if dtype.is_floating_point:
+            t_in = torch.randn(shape, generator=gen).to(dtype)
+        else:
+            t_in = torch.randint(-5, 10, shape, generator=gen, dtype=dtype)
+        return {"t_in": t_in}
+
+    return make
+
+
+CUMSUM_DTYPES = (torch.uint8, torch.int8, torch.int16, I32, I64, *FLOAT_DTYPES)
+
+
+def wide_cumsum(t, dim):
+    """cumsum in int64 / float64, returned in t's dtype (integers wrap, as in the op)."""
+    wide = t.long() if not t.dtype.is_floating_point else t.double()
+    return wide.cumsum(dim).to(t.dtype)
+
+
+def ref_complete_cumsum(a):
+    t = tensor(a, "t_in", CUMSUM_DTYPES, (1, 2))
+    rows = t if t.dim() == 2 else t.reshape(1, -1)
+    out = torch.cat([torch.zeros(rows.shape[0], 1, dtype=t.dtype), wide_cumsum(rows, 1)], 1)
+    return out if t.dim() == 2 else out.reshape(-1)
+
+
+def ref_flat_cumsum(inclusive):
+    def ref(a):
+        t = tensor(a, "t_in", CUMSUM_DTYPES)
+        flat = wide_cumsum(t.reshape(-1), 0)
+        if not inclusive:
+            flat = torch.cat([torch.zeros(1, dtype=t.dtype), flat[:-1]])[: t.numel()]
+        return flat.reshape(t.shape)
+
+    return ref
+
+
+# --------------------------------------------------------------------------- jagged
+def random_lengths(d, gen, count, max_length):
+    return torch.randint(0, max_length + 1, (count,), generator=gen).tolist()
+
+
+def make_levels(d, gen, batch, max_lengths, index_dtype, overshoot=1):
+    """Offsets of len(max_lengths) jagged levels, rows up to max_length + overshoot long."""
+    levels, rows = [], batch
+    for max_length in max_lengths:
+        lengths = random_lengths(d, gen, rows, max_length + overshoot)
+        level = [0, *itertools.accumulate(lengths)]
+        levels.append(torch.tensor(level, dtype=index_dtype))
+        rows = level[-1]
+    return levels, rows
+
+
+def check_levels(a, name):
+    """Validated offsets levels: 1 to 5 int32/int64 1-D tensors of one dtype, level d + 1 with
+    offsets[d][-1] + 1 entries; returns their values."""
+    levels = a[name]
+    require(isinstance(levels, list | tuple) and 1 <= len(levels) <= 5, f"{name} 1 to 5 levels")
+    values, previous_last = [], None
+    for d, level in enumerate(levels):
+        t = tensor({"x": level}, "x", INDEX_DTYPES, (1,))
+        require(t.dtype == levels[0].dtype, f"{name} one dtype")
+        v = offsets_list(t, f"{name}[{d}]")
+        require(previous_last is None or len(v) == previous_last + 1, f"{name}[{d}] size")
+        previous_last = v[-1]
+        values.append(v)
+    return values
+
+
+def coordinates(levels, max_lengths):
+    """(dense index, values row) of every jagged element inside the dense extent."""
+    found = []
+
+    def walk(level, row, index):
+        start, end = levels[level][row], levels[level][row + 1]
+        for i in range(min(end - start, max_lengths[level])):
+            if level == len(levels) - 1:
+                found.append(((*index, i), start + i))
+            else:
+                walk(level + 1, start + i, (*index, i))
+
+    for b in range(len(levels[0]) - 1):
+        walk(0, b, (b,))
+    return found
+
+
+def jagged_to_dense(values, levels, max_lengths, padding):
+    batch = len(levels[0]) - 1
+    dense = padding.expand(batch, *max_lengths, *values.shape[1:]).clone()
+    for index, row in coordinates(levels, max_lengths):
+        dense[index] = values[row]
+    return dense
+
+
+def dense_to_jagged(dense, levels, total_L):
+    out = dense.new_zeros((total_L, *dense.shape[1 + len(levels) :]))
+    for index, row in coordinates(levels, list(dense.shape[1 : 1 + len(levels)])):
+        out[row] = dense[index]
+    return out
+
+
+def make_jagged_to_dense(d):
+    gen = d.generator()
+    num_levels = d.int(1, 3)
+    max_lengths = [d.int(0, 3) for _ in range(num_levels)]
+    levels, rows = make_levels(d, gen, d.int(0, 4), max_lengths, d.choice(INDEX_DTYPES))
+    dtype = d.choice((F32, F64, I64, F16))
+    row = [d.int(1, 3)] if d.bool() else []
+    values = torch.randn(rows + d.int(0, 2), *row, generator=gen).to(dtype)
+    return {
+        "values": values,
+        "offsets": levels,
+        "max_lengths": max_lengths,
+        "padding_value": d.choice((0.0, -1.5, 7.0)),
+    }
+
+
+def ref_jagged_to_dense(a):
+    levels = check_levels(a, "offsets")
+    values = tensor(a, "values", ELEMENT_DTYPES)
+    require(values.dim() >= 1, "values at least 1-D")
+    max_lengths = a["max_lengths"]
+    require(len(max_lengths) == len(levels), "max_lengths per level")
+    require(all(m >= 0 for m in max_lengths), "max_lengths >= 0")
+    require(levels[-1][-1] <= values.shape[0], "values rows")
+    padding = padding_in(a.get("padding_value", 0.0), values.dtype)
+    return jagged_to_dense(values, levels, max_lengths, padding)
+
+
+def make_dense_to_jagged(grad_name):
+    def make(d):
+        gen = d.generator()
+        num_levels = d.int(1, 3)
+        max_lengths = [d.int(0, 3) for _ in range(num_levels)]
+        levels, rows = make_levels(d, gen, d.int(0, 4), max_lengths, d.choice(INDEX_DTYPES), 0)
+        row = [d.int(1, 3)] if d.bool() or grad_name == "dense" else []
+        dtype = d.choice((F32, F64, I32))
+        dense = torch.randn(len(levels[0]) - 1, *max_lengths, *row, generator=gen).to(dtype)
+        args = {grad_name: dense, "offsets" if grad_name != "dense" else "x_offsets": levels}
+        total_L = rows + d.int(0, 2)
+        if grad_name != "dense" or d.bool():
+            args["total_L"] = total_L
+        return args
+
+    return make
+
+
+def ref_dense_to_jagged(grad_name, offsets_name):
+    def ref(a):
+        levels = check_levels(a, offsets_name)
+        dense = tensor(a, grad_name, ELEMENT_DTYPES)
+        require(dense.dim() >= len(levels) + 1, f"{grad_name} dims")
+        require(dense.shape[0] == len(levels[0]) - 1, f"{grad_name} batch")
+        last = levels[-1][-1]
+        total_L = a.get("total_L")
+        if total_L is None:
+            require(last <= math.prod(dense.shape[: 1 + len(levels)]), "rows within dense")
+            total_L = last
+        require(total_L >= last, "total_L >= last offset")
+        values = dense_to_jagged(dense, levels, total_L)
+        return (values, list(a[offsets_name])) if a.get("_pair") else values
+
+    return ref
+
+
+def make_one_level(rank):
+    def make(d):
+        gen = d.generator()
+        levels, rows = make_levels(d, gen, d.int(0, 4), [3], d.choice(INDEX_DTYPES))
+        shape = (rows + d.int(0, 2), *([d.int(1, 3)] if rank == 2 else []))
+        dtype = d.choice((F32, I64)) if rank == 1 else F32
+        values = torch.randn(shape, generator=gen).to(dtype) * 10
+        args = {"values": values, "offsets": levels[0], "max_sequence_length": d.int(0, 4)}
+        if rank == 1:
+            args["padding_value"] = d.choice((0, -1, 2**40))
+        return args
+
+    return make
+
+
+def ref_one_level(rank):
+    def ref(a):
+        tensor(a, "values", None, (rank,))
+        offsets = tensor(a, "offsets", INDEX_DTYPES, (1,))
+        b = {
+            "values": a["values"],
+            "offsets": [offsets],
+            "max_lengths": [a["max_sequence_length"]],
+            "padding_value": a.get("padding_value", 0),
+        }
+        return ref_jagged_to_dense(b)
+
+    return ref
+
+
+def make_offsets_range(d):
+    gen = d.generator()
+    lengths = random_lengths(d, gen, d.int(0, 6), 4)
+    start = d.int(0, 2)
+    offsets = [start + x for x in itertools.accumulate([0, *lengths])][:-1]
+    last = offsets[-1] if offsets else 0
+    return {
+        "offsets": torch.tensor(offsets, dtype=d.choice(INDEX_DTYPES)),
+        "range_size": last + d.int(0, 4),
+    }
+
+
+def ref_offsets_range(a):
+    t = tensor(a, "offsets", INDEX_DTYPES, (1,))
+    range_size = a["range_size"]
+    require(range_size >= 0, "range_size >= 0")
+    starts = offsets_list(t, "offsets") if t.numel() else []
+    require(not starts or starts[-1] <= range_size, "offsets[-1] <= range_size")
+    out = torch.zeros(range_size, dtype=t.dtype)
+    bounds = [*starts, range_size]
+    for s, e in itertools.pairwise(bounds):
+        out[s:e] = torch.arange(e - s)
+    return out
+
+
+# --------------------------------------------------------------------------- sparse
+def make_permute(flat):
+    def make(d):
+        gen = d.generator()
+        features, batch = d.int(0, 5), d.int(1, 3)
+        lengths = torch.randint(
+            0, 4, (features, batch), generator=gen, dtype=d.choice(INDEX_DTYPES)
+        )
+        if flat:
+            lengths = lengths.flatten()
+        segments = lengths.shape[0]
+        count = d.int(0, segments + 2) if segments else 0
+        permute = torch.randint(0, max(segments, 1), (count,), generator=gen, dtype=I32)
+        total = int(lengths.sum())
+        values = torch.randint(0, 1000, (total + d.int(0, 2),), generator=gen)
+        weights = torch.rand(values.shape[0], generator=gen) if d.bool() else None
+        args = {"permute": permute, "lengths": lengths, "values": values, "weights": weights}
+        if d.bool():
+            per_segment = lengths.reshape(-1, 1) if flat else lengths
+            args["permuted_lengths_sum"] = int(per_segment[permute.long()].sum())
+        return args
+
+    return make
+
+
+def ref_permute(flat):
+    def ref(a):
+        permute = tensor(a, "permute", INDEX_DTYPES, (1,))
+        lengths = tensor(a, "lengths", INDEX_DTYPES, None if flat else (2,))
+        segments = lengths.reshape(-1, 1) if flat else lengths
+        require(all(x >= 0 for x in ints(lengths)), "lengths >= 0")
+        order = ints(permute)
+        require(all(0 <= p < segments.shape[0] for p in order), "permute in range")
+        sizes = ints(segments.sum(1)) if segments.numel() else [0] * segments.shape[0]
+        starts = [0, *itertools.accumulate(sizes)]
+        hint = a.get("permuted_lengths_sum")
+        require(hint is None or hint == sum(sizes[p] for p in order), "permuted_lengths_sum")
+
+        def regroup(name):
+            src = optional_tensor(a, name)
+            if src is None:
+                return None
+            require(src.dim() >= 1 and src.shape[0] >= starts[-1], f"{name} rows")
+            pieces = [src[starts[p] : starts[p + 1]] for p in order]
+            return torch.cat(pieces) if pieces else src[:0].clone()
+
+        out_lengths = segments[order].reshape(-1) if flat else segments[order]
+        return out_lengths, regroup("values"), regroup("weights")
+
+    return ref
+
+
+def make_invert(d):
+    return {
+        "permute": torch.randperm(d.int(0, 8), generator=d.generator()).to(d.choice(INDEX_DTYPES))
+    }
+
+
+def ref_invert(a):
+    permute = tensor(a, "permute", INDEX_DTYPES, (1,))
+    p = ints(permute)
+    require(sorted(p) == list(range(len(p))), "a permutation")
+    out = torch.empty_like(permute)
+    out[permute.long()] = torch.arange(len(p), dtype=permute.dtype)
+    return out
+
+
+# --------------------------------------------------------------------------- gather
+def make_gather(d):
+    gen = d.generator()
+    n = d.int(1, 6)
+    x = torch.randn(n, generator=gen).to(d.choice((F32, F64, BF16)))
+    index = torch.randint(0, n, (d.int(0, 8),), generator=gen, dtype=d.choice(INDEX_DTYPES))
+    return {"x": x, "index": index}
+
+
+def ref_gather(a):
+    x = tensor(a, "x", ELEMENT_DTYPES, (1,))
+    index = tensor(a, "index", INDEX_DTYPES, (1,))
+    require(all(0 <= i < x.numel() for i in ints(index)), "index in range")
+    return x[index.long()]
+
+
+def make_scatter(d):
+    args = make_gather(d)
+    args["grad"] = torch.randn(args["index"].shape[0], generator=d.generator()).to(args["x"].dtype)
+    return args
+
+
+def ref_scatter(a):
+    x = tensor(a, "x", None, (1,))
+    grad = tensor(a, "grad", FLOAT_DTYPES, (1,))
+    require(grad.dtype == x.dtype, "grad and x one dtype")
+    index = tensor(a, "index", INDEX_DTYPES, (1,))
+    require(grad.numel() == index.numel(), "grad per index")
+    require(all(0 <= i < x.numel() for i in ints(index)), "index in range")
+    out = torch.zeros(x.numel(), dtype=F64).index_add_(0, index.long(), grad.double())
+    return out.to(grad.dtype)
+
+
+# --------------------------------------------------------------------------- relative bias
+def make_time_bias(d):
+    gen = d.generator()
+    batch, n = d.int(0, 3), d.int(1, 5)
+    buckets = d.choice((4, 128))
+    args = {
+        "timestamps": torch.randint(0, 10**6, (batch, n), generator=gen).sort(1).values,
+        "ts_w": torch.randn(buckets + 1, generator=gen),
+        "pos_w": torch.randn(2 * n - 1, generator=gen) if d.bool() else None,
+        "seq_offsets": None,
+        "max_seq_len": None,
+        "bucket_divisor": d.choice((0.301, 1.0)),
+        "query_time_shift": d.bool(),
+        "index_dtype": d.choice((torch.uint8, I32, I64)),
+    }
+    if d.bool():  # jagged timestamps
+        lengths = random_lengths(d, gen, batch, n)
+        args["seq_offsets"] = torch.tensor([0, *itertools.accumulate(lengths)])
+        args["timestamps"] = args["timestamps"].flatten()[: sum(lengths)].contiguous()
+        args["max_seq_len"] = n
+    return args
+
+
+def ref_time_bias(a):
+    ts = tensor(a, "timestamps", (I32, I64, F32, F64))
+    ts_w = tensor(a, "ts_w", FLOAT_DTYPES, (1, 2))  # [entries] or [layers, entries]
+    tables = ts_w.reshape(-1, ts_w.shape[-1])
+    require(ts_w.shape[-1] >= 1, "ts_w entries")
+    divisor = finite(a["bucket_divisor"], "bucket_divisor")
+    require(divisor > 0, "bucket_divisor > 0")
+    index_dtype = a["index_dtype"]
+    require(index_dtype in (torch.uint8, I32, I64), "index_dtype")
+    num_buckets = ts_w.shape[-1] - 1
+    require(index_dtype != torch.uint8 or num_buckets <= 255, "uint8 holds the buckets")
+    offsets = optional_tensor(a, "seq_offsets", INDEX_DTYPES, (1,))
+    if offsets is None:
+        require(ts.dim() == 2, "dense timestamps [B, N]")
+        n = ts.shape[1]
+        require(a.get("max_seq_len") in (None, n), "max_seq_len matches")
+        sequences = list(ts)
+    else:
+        require(ts.dim() == 1, "jagged timestamps")
+        n = a.get("max_seq_len")
+        require(n is not None and n >= 0, "max_seq_len")
+        o = offsets_list(offsets, "seq_offsets")
+        require(o[-1] <= ts.numel(), "timestamps cover the offsets")
+        sequences = [ts[s:e] for s, e in itertools.pairwise(o)]
+    pos_w = optional_tensor(a, "pos_w", (ts_w.dtype,), (ts_w.dim(),))
+    require(pos_w is None or pos_w.shape == (*ts_w.shape[:-1], 2 * n - 1), "pos_w like ts_w")
+    shift = a["query_time_shift"]
+    index = reference_time_buckets(sequences, n, shift, divisor, num_buckets)
+    valid = torch.zeros(len(sequences), n, n, dtype=torch.bool)
+    for b, sequence in enumerate(sequences):
+        m = min(sequence.shape[0], n)
+        valid[b, :m, :m] = True
+    layers = []
+    for layer, table in enumerate(tables.double()):
+        bias = table[index]
+        if pos_w is not None:
+            bias = bias + reference_pos_bias(pos_w.reshape(len(tables), -1)[layer].double(), n)
+        layers.append(bias * valid)
+    bias = torch.stack(layers) if ts_w.dim() == 2 else layers[0]
+    return bias.to(ts_w.dtype), index.to(index_dtype)
+
+
+def make_pos_bias(d):
+    n = d.int(1, 5)
+    args = {"pos_w": torch.randn(2 * n - 1, generator=d.generator())}
+    if d.bool():
+        args["max_seq_len"] = n
+    return args
+
+
+def ref_pos_bias(a):
+    pos_w = tensor(a, "pos_w", FLOAT_DTYPES, (1, 2))  # [entries] or [layers, entries]
+    entries = pos_w.shape[-1]
+    require(entries % 2 == 1, "2N - 1 entries")
+    n = (entries + 1) // 2
+    require(a.get("max_seq_len") in (None, n), "max_seq_len matches")
+    if pos_w.dim() == 1:
+        return reference_pos_bias(pos_w, n)
+    return torch.stack([reference_pos_bias(table, n) for table in pos_w])
+
+
+def make_bias_backward(d):
+    gen = d.generator()
+    batch, n = d.int(0, 3), d.int(1, 4)
+    num_buckets = d.choice((3, 8))
+    args = {
+        "grad_bias": torch.randn(batch, n, n, generator=gen),
+        "bucket_index": torch.randint(0, num_buckets + 1, (batch, n, n), generator=gen),
+        "num_buckets": num_buckets,
+        "pos_grad": d.bool(),
+    }
+    return args
+
+
+def ref_bias_backward(a):
+    grad = tensor(a, "grad_bias", FLOAT_DTYPES, (3, 4))  # [B, N, N] or [layers, B, N, N]
+    require(grad.shape[-1] == grad.shape[-2], "[.., N, N]")
+    per_layer = grad if grad.dim() == 4 else grad.unsqueeze(0)
+    require(a.get("timestamps") is None and a.get("seq_offsets") is None, "only bucket_index")
+    num_buckets = a["num_buckets"]
+    require(0 <= num_buckets < 2**31 - 1, "num_buckets range")
+    index = optional_tensor(a, "bucket_index", (torch.uint8, I32, I64), (3,))
+    n = grad.shape[-1]
+    grad_ts = None
+    if index is not None:
+        require(index.shape == grad.shape[-3:], "bucket_index like grad_bias")
+        require(all(0 <= x <= num_buckets for x in ints(index)), "bucket_index in range")
+        grad_ts = torch.zeros(len(per_layer), num_buckets + 1, dtype=F64)
+        for layer, g in enumerate(per_layer):
+            grad_ts[layer].index_add_(0, index.reshape(-1).long(), g.reshape(-1).double())
+        grad_ts = grad_ts.reshape(*grad.shape[:-3], -1).to(grad.dtype)
+    grad_pos = None
+    if a.get("pos_grad", False):
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        grad_pos = torch.zeros(len(per_layer), 2 * n - 1, dtype=F64)
+        for layer, g in enumerate(per_layer):
+            grad_pos[layer].index_add_(0, (n - 1 + j - i).reshape(-1), g.double().sum(0).flatten())
+        grad_pos = grad_pos.reshape(*grad.shape[:-3], -1).to(grad.dtype)
+    return grad_ts, grad_pos
+
+
+# --------------------------------------------------------------------------- HSTU / FuXi-alpha
+def make_sequences(d, gen, dtype):
+    lengths = random_lengths(d, gen, d.int(0, 3), 4)
+    n = max([*lengths, 1]) + d.int(0, 1)
+    heads, dqk, dv = d.int(1, 2), d.int(1, 3), d.int(1, 3)
+    rows = sum(lengths)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    return {
+        "q": leaf(rows, heads, dqk),
+        "k": leaf(rows, heads, dqk),
+        "v": leaf(rows, heads, dv),
+        "seq_offsets": torch.tensor(
+            [0, *itertools.accumulate(lengths)], dtype=d.choice(INDEX_DTYPES)
+        ),
+        "seq_lengths": None,
+        "max_seq_len": n,
+        "alpha": d.choice((1.0, 0.5)),
+        "silu_scale": 1.0 / n,
+        "mask_type": d.choice(("causal", "none")),
+        "contextual_seq_len": d.int(0, 1),
+        "num_targets": None,
+        "target_group_size": 1,
+        "max_attn_len": d.int(0, 2),
+        "custom_mask": None,
+    }
+
+
+def make_hstu(d):
+    gen = d.generator()
+    args = make_sequences(d, gen, d.choice((F64, F32)))
+    batch, n = args["seq_offsets"].numel() - 1, args["max_seq_len"]
+    lengths = args["seq_offsets"].diff().long()
+    if d.bool():
+        args["num_targets"] = (lengths // 2).to(d.choice(INDEX_DTYPES))
+        args["target_group_size"] = d.int(1, 2)
+    args.update(attn_bias=None, timestamps=None, ts_w=None, pos_w=None)
+    bias = d.int(0, 2)
+    if bias == 1:
+        args["attn_bias"] = torch.randn(batch, 1, n, n, generator=gen).to(args["q"].dtype)
+    elif bias == 2:
+        rows = args["q"].shape[0]
+        args["timestamps"] = torch.randint(0, 10**5, (rows,), generator=gen)
+        args["ts_w"] = torch.randn(9, generator=gen).to(args["q"].dtype)
+        args["pos_w"] = torch.randn(2 * n - 1, generator=gen).to(args["q"].dtype)
+    args.update(query_time_shift=d.bool(), bucket_divisor=0.301)
+    return args
+
+
+def check_sequences(a):
+    """The layout rules of the HSTU family; returns (q, k, v, offsets, lengths, n)."""
+    q = tensor(a, "q", FLOAT_DTYPES, (3,))
+    k = tensor(a, "k", (q.dtype,), (3,))
+    v = tensor(a, "v", (q.dtype,), (3,))
+    require(k.shape[:2] == q.shape[:2] and v.shape[:2] == q.shape[:2], "rows and heads")
+    require(k.shape[2] == q.shape[2], "head dim")
+    offsets = offsets_list(tensor(a, "seq_offsets", INDEX_DTYPES, (1,)), "seq_offsets")
+    n = a["max_seq_len"]
+    require(n >= 0, "max_seq_len >= 0")
+    batch = len(offsets) - 1
+    seq_lengths = optional_tensor(a, "seq_lengths", INDEX_DTYPES, (1,))
+    if seq_lengths is None:
+        require(offsets[-1] == q.shape[0], "seq_offsets[-1] == rows")
+        lengths = [e - s for s, e in itertools.pairwise(offsets)]
+    else:
+        lengths = ints(seq_lengths)
+        require(len(lengths) == batch and all(x >= 0 for x in lengths), "seq_lengths")
+    require(all(x <= n for x in lengths), "lengths <= max_seq_len")
+    require(all(s + x <= q.shape[0] for s, x in zip(offsets, lengths, strict=False)), "rows")
+    compute = compute_dtype(q)
+    finite(a["alpha"], "alpha", compute)
+    finite(a["silu_scale"], "silu_scale", compute)
+    require(a["mask_type"] in ("causal", "none", "custom"), "mask_type")
+    require(a["contextual_seq_len"] >= 0 and a["max_attn_len"] >= 0, "context, window >= 0")
+    require(a["target_group_size"] >= 1, "target_group_size >= 1")
+    targets = optional_tensor(a, "num_targets", INDEX_DTYPES, (1,))
+    if targets is not None:
+        t = ints(targets)
+        require(len(t) == batch and all(0 <= x <= m for x, m in zip(t, lengths, strict=True)), "t")
+    custom = optional_tensor(a, "custom_mask")
+    require((a["mask_type"] == "custom") == (custom is not None), "custom_mask iff 'custom'")
+    if custom is not None:
+        shape = custom.shape
+        require(custom.dim() == 4 and shape[0] in (1, batch) and shape[1] in (1, q.shape[1]), "m")
+        require(shape[2] == n and shape[3] == n, "custom_mask [.., N, N]")
+    return q, k, v, offsets, lengths, n
+
+
+def check_dense_bias(a, name, batch, heads, n):
+    bias = tensor(a, name, FLOAT_DTYPES)
+    require(bias.dim() <= 4, f"{name} rank")
+    shape = [1] * (4 - bias.dim()) + list(bias.shape)
+    require(all(s in (1, f) for s, f in zip(shape, (batch, heads, n, n), strict=True)), name)
+    return bias.reshape(shape)
+
+
+def check_tables(a, rows, batch, lengths, n):
+    ts_w = tensor(a, "ts_w", FLOAT_DTYPES, (1,))
+    require(ts_w.numel() >= 1, "ts_w entries")
+    divisor = finite(a["bucket_divisor"], "bucket_divisor")
+    require(divisor > 0, "bucket_divisor > 0")
+    ts = tensor(a, "timestamps")
+    require(ts.dim() in (1, 2), "timestamps rank")
+    if ts.dim() == 1:
+        require(ts.numel() == rows, "timestamps per row")
+    else:
+        require(
+            ts.shape[0] == batch and all(x <= ts.shape[1] for x in lengths), "timestamps [B, N]"
+        )
+    pos_w = tensor(a, "pos_w", FLOAT_DTYPES, (1,))
+    require(pos_w.numel() == 2 * n - 1, "pos_w 2N - 1")
+
+
+def hstu_expected(a):
+    q, k, v, offsets, lengths, n = check_sequences(a)
+    batch, heads = len(offsets) - 1, q.shape[1]
+    fused = any(a.get(x) is not None for x in ("timestamps", "ts_w", "pos_w"))
+    require(not (fused and a.get("attn_bias") is not None), "one bias source")
+    bias = None
+    if a.get("attn_bias") is not None:
+        bias = check_dense_bias(a, "attn_bias", batch, heads, n)
+    if fused:
+        require(all(a.get(x) is not None for x in ("timestamps", "ts_w", "pos_w")), "all tables")
+        check_tables(a, q.shape[0], batch, lengths, n)
+    leaves = {
+        name: a[name].detach().double().requires_grad_()
+        for name in ("q", "k", "v", "attn_bias", "ts_w", "pos_w")
+        if a.get(name) is not None
+    }
+    custom = a.get("custom_mask")
+    out = hstu_reference(
+        leaves["q"],
+        leaves["k"],
+        leaves["v"],
+        torch.tensor(offsets),
+        n,
+        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
+        alpha=a["alpha"],
+        silu_scale=a["silu_scale"],
+        mask=custom.double() if custom is not None else a["mask_type"],
+        contextual_seq_len=a["contextual_seq_len"],
+        num_targets=a.get("num_targets"),
+        target_group_size=a["target_group_size"],
+        max_attn_len=a["max_attn_len"],
+        attn_bias=None if bias is None else leaves["attn_bias"].reshape(bias.shape),
+        timestamps=a.get("timestamps"),
+        ts_w=leaves.get("ts_w"),
+        pos_w=leaves.get("pos_w"),
+        query_time_shift=a["query_time_shift"],
+        bucket_divisor=a["bucket_divisor"],
+    )
+    return out, leaves
+
+
+def ref_hstu_forward(a):
+    out, _ = hstu_expected(a)
+    return out.detach().to(a["q"].dtype)
+
+
+def ref_hstu_backward(a):
+    grad = tensor(a, "grad_output", FLOAT_DTYPES)
+    out, leaves = hstu_expected(a)
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, leaves, ("q", "k", "v", "attn_bias", "ts_w", "pos_w"), a)
+
+
+def reference_grads(out, grad, leaves, names, args):
+    """The gradients of the float64 `out` given grad_output, for the named arguments in their own
+    dtypes: zero for an input `out` does not depend on, None for an absent argument."""
+    present = [x for x in names if x in leaves]
+    grads = [None] * len(present)
+    if out.requires_grad:
+        inputs = [leaves[x] for x in present]
+        grads = torch.autograd.grad(out, inputs, grad.double(), allow_unused=True)
+    found = dict(zip(present, grads, strict=True))
+    return tuple(
+        None
+        if x not in found
+        else (found[x] if found[x] is not None else torch.zeros_like(leaves[x])).to(args[x].dtype)
+        for x in names
+    )
+
+
+def with_grad_output(make, reference):
+    """A backward op's case: the forward's arguments plus a grad_output of the output's shape."""
+
+    def make_backward(d):
+        args = make(d)
+        out = reference(args)
+        return {
+            "grad_output": torch.randn(out.shape, generator=d.generator()).to(out.dtype),
+            **args,
+        }
+
+    return make_backward
+
+
+def make_fuxi(d):
+    gen = d.generator()
+    args = make_sequences(d, gen, d.choice((F64, F32)))
+    batch, n = args["seq_offsets"].numel() - 1, args["max_seq_len"]
+    dtype = args["q"].dtype
+    args["ts_bias"] = torch.randn(batch, n, n, generator=gen).to(dtype) if d.bool() else None
+    args["pos_bias"] = torch.randn(1, n, n, generator=gen).to(dtype) if d.bool() else None
+    args.update(timestamps=None, ts_w=None, pos_w=None, query_time_shift=True)
+    args.update(bucket_divisor=0.301, reference_layout=d.bool())
+    return args
+
+
+def fuxi_expected(a):
+    q, k, v, offsets, lengths, n = check_sequences(a)
+    batch = len(offsets) - 1
+    for name in ("timestamps", "ts_w", "pos_w"):
+        require(a.get(name) is None, f"{name} (fused tables are compared in test_fuxi_attention)")
+    leaves = {x: a[x].detach().double().requires_grad_() for x in ("q", "k", "v")}
+    for name, lead in (("ts_bias", (1, batch)), ("pos_bias", (1,))):
+        if a.get(name) is not None:
+            t = tensor(a, name, FLOAT_DTYPES, (3,))
+            require(t.shape[0] in lead and t.shape[1:] == (n, n), f"{name} shape")
+            leaves[name] = t.detach().double().requires_grad_()
+    heads, dv = q.shape[1], v.shape[2]
+    rows = torch.zeros(q.shape[0], 0, dtype=F64)
+    pieces = []
+    for b, (start, length) in enumerate(zip(offsets, lengths, strict=False)):
+        qb, kb, vb = (leaves[x][start : start + length] for x in ("q", "k", "v"))
+        t = 0 if a.get("num_targets") is None else int(a["num_targets"][b])
+        if a["mask_type"] == "custom":
+            m = a["custom_mask"].double().expand(batch, heads, n, n)[b, :, :length, :length]
+        else:
+            m = (
+                hstu_mask(
+                    length,
+                    a["contextual_seq_len"],
+                    t,
+                    a["target_group_size"],
+                    a["max_attn_len"],
+                    a["mask_type"] == "causal",
+                )
+                .double()
+                .expand(heads, length, length)
+            )
+        s = a["alpha"] * torch.einsum("ihd,jhd->hij", qb, kb)
+        channels = {
+            "semantic": torch.einsum(
+                "hij,jhd->ihd", torch.nn.functional.silu(s) * a["silu_scale"] * m, vb
+            )
+        }
+        if "ts_bias" in leaves:
+            bias = leaves["ts_bias"].expand(batch, n, n)[b, :length, :length]
+            channels["time"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
+        if "pos_bias" in leaves:
+            bias = leaves["pos_bias"][0, :length, :length]
+            channels["position"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
+        order = (
+            ("position", "time", "semantic")
+            if a["reference_layout"]
+            else ("semantic", "time", "position")
+        )
+        present = [channels[c] for c in order if c in channels]
+        if a["reference_layout"]:
+            piece = torch.stack(present, 2).reshape(length, len(present) * heads * dv)
+        else:
+            piece = torch.cat([c.reshape(length, heads * dv) for c in present], 1)
+        pieces.append((start, length, piece))
+    width = (1 + ("ts_bias" in leaves) + ("pos_bias" in leaves)) * heads * dv
+    rows = torch.zeros(q.shape[0], width, dtype=F64)
+    for start, length, piece in pieces:
+        if length:
+            rows = rows.index_copy(0, torch.arange(start, start + length), piece)
+    return rows, leaves
+
+
+def ref_fuxi_forward(a):
+    out, _ = fuxi_expected(a)
+    return out.detach().to(a["q"].dtype)
+
+
+def ref_fuxi_backward(a):
+    grad = tensor(a, "grad_output", FLOAT_DTYPES)
+    out, leaves = fuxi_expected(a)
+    require(grad.shape == out.shape, "grad_output shape")
+    names = ("q", "k", "v", "ts_bias", "pos_bias", "ts_w", "pos_w")
+    return reference_grads(out, grad, leaves, names, a)
+
+
+# --------------------------------------------------------------------------- DeBERTa
+def make_deberta(d):
+    gen = d.generator()
+    dtype = d.choice((F64, F32))
+    batch, heads, q_len, dqk = d.int(1, 2), d.int(1, 2), d.int(1, 5), d.int(1, 3)
+    k_len = q_len if d.bool() else d.int(1, 5)
+    buckets, max_rel = d.choice(((-1, 4), (4, 8), (8, 24)))
+    span = buckets if buckets > 0 else max_rel
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    terms = d.choice(("c2p|p2c", "c2p", "p2c", ""))
+    mask = None
+    if d.bool():
+        mask = torch.rand(batch, 1, q_len, k_len, generator=gen) < 0.8
+    return {
+        "q": leaf(batch, heads, q_len, dqk),
+        "k": leaf(batch, heads, k_len, dqk),
+        "v": leaf(batch, heads, k_len, d.int(1, 3)),
+        "pos_key": leaf(2 * span, heads, dqk) if "c2p" in terms else None,
+        "pos_query": leaf(2 * span, heads, dqk) if "p2c" in terms else None,
+        "attention_mask": mask,
+        "pos_att_type": terms,
+        "position_buckets": buckets,
+        "max_relative_positions": max_rel,
+        "scale": d.choice((None, 0.3)),
+        "dropout_p": 0.0,
+        "seed": 0,
+        "return_probs": d.bool(),
+    }
+
+
+def deberta_expected(a):
+    q = tensor(a, "q", FLOAT_DTYPES, (4,))
+    k = tensor(a, "k", (q.dtype,), (4,))
+    v = tensor(a, "v", (q.dtype,), (4,))
+    require(k.shape[:2] == q.shape[:2] and v.shape[:2] == q.shape[:2], "[B, H]")
+    require(k.shape[3] == q.shape[3] and v.shape[2] == k.shape[2], "dims")
+    spec = a["pos_att_type"]
+    terms = [t.strip() for t in spec.split("|") if t.strip()]
+    require(all(t in ("c2p", "p2c") for t in terms), "pos_att_type")
+    dropout = a["dropout_p"]
+    require(isinstance(dropout, float | int) and 0 <= dropout <= 1, "dropout_p in [0, 1]")
+    require(dropout == 0, "dropout is compared in test_deberta")
+    scale = a["scale"]
+    if scale is not None:
+        finite(scale, "scale", compute_dtype(q))
+    else:
+        scale = 1 / math.sqrt(q.shape[3] * (1 + len(terms)))
+    buckets, max_rel = a["position_buckets"], a["max_relative_positions"]
+    span = buckets if buckets > 0 else max_rel
+    if terms:
+        require(span >= 1, "span >= 1")
+        if buckets > 0 and max_rel > 0:
+            require(buckets >= 2 and max_rel - 1 > buckets // 2, "log buckets defined")
+    for term, name in (("c2p", "pos_key"), ("p2c", "pos_query")):
+        if term in terms:
+            t = tensor(a, name, (q.dtype,), (3,))
+            require(t.shape == (2 * span, q.shape[1], q.shape[3]), f"{name} shape")
+    mask = optional_tensor(a, "attention_mask")
+    batch, heads, q_len, k_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if mask is None:
+        keep = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool)
+    elif mask.dim() == 2:
+        require(mask.shape == (batch, k_len) and q_len == k_len, "padding mask")
+        keep = mask.ne(0)[:, None, None, :] & mask.ne(0)[:, None, :, None]
+    else:
+        require(mask.shape == (batch, 1, q_len, k_len), "mask shape")
+        keep = mask.ne(0)
+    require(not mask.is_complex() if mask is not None else True, "mask dtype")
+    leaves = {
+        x: a[x].detach().double().requires_grad_()
+        for x in ("q", "k", "v", "pos_key", "pos_query")
+        if a.get(x) is not None
+        and (x in ("q", "k", "v") or {"pos_key": "c2p", "pos_query": "p2c"}[x] in terms)
+    }
+
+    def layer(t):
+        return t.reshape(batch * heads, t.shape[2], t.shape[3])
+
+    def pos_layer(name):
+        t = leaves.get(name)
+        return None if t is None else t.transpose(0, 1).repeat(batch, 1, 1)
+
+    hf_scale = 1 / scale if scale != 0 else math.inf  # HF divides the scores by its scale
+    out, probs = hf_attention(
+        layer(leaves["q"]),
+        layer(leaves["k"]),
+        layer(leaves["v"]),
+        pos_layer("pos_key"),
+        pos_layer("pos_query"),
+        keep,
+        terms,
+        buckets,
+        max_rel,
+        hf_scale,
+        heads,
+    )
+    return out, probs.view(batch, heads, q_len, k_len), leaves
+
+
+DEBERTA_BACKWARD_ARGS = {
+    a.name for a in ops.disentangled_attention_backward.default._schema.arguments
+}
+
+
+def ref_deberta_forward(a):
+    out, probs, _ = deberta_expected(a)
+    probs = probs.detach().to(a["q"].dtype) if a.get("return_probs") else None
+    return out.detach().to(a["q"].dtype), UNCHECKED, probs
+
+
+UNCHECKED = object()  # a result the reference does not model (DeBERTa's saved log-sum-exp)
+
+
+def make_deberta_backward(d):
+    args = make_deberta(d)
+    args.pop("return_probs")
+    out, lse, _ = ops.disentangled_attention(**args)
+    gen = d.generator()
+    return {
+        "grad_output": torch.randn(out.shape, generator=gen).to(out.dtype),
+        "grad_probs": None,
+        "output": out,
+        "softmax_lse": lse,
+        "probs": None,
+        **args,
+    }
+
+
+def ref_deberta_backward(a):
+    grad = tensor(a, "grad_output", FLOAT_DTYPES)
+    out, _, leaves = deberta_expected(a)
+    require(grad.shape == out.shape, "grad_output shape")
+    output = tensor(a, "output", FLOAT_DTYPES)
+    require(output.shape == out.shape, "output shape")
+    lse = tensor(a, "softmax_lse", (compute_dtype(a["q"]),))
+    require(lse.shape == out.shape[:3], "softmax_lse shape")
+    require(a.get("grad_probs") is None and a.get("probs") is None, "no probs")
+    return reference_grads(out, grad, leaves, ("q", "k", "v", "pos_key", "pos_query"), a)
+
+
+# --------------------------------------------------------------------------- TBE ops
+def make_tbe_layout(d):
+    """Two features on tables of 6 x 4 and 5 x 2 rows (shared by a third feature)."""
+    gen = d.generator()
+    batch = d.int(1, 3)
+    rows, dims, ftm = [6, 5], [4, 2], [0, 1, 0]
+    table_offsets = [0, 24]
+    lengths = torch.randint(0, 3, (len(ftm) * batch,), generator=gen)
+    indices = (
+        torch.cat(
+            [
+                torch.randint(0, rows[t], (int(n),), generator=gen)
+                for t, n in zip(
+                    (ftm[i // batch] for i in range(len(lengths))), lengths, strict=True
+                )
+            ]
+        )
+        if lengths.sum()
+        else torch.zeros(0, dtype=I64)
+    )
+    index_dtype = d.choice(INDEX_DTYPES)
+    return {
+        "weights": torch.randn(34, generator=gen),
+        "weights_offsets": torch.tensor([table_offsets[t] for t in ftm]),
+        "D_offsets": torch.tensor([0, *itertools.accumulate(dims[t] for t in ftm)], dtype=I32),
+        "rows_per_table": torch.tensor([rows[t] for t in ftm]),
+        "indices": indices.to(index_dtype),
+        "offsets": torch.cat([torch.zeros(1, dtype=I64), lengths.cumsum(0)]).to(index_dtype),
+        "pooling_mode": 0,
+        "_batch": batch,
+    }
+
+
+def make_tbe_forward(d):
+    args = make_tbe_layout(d)
+    args.pop("_batch")
+    args.update(total_D=10, max_D=4, indice_weights=None, output_dtype=0)
+    return args
+
+
+def make_tbe_backward(optimizer, weighted):
+    def make(d):
+        args = make_tbe_layout(d)
+        batch = args.pop("_batch")
+        args["grad_output"] = torch.randn(batch, 10, generator=d.generator())
+        if weighted:
+            args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
+        if optimizer != "sgd":
+            per_row = [4, 2] if optimizer == "adagrad" else [1, 1]
+            args["momentum1"] = torch.zeros(6 * per_row[0] + 5 * per_row[1])
+            args["momentum1_offsets"] = torch.tensor([0, 6 * per_row[0], 0])
+        args["learning_rate_tensor"] = torch.tensor(0.1)
+        return args
+
+    return make
+
+
+def make_tbe_lookup(optimizer):
+    def make(d):
+        args = make_tbe_backward(optimizer, False)(d)
+        args.pop("grad_output")
+        args.update(total_D=10, max_D=4, indice_weights=None, feature_requires_grad=None)
+        return args
+
+    return make
+
+
+def make_bounds_check(d):
+    args = make_tbe_layout(d)
+    return {
+        "rows_per_table": args["rows_per_table"],
+        "indices": args["indices"],
+        "offsets": args["offsets"],
+        "bounds_check_mode": d.int(0, 2),
+        "warning": torch.zeros(1, dtype=I64),
+    }
+
+
+def make_grad_indice_weights(d):
+    args = make_tbe_layout(d)
+    batch = args.pop("_batch")
+    args["grad_output"] = torch.randn(batch, 10, generator=d.generator())
+    args["feature_requires_grad"] = torch.tensor([1, 0, 1])
+    return args
+
+
+# --------------------------------------------------------------------------- the catalogue
+TOL = {F64: (1e-9, 1e-9), F32: (1e-4, 1e-4), F16: (1e-2, 1e-2), BF16: (2e-2, 2e-2)}
+
+
+def case(op_name, make, reference=None, unmodelled=()):
+    return OpCase(op_name, make, reference, TOL, unmodelled)
+
+
+def pair_reference(ref):
+    return lambda a: ref({**a, "_pair": True})
+
+
+CASES = [
+    case("asynchronous_complete_cumsum", make_cumsum((1, 2)), ref_complete_cumsum),
+    case("asynchronous_exclusive_cumsum", make_cumsum((0, 1, 2, 3)), ref_flat_cumsum(False)),
+    case("asynchronous_inclusive_cumsum", make_cumsum((0, 1, 2, 3)), ref_flat_cumsum(True)),
+    case("jagged_to_padded_dense_forward", make_jagged_to_dense, ref_jagged_to_dense),
+    case("jagged_to_padded_dense", make_jagged_to_dense, ref_jagged_to_dense),
+    case(
+        "jagged_to_padded_dense_backward",
+        make_dense_to_jagged("grad_output"),
+        ref_dense_to_jagged("grad_output", "offsets"),
+    ),
+    case(
+        "dense_to_jagged_forward",
+        make_dense_to_jagged("dense"),
+        ref_dense_to_jagged("dense", "x_offsets"),
+    ),
+    case(
+        "dense_to_jagged",
+        make_dense_to_jagged("dense"),
+        pair_reference(ref_dense_to_jagged("dense", "x_offsets")),
+    ),
+    case("jagged_2d_to_dense", make_one_level(2), ref_one_level(2)),
+    case("jagged_1d_to_dense", make_one_level(1), ref_one_level(1)),
+    case("offsets_range", make_offsets_range, ref_offsets_range),
+    case("permute_1D_sparse_data", make_permute(True), ref_permute(True)),
+    case("permute_2D_sparse_data", make_permute(False), ref_permute(False)),
+    case("invert_permute", make_invert, ref_invert),
+    case("gather_for_rank1", make_gather, ref_gather),
+    case("index_select_for_rank1_backward", make_scatter, ref_scatter),
+    case("relative_attn_bias_time_forward", make_time_bias, ref_time_bias),
+    case("relative_attn_bias_pos", make_pos_bias, ref_pos_bias),
+    case("relative_attn_bias_backward", make_bias_backward, ref_bias_backward),
+    case("hstu_dense_forward", make_hstu, ref_hstu_forward),
+    case("hstu_dense_backward", with_grad_output(make_hstu, ref_hstu_forward), ref_hstu_backward),
+    case("hstu_dense_forward_fuxi", make_fuxi, ref_fuxi_forward),
+    case(
+        "hstu_dense_backward_fuxi",
+        with_grad_output(make_fuxi, ref_fuxi_forward),
+        ref_fuxi_backward,
+    ),
+    case("disentangled_attention", make_deberta, ref_deberta_forward),
+    # The backward reads the forward's output and log-sum-exp as given, computed from the other
+    # arguments; the reference recomputes them, so it follows a change of grad_output only.
+    case(
+        "disentangled_attention_backward",
+        make_deberta_backward,
+        ref_deberta_backward,
+        unmodelled=tuple(DEBERTA_BACKWARD_ARGS - {"grad_output"}),
+    ),
+    # The TBE ops' results and state are checked through the module (TBE property).
+    case("split_embedding_codegen_forward", make_tbe_forward),
+    case("split_embedding_codegen_grad_indice_weights", make_grad_indice_weights),
+    case("bounds_check_indices", make_bounds_check),
+    case("index_to_int32", lambda d: {"t": torch.tensor([1, -2, 2**31 - 1]), "name": "t"}),
+    *(
+        case(f"split_embedding_codegen_lookup_{opt}_function", make_tbe_lookup(opt))
+        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+    ),
+    *(
+        case(f"backward_codegen_{opt}_{kind}_exact", make_tbe_backward(opt, kind == "weighted"))
+        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+        for kind in ("unweighted", "weighted")
+    ),
+]
