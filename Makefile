@@ -10,7 +10,7 @@ COMPAT_STAMP := $(COMPAT_VENV)/.requirements-installed
 COMPAT_TREE := build/compat
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 
-.PHONY: setup build test test-compat wheel bench format format-check clean
+.PHONY: setup build train test test-compat wheel bench format format-check clean
 
 $(STAMP): requirements.txt requirements-data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,6 +28,11 @@ setup: $(STAMP)
 
 build: setup
 	$(JOBS) $(PY) setup.py --quiet build_ext --inplace
+
+# The main job: HSTU trained and evaluated on MovieLens-100K with recops' ops (docs/training.md);
+# prints the metrics and the speed-up over the plain-PyTorch backend, writes train-results/.
+train: build
+	$(PY) -m recops.train --model hstu --data ml-100k --out train-results
 
 format-check: setup
 	$(VENV)/bin/ruff check recops tests benchmarks setup.py
