@@ -1,4 +1,4 @@
-"""DeBERTa disentangled attention (OPS.md section 6): Python entry point, fake kernels, autograd
+"""DeBERTa disentangled attention (docs/ops.md §6): Python entry point, fake kernels, autograd
 and a drop-in for HuggingFace's DebertaV2 ``DisentangledSelfAttention``
 (kernels: csrc/recops/attention/kernels/disentangled_attention.h)."""
 
@@ -127,7 +127,7 @@ def disentangled_attention(
     dropout_p: float = 0.0,
     return_probs: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """DeBERTa-v2/v3 disentangled attention (OPS.md section 6), fused: never builds [S, S] scores.
+    """DeBERTa-v2/v3 disentangled attention (docs/ops.md §6), fused: never builds [S, S] scores.
 
     ``A[i,j] = scale * (q_i.k_j + [c2p] q_i.pos_key[d] + [p2c] k_j.pos_query[d])`` with
     ``d = clamp(bucket(i - j) + span, 0, 2 span - 1)``, masked, softmax over j, dropout, ``A V``.
@@ -217,7 +217,7 @@ class DisentangledSelfAttention(nn.Module):
     ``(context [B, S, H * d], probs [B, H, S, S] or None)``; ``relative_pos``, when given, must be
     HF's default (the kernel computes the positions itself). Dropout (attention probabilities,
     in-kernel; relative embeddings, ``pos_dropout``) applies in training mode. Query rows whose
-    keys are all masked give zeros (OPS.md section 6) where recent HF versions spread them
+    keys are all masked give zeros (docs/ops.md section 6) where recent HF versions spread them
     uniformly over the masked keys.
     """
 

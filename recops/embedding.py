@@ -1,4 +1,4 @@
-"""Table-batched embedding bags with the optimizer fused into backward (OPS.md section 7).
+"""Table-batched embedding bags with the optimizer fused into backward (docs/ops.md section 7).
 
 ``SplitTableBatchedEmbeddingBagsCodegen`` is FBGEMM's module of that name for CPU training: many
 tables looked up in one call, and a backward that sums the gradient of every unique row (across
@@ -346,7 +346,7 @@ def _is_default(value, default):
 
 
 class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
-    """FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` for CPU training (OPS.md section 7).
+    """FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` for CPU training (docs/ops.md section 7).
 
     ``embedding_specs`` lists ``(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)`` per table;
     ``feature_table_map[f]`` is the table of feature f (several features may share one). Weights

@@ -86,7 +86,7 @@ def fuxi_attention(
     bucket_divisor: float = 0.301,
     reference_layout: bool = False,
 ) -> torch.Tensor:
-    """FuXi-alpha attention (OPS.md section 5): three channels sharing v and the mask M,
+    """FuXi-alpha attention (docs/ops.md section 5): three channels sharing v and the mask M,
     semantic ``silu(alpha q.k) * silu_scale * M @ v``, temporal ``(M * bias_ts) @ v`` and
     positional ``(M * bias_pos) @ v`` (the bias channels are shared by the heads, with no
     activation or scale).

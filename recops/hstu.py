@@ -117,7 +117,7 @@ def hstu_attention(
     query_time_shift: bool = True,
     bucket_divisor: float = 0.301,
 ) -> torch.Tensor:
-    """HSTU attention (OPS.md section 4): ``O_i = sum_j silu(alpha q_i.k_j + bias_ij) *
+    """HSTU attention (docs/ops.md section 4): ``O_i = sum_j silu(alpha q_i.k_j + bias_ij) *
     silu_scale * M_ij * v_j``, fused and tiled; differentiable in q, k, v, attn_bias, ts_w, pos_w.
 
     Layouts: jagged ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` with ``seq_offsets [B + 1]`` and

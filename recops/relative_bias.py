@@ -1,4 +1,4 @@
-"""Relative attention bias of HSTU / FuXi-alpha (OPS.md §3): fake kernels, autograd and the
+"""Relative attention bias of HSTU / FuXi-alpha (docs/ops.md §3): fake kernels, autograd and the
 RelativeBucketedTimeAndPositionBasedBias module (kernels: csrc/recops/attention)."""
 
 import math

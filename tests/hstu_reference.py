@@ -1,4 +1,4 @@
-"""Plain-PyTorch reference of HSTU attention (OPS.md section 4), written independently of the
+"""Plain-PyTorch reference of HSTU attention (docs/ops.md section 4), written independently of the
 kernels: pad each sequence, build the [H, n, n] scores and the mask element by element."""
 
 import torch

@@ -1,7 +1,7 @@
 """A catalogue of recops' ops for the bad-input tests: per op, a valid call drawn at random and an
 independent plain-PyTorch reference that computes the op's result and rejects (raises Invalid)
-every call its contract rejects (OPS.md). test_bad_input.py moves each tensor of a valid call to
-another device; test_bad_input_properties.py mutates valid calls and compares op and reference.
+every call its contract rejects (docs/ops.md). test_bad_input.py moves each tensor of a valid call
+to another device; test_bad_input_properties.py mutates valid calls and compares op and reference.
 
 References are written from the contract, not from the kernels: they validate with Python
 comparisons on the values and compute with torch's own ops in float64 where it helps.

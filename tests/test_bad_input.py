@@ -1,5 +1,5 @@
-"""Bad input raises a Python exception naming the argument and the violated rule (OPS.md section 1,
-DESIGN.md "validate inputs"), never a crash or a silent bad write.
+"""Bad input raises a Python exception naming the argument and the violated rule (docs/ops.md §1,
+docs/design.md "Validation"), never a crash or a silent bad write.
 
 Each case runs on torch.ops.recops and, when FBGEMM is hidden, on torch.ops.fbgemm (recops' own
 definitions then). FBGEMM's own CPU kernels are not exercised here: on several of these inputs

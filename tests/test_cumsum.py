@@ -1,4 +1,4 @@
-"""asynchronous_{complete,exclusive,inclusive}_cumsum (OPS.md section 1, "cumsum")."""
+"""asynchronous_{complete,exclusive,inclusive}_cumsum (docs/ops.md section 1, "cumsum")."""
 
 import pytest
 import torch
@@ -110,7 +110,7 @@ def test_cumsum_non_contiguous(name, dtype):
 def test_cumsum_matches_fbgemm(fbgemm_ops, name, dtype, shape):
     if dtype in (torch.float16, torch.bfloat16) and shape[-1] > 1000:
         # FBGEMM accumulates half/bf16 in their own precision (a run of ones saturates at 2048 /
-        # 256); recops accumulates in fp32 (DESIGN.md, "Precision"), as torch.cumsum does.
+        # 256); recops accumulates in fp32 (docs/design.md, "Precision"), as torch.cumsum does.
         pytest.skip("FBGEMM accumulates half/bf16 cumsums in half/bf16")
     t = torch.randn(shape).to(dtype) if dtype.is_floating_point else small_ints(shape, dtype)
     if t.dim() == 2 and name != "asynchronous_complete_cumsum":

@@ -1,4 +1,4 @@
-"""DeBERTa disentangled attention (OPS.md section 6) against a plain-PyTorch reference that follows
+"""DeBERTa disentangled attention (docs/ops.md §6) against a plain-PyTorch reference that follows
 HuggingFace's DebertaV2 DisentangledSelfAttention step by step (bmm, gather with the clamped bucket
 index, mask fill, softmax, bmm), in float64; plus masks, dtypes, dropout, gradcheck, opcheck, bad
 input and the drop-in module."""

@@ -1,8 +1,8 @@
-"""Table-batched embedding bags with fused optimizer (OPS.md section 7).
+"""Table-batched embedding bags with fused optimizer (docs/ops.md section 7).
 
 Every configuration is checked against a reference built here from torch.nn.functional
 embedding_bag / embedding per table (sparse gradients, coalesced: summed per row) plus the update
-formulas of OPS.md, in float64; and, where FBGEMM's CPU module implements the feature, side by
+formulas of docs/ops.md, in float64; and, where FBGEMM's CPU module implements the feature, side by
 side with fbgemm_gpu's SplitTableBatchedEmbeddingBagsCodegen on identical weights and inputs.
 """
 

@@ -1,4 +1,4 @@
-"""FuXi-alpha attention (OPS.md section 5) against a float64 reference of the three einsums."""
+"""FuXi-alpha attention (docs/ops.md section 5) against a float64 reference of the three einsums."""
 
 import pytest
 import torch

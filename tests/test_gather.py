@@ -1,4 +1,4 @@
-"""gather_for_rank1 and index_select_for_rank1_backward (OPS.md §2) against index_select /
+"""gather_for_rank1 and index_select_for_rank1_backward (docs/ops.md §2) against index_select /
 index_add_."""
 
 import pytest

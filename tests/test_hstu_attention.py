@@ -1,4 +1,4 @@
-"""HSTU attention (OPS.md section 4): torch.ops.recops.hstu_dense_forward / hstu_dense_backward
+"""HSTU attention (docs/ops.md section 4): torch.ops.recops.hstu_dense_forward / hstu_dense_backward
 through recops.hstu_attention, against the float64 plain-PyTorch reference in hstu_reference.py.
 
 Every comparison feeds both sides the same values (inputs are rounded to the tested dtype first,

@@ -1,4 +1,4 @@
-"""Jagged <-> dense ops and offsets_range (OPS.md section 1)."""
+"""Jagged <-> dense ops and offsets_range (docs/ops.md section 1)."""
 
 import itertools
 import math
@@ -503,7 +503,7 @@ def test_jagged_dense_matches_fbgemm_random(fbgemm_ops, num_dims, index_dtype, i
         fbgemm_ops.jagged_to_padded_dense_backward(*args),
     )
     if inner is None:
-        # FBGEMM's dense_to_jagged requires a trailing dim D (dense [B, N..., D]); OPS.md's
+        # FBGEMM's dense_to_jagged requires a trailing dim D (dense [B, N..., D]); docs/ops.md's
         # values [total_L, D] does too, and recops additionally accepts dense [B, N...].
         return
     for total_L in (hint_past_dense(dense, offsets), total + 2):

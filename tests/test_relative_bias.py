@@ -1,4 +1,4 @@
-"""Relative attention bias ops (OPS.md §3) and the HSTU drop-in module, against plain-PyTorch
+"""Relative attention bias ops (docs/ops.md §3) and the HSTU drop-in module, against plain-PyTorch
 references written here: log bucketing with torch.log (float64), index_select / index_add_, and
 the padded-and-sliced position construction."""
 

@@ -1,4 +1,4 @@
-"""permute_2D_sparse_data, permute_1D_sparse_data, invert_permute (OPS.md section 1)."""
+"""permute_2D_sparse_data, permute_1D_sparse_data, invert_permute (docs/ops.md section 1)."""
 
 import pytest
 import torch
@@ -416,7 +416,7 @@ def test_permute_matches_fbgemm(fbgemm_ops, op_name, kind, lengths_dtype, num_fe
 @pytest.mark.parametrize("weights_dtype", FBGEMM_WEIGHT_DTYPES, ids=str)
 def test_permute_matches_fbgemm_dtypes(fbgemm_ops, op_name, values_dtype, weights_dtype):
     # 1-D values / weights only: FBGEMM's CPU permute silently mishandles 2-D ones (it permutes
-    # the first rows of the flattened buffer and returns 1-D tensors); OPS.md regroups rows.
+    # the first rows of the flattened buffer and returns 1-D tensors); docs/ops.md regroups rows.
     lengths, total, num_segments = sparse_input(op_name, 6, 3, torch.int64)
     permute = make_permute("repeats_drops", num_segments)
     values = random_values(total, values_dtype)

@@ -1,4 +1,4 @@
-"""Table-batched embedding bags with fused optimizer (OPS.md section 7), side by side with
+"""Table-batched embedding bags with fused optimizer (docs/ops.md section 7), side by side with
 FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen and with nn.EmbeddingBag + torch.optim
 (sparse SGD / Adagrad).
 

@@ -16,7 +16,7 @@ NUM_BUCKETS = 128
 
 def time_and_position_bias(ts, lengths, ts_w, pos_w, n):
     # ([B, N, N], [N, N]): ts_w[bucket(t_{i+1} - t_j)] and pos_w[N - 1 + j - i], with torch ops;
-    # the last valid position of each sequence uses its own time (OPS.md section 3).
+    # the last valid position of each sequence uses its own time (docs/ops.md section 3).
     tq = torch.cat([ts[:, 1:], ts[:, -1:]], dim=1)
     last = (lengths - 1).clamp(min=0).unsqueeze(1)
     tq = tq.scatter(1, last, ts.gather(1, last))

@@ -1,4 +1,4 @@
-"""Jagged and sparse ops (OPS.md section 1): recops vs FBGEMM's CPU kernels vs PyTorch.
+"""Jagged and sparse ops (docs/ops.md section 1): recops vs FBGEMM's CPU kernels vs PyTorch.
 
 Every case runs the same inputs through torch.ops.recops.X, torch.ops.fbgemm.X (FBGEMM's own CPU
 kernel: recops only fills dispatch keys FBGEMM lacks) and PyTorch's equivalent (an aten op where

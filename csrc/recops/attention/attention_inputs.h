@@ -100,7 +100,7 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name,
                                 const kernels::Sequences& seqs, int64_t heads,
                                 at::ScalarType compute);
 
-// The relative bias of OPS.md section 3 from timestamps ([L] aligned with q, or [B, >= N]);
+// The relative bias of docs/ops.md section 3 from timestamps ([L] aligned with q, or [B, >= N]);
 // either table may be absent (FuXi-alpha's time and position channels use one each), and
 // timestamps are needed only with ts_w.
 PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,

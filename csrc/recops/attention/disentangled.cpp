@@ -1,4 +1,4 @@
-// ATen adapter of DeBERTa disentangled attention (OPS.md section 6): validation, the relative-
+// ATen adapter of DeBERTa disentangled attention (docs/ops.md section 6): validation, the relative-
 // position index table, masks, compute-type dispatch (bf16 / fp16 / fp32 compute in fp32, float64
 // in double) and the per-chunk / per-thread partial gradients of the kernel.
 #include <ATen/Parallel.h>

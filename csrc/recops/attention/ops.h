@@ -1,4 +1,4 @@
-// ATen adapters of the attention family: relative attention bias (OPS.md section 3), HSTU and
+// ATen adapters of the attention family: relative attention bias (docs/ops.md section 3), HSTU and
 // FuXi-alpha attention (sections 4-5). Validate, allocate, dispatch to kernels/.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Schemas and kernel registrations of the embedding family in torch.ops.recops (OPS.md section 7).
-// Per optimizer (sgd, adagrad, rowwise_adagrad):
+// Schemas and kernel registrations of the embedding family in torch.ops.recops (docs/ops.md section
+// 7). Per optimizer (sgd, adagrad, rowwise_adagrad):
 //   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding.py binds its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place

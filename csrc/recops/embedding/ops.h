@@ -1,5 +1,5 @@
-// ATen adapters of the embedding family (OPS.md section 7): validate, allocate, dispatch to the
-// instruction-set variant of kernels/. Argument names follow FBGEMM's TBE ops: per feature t,
+// ATen adapters of the embedding family (docs/ops.md section 7): validate, allocate, dispatch to
+// the instruction-set variant of kernels/. Argument names follow FBGEMM's TBE ops: per feature t,
 // weights_offsets[t] is the first element of its table in the flat `weights`, D_offsets[t] its
 // first output column, rows_per_table[t] its table's rows; momentum1_offsets[t] likewise for the
 // optimizer state. pooling_mode is PoolingMode (SUM 0, MEAN 1, NONE 2), output_dtype SparseType's

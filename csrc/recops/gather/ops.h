@@ -1,4 +1,5 @@
-// ATen adapters of the gather family (OPS.md section 2): validate, allocate, dispatch to kernels/.
+// ATen adapters of the gather family (docs/ops.md section 2): validate, allocate, dispatch to
+// kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,5 @@
-// ATen adapters of the sparse family (OPS.md section 1): validate, allocate, dispatch to kernels/.
+// ATen adapters of the sparse family (docs/ops.md section 1): validate, allocate, dispatch to
+// kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

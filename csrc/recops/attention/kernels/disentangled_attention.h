@@ -1,4 +1,4 @@
-// DeBERTa disentangled attention on CPU (OPS.md section 6):
+// DeBERTa disentangled attention on CPU (docs/ops.md section 6):
 //   A[i,j] = scale * (q_i.k_j + [c2p] q_i.pos_key[d(i,j)] + [p2c] k_j.pos_query[d(i,j)]),
 //   P = softmax_j(A masked), O = dropout(P) V,
 // with d(i,j) the clamped (log-bucketed) relative-position index of the pair.

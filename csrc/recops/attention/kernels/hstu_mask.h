@@ -1,7 +1,7 @@
-// The structured HSTU mask of one sequence (OPS.md section 4), as generative-recommenders builds
-// it: causal or two-sided, with contextual tokens, targets (optionally in groups) and a window.
-// Every rule is monotone in the position ids, so each query row sees a union of at most four
-// key intervals; rows are filled interval by interval instead of testing every key.
+// The structured HSTU mask of one sequence (docs/ops.md section 4), as generative-recommenders
+// builds it: causal or two-sided, with contextual tokens, targets (optionally in groups) and a
+// window. Every rule is monotone in the position ids, so each query row sees a union of at most
+// four key intervals; rows are filled interval by interval instead of testing every key.
 #pragma once
 
 #include <algorithm>

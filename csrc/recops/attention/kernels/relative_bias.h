@@ -1,4 +1,4 @@
-// Relative attention bias tensors [layers, B, N, N] (OPS.md section 3) on raw pointers, in two
+// Relative attention bias tensors [layers, B, N, N] (docs/ops.md section 3) on raw pointers, in two
 // passes over a bucket matrix buckets[B, N, N] (the bucket of every query/key pair):
 //  1. compute_buckets: the bucket of (query i, key j) only depends on |ts[q(i)] - ts[j]| with
 //     q(i) the query's timestamp position, and that is symmetric, so per sequence the square

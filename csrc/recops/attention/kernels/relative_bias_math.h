@@ -1,6 +1,6 @@
-// Per-element math of the relative attention bias (OPS.md section 3), shared by the relative-bias
-// ops and by attention kernels that compute the bias in-tile: the log bucket of a time delta, the
-// query-time shift, and the position-table index. Torch-free.
+// Per-element math of the relative attention bias (docs/ops.md section 3), shared by the
+// relative-bias ops and by attention kernels that compute the bias in-tile: the log bucket of a
+// time delta, the query-time shift, and the position-table index. Torch-free.
 //
 // Bucketing convention: bucket(dt) = clamp(floor(ln(max(|dt|, 1)) / divisor), 0, num_buckets),
 // evaluated in float64. |dt| is exact for integer timestamps (then rounded to double, exact below

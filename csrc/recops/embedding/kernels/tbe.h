@@ -1,4 +1,4 @@
-// Torch-free interface of the table-batched embedding (TBE) kernels (OPS.md section 7): plain
+// Torch-free interface of the table-batched embedding (TBE) kernels (docs/ops.md section 7): plain
 // structs of raw pointers and sizes, and one table of entry points per instruction-set variant.
 // The variants (variant_baseline.cpp, variant_avx2.cpp, variant_avx512.cpp) compile the same
 // templates of kernels/variant.h for each instruction set; tbe_kernels() picks the one to call.
