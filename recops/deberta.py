@@ -277,7 +277,7 @@ class DisentangledSelfAttention(nn.Module):
         query_states: torch.Tensor | None = None,
         relative_pos: torch.Tensor | None = None,
         rel_embeddings: torch.Tensor | None = None,
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if query_states is None:
             query_states = hidden_states
         q = self._heads(self.query_proj(query_states))

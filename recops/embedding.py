@@ -486,17 +486,17 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     # ----------------------------------------------------------------------- forward
     def forward(
         self,
-        indices,
-        offsets,
-        per_sample_weights=None,
-        feature_requires_grad=None,
-        batch_size_per_feature_per_rank=None,
-        total_unique_indices=None,
-        hash_zch_identities=None,
-        hash_zch_runtime_meta=None,
-        vbe_output=None,
-        vbe_output_offsets=None,
-    ):
+        indices: torch.Tensor,
+        offsets: torch.Tensor,
+        per_sample_weights: torch.Tensor | None = None,
+        feature_requires_grad: torch.Tensor | None = None,
+        batch_size_per_feature_per_rank: list[list[int]] | None = None,
+        total_unique_indices: int | None = None,
+        hash_zch_identities: torch.Tensor | None = None,
+        hash_zch_runtime_meta: torch.Tensor | None = None,
+        vbe_output: torch.Tensor | None = None,
+        vbe_output_offsets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Looks up every feature's bags; ``total_unique_indices`` (an FBGEMM hint for
         ``OptimType.NONE``) is ignored."""
         given = locals()
@@ -566,7 +566,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         return indices.contiguous(), offsets.contiguous()
 
     # ----------------------------------------------------------------------- FBGEMM accessors
-    def split_embedding_weights(self):
+    def split_embedding_weights(self) -> list[torch.Tensor]:
         """Per-table ``[rows, dim]`` views of the weights."""
         weights = self.weights_host.detach()
         specs = zip(self._table_offsets, self.embedding_specs, strict=False)
@@ -575,7 +575,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             for offset, (rows, dim, *_) in specs
         ]
 
-    def split_optimizer_states(self):
+    def split_optimizer_states(self) -> list[list[torch.Tensor]]:
         """Per table, the list of its optimizer-state views (``[rows, dim]`` for Adagrad,
         ``[rows]`` for rowwise Adagrad); empty for SGD, as in FBGEMM."""
         if self._state_layout is None:
@@ -590,7 +590,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             offset += size
         return splits
 
-    def get_optimizer_state(self):
+    def get_optimizer_state(self) -> list[dict[str, torch.Tensor]]:
         """``[{"sum": state}]`` per table, as ``torch.optim.Adagrad`` names it; empty for SGD."""
         return [{"sum": states[0]} for states in self.split_optimizer_states()]
 
@@ -600,7 +600,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     def get_learning_rate(self) -> float:
         return self.learning_rate_tensor.item()
 
-    def update_hyper_parameters(self, params_dict) -> None:
+    def update_hyper_parameters(self, params_dict: dict[str, float]) -> None:
         """Sets ``lr``, ``eps`` or ``weight_decay``."""
         for name, value in params_dict.items():
             if name == "lr":

@@ -170,14 +170,14 @@ class RelativeBucketedTimeAndPositionBasedBias(torch.nn.Module):
         )
 
     @property
-    def ts_w(self):
+    def ts_w(self) -> torch.Tensor:
         return self._ts_w
 
     @property
-    def pos_w(self):
+    def pos_w(self) -> torch.Tensor:
         return self._pos_w
 
-    def forward(self, all_timestamps):
+    def forward(self, all_timestamps: torch.Tensor) -> torch.Tensor:
         n = all_timestamps.shape[1]
         if n > self._max_seq_len:
             raise ValueError(
