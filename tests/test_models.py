@@ -36,7 +36,7 @@ def one_step(model_config, backend, batch, negatives):
         states = model(batch)
     loss = model.training_loss(batch, negatives, temperature=0.05)
     loss.backward()
-    optimizer = model.item_table.sparse_optimizer()
+    optimizer = model.item_table.optimizer()
     if optimizer is not None:
         optimizer.step()
     grads = {name: p.grad for name, p in model.encoder.named_parameters()}

@@ -5,9 +5,11 @@ Sequences look up one row per position, so the recops table is
 and ``EXACT_ADAGRAD`` fused into its backward: the backward sums the gradient of every
 occurrence of a row (positions of all sequences, sampled negatives) and updates each touched
 row and its Adagrad state in place, never building a dense ``[rows, dim]`` gradient. The torch
-table is the same math in plain PyTorch: ``nn.Embedding(sparse=True)`` (the per-position form of
-``nn.EmbeddingBag``) and ``torch.optim.Adagrad``, which coalesces a sparse gradient's duplicate
-rows and applies ``m += g^2; w -= lr * g / (sqrt(m) + eps)`` to the touched rows, as the TBE does.
+table is the same math in plain PyTorch: ``nn.Embedding`` (the per-position form of
+``nn.EmbeddingBag``) and ``torch.optim.Adagrad``, ``m += g^2; w -= lr * g / (sqrt(m) + eps)``.
+Its gradient is dense: zero on the rows no index touched, which Adagrad then leaves as they are,
+so the update is the TBE's. (A sparse gradient would spare the dense ``[rows, dim]`` passes, but
+inductor cannot compile a graph that produces one.)
 
 Tables are float32 whatever the model's dtype (the TBE stores fp32, fp16 or bf16); lookups are
 cast to the model's dtype by the caller.
@@ -61,20 +63,17 @@ class TbeItemTable(nn.Module):
         """Adagrad's ``[rows, dim]`` sum of squared gradients."""
         return self.tbe.split_optimizer_states()[0][0]
 
-    def sparse_optimizer(self) -> None:
+    def optimizer(self) -> None:
         """None: the update is fused into backward."""
         return None
 
 
 class TorchItemTable(nn.Module):
-    """Items through ``nn.Embedding(sparse=True)``, updated by ``torch.optim.Adagrad``."""
+    """Items through ``nn.Embedding``, updated by ``torch.optim.Adagrad``."""
 
     def __init__(self, weights: torch.Tensor, learning_rate: float, eps: float):
         super().__init__()
-        # torch warns on every sparse Adagrad step unless sparse invariant checks are chosen
-        # explicitly; they stay off (the default): the gradients come from nn.Embedding.
-        torch.sparse.check_sparse_tensor_invariants.disable()
-        self.embedding = nn.Embedding(*weights.shape, sparse=True, _weight=weights.clone())
+        self.embedding = nn.Embedding(*weights.shape, _weight=weights.clone())
         self._optimizer = torch.optim.Adagrad([self.embedding.weight], lr=learning_rate, eps=eps)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -88,6 +87,6 @@ class TorchItemTable(nn.Module):
         state = self._optimizer.state[self.embedding.weight]
         return state["sum"] if state else torch.zeros_like(self.weight)
 
-    def sparse_optimizer(self) -> torch.optim.Optimizer:
+    def optimizer(self) -> torch.optim.Optimizer:
         """The Adagrad the trainer steps after backward."""
         return self._optimizer

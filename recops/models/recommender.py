@@ -26,7 +26,7 @@ class SequentialRecommender(nn.Module):
     stream, so one seed gives both the same model. ``encoder`` holds every dense parameter (the
     trainer's Adam steps them; ``model.encoder.double()`` makes the model float64);
     ``item_table`` holds the float32 item embeddings and their Adagrad, fused into backward on
-    recops (``item_table.sparse_optimizer()`` is None) or a torch optimizer to step.
+    recops (``item_table.optimizer()`` is None) or a torch optimizer to step.
     """
 
     def __init__(
