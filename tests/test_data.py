@@ -120,9 +120,10 @@ def test_train_batches_predict_each_next_item():
     for batch in batches:
         lengths = batch.lengths
         assert int(lengths.max()) <= max_len and batch.padded_len == int(lengths.max())
-        assert torch.equal(batch.targets, batch.item_ids[batch.target_rows])
-        assert torch.equal(batch.target_rows, batch.query_rows + 1)
+        assert torch.equal(batch.targets, batch.item_ids[batch.query_rows + 1])
+        assert torch.equal(torch.nonzero(batch.predicts_next).flatten(), batch.query_rows)
         assert batch.query_rows.numel() == int((lengths - 1).sum())  # all rows but the last
+        assert not batch.predicts_next[batch.seq_offsets[1:] - 1].any()
         for b in range(batch.batch_size):
             rows = batch.item_ids[batch.seq_offsets[b] : batch.seq_offsets[b + 1]]
             # Find the user whose training history ends with these rows (the last max_len).

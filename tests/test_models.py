@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from recops.data import eval_batches, synthetic_sequences, train_batches
-from recops.models import MODELS, ModelConfig, SequentialRecommender, sample_negatives
+from recops.models import (
+    MODELS,
+    ModelConfig,
+    SequentialRecommender,
+    sample_negatives,
+    sampled_softmax_loss,
+)
 from recops.models.recops_backend import RecopsBackend
 from recops.models.torch_backend import TorchBackend
 
@@ -91,6 +97,28 @@ def test_request_token_only_sets_the_last_query_time(model, backend):
         torch.testing.assert_close(
             recommender(request)[history], recommender(target_batch)[history]
         )
+
+
+def test_sampled_softmax_loss_matches_its_definition():
+    gen = torch.Generator().manual_seed(0)
+    m, r, d = 7, 5, 4
+    queries = torch.nn.functional.normalize(torch.randn(m, d, generator=gen, dtype=torch.float64))
+    positives, negatives = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n in (m, r))
+    positive_ids = torch.tensor([1, 2, 3, 4, 5, 6, 7])
+    negative_ids = torch.tensor([9, 3, 8, 7, 9])  # 3 and 7 are the positives of queries 2, 6
+    counts = torch.tensor([True, True, True, False, True, True, True])
+    loss = sampled_softmax_loss(
+        queries, positives, positive_ids, negatives, negative_ids, 0.05, counts
+    )
+    p = torch.nn.functional.normalize(positives)
+    n = torch.nn.functional.normalize(negatives)
+    expected = []
+    for i in range(m):
+        if counts[i]:
+            keep = negative_ids != positive_ids[i]
+            logits = torch.cat([(queries[i] @ p[i]).view(1), n[keep] @ queries[i]]) / 0.05
+            expected.append(-torch.log_softmax(logits, 0)[0])
+    torch.testing.assert_close(loss, torch.stack(expected).mean(), rtol=1e-12, atol=0)
 
 
 def test_backend_layouts_place_rows_alike():

@@ -19,10 +19,9 @@ class JaggedBatch:
 
     ``max_seq_len`` is the model's N (positions, relative bias, HSTU's 1/N scale), ``padded_len``
     this batch's longest sequence (the width of padded formulations). The output at
-    ``query_rows[i]`` predicts ``targets[i]``; in training batches ``target_rows[i]`` is the row
-    holding that item (``query_rows[i] + 1``: every row but a sequence's last predicts the next),
-    in evaluation and request batches it is None and ``seen`` lists (query, item) pairs that
-    rankings exclude.
+    ``query_rows[i]`` predicts ``targets[i]``. In training batches every row but a sequence's last
+    predicts the next row's item, and ``predicts_next`` marks those rows; in evaluation and
+    request batches it is None and ``seen`` lists (query, item) pairs that rankings exclude.
     """
 
     item_ids: torch.Tensor  # [L] int64
@@ -32,7 +31,7 @@ class JaggedBatch:
     padded_len: int
     query_rows: torch.Tensor  # [M] int64
     targets: torch.Tensor | None = None  # [M] int64; None in request batches
-    target_rows: torch.Tensor | None = None  # [M] int64
+    predicts_next: torch.Tensor | None = None  # [L] bool
     seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ([S] query index, [S] item)
 
     @property
@@ -76,7 +75,7 @@ def train_batches(
             padded_len=int(lengths.max()),
             query_rows=query_rows,
             targets=items[query_rows + 1],
-            target_rows=query_rows + 1,
+            predicts_next=predicts_next,
         )
 
 

@@ -68,13 +68,17 @@ class SequentialRecommender(nn.Module):
         embeddings = self.item_embeddings(torch.cat([batch.item_ids, negative_ids]))
         sequence, negatives = embeddings[:rows], embeddings[rows:]
         states = self.encoder(sequence, batch)
+        # Row i predicts row i + 1 where both are in one sequence: shifted views weighted by
+        # predicts_next instead of gathers (generative-recommenders weights its shifted
+        # supervision the same way), which spares the gathers and their scatter-add backward.
         return sampled_softmax_loss(
-            states[batch.query_rows],
-            sequence[batch.target_rows],
-            batch.targets,
+            states[:-1],
+            sequence[1:],
+            batch.item_ids[1:],
             negatives,
             negative_ids,
             temperature,
+            batch.predicts_next[:-1],
         )
 
     def candidate_embeddings(self) -> torch.Tensor:
