@@ -23,7 +23,7 @@ DTYPES = ("fp32", "bf16")
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 100
+    epochs: int = 60
     batch_size: int = 128
     learning_rate: float = 1e-3  # Adam, dense parameters (generative-recommenders' ML-1M value)
     item_learning_rate: float = 0.05  # Adagrad, item table
@@ -72,7 +72,7 @@ class Trainer:
         self.dense_optimizer = torch.optim.Adam(
             model.encoder.parameters(), lr=config.learning_rate, betas=(0.9, 0.98)
         )
-        self.item_optimizer = model.item_table.sparse_optimizer()
+        self.item_optimizer = model.item_table.optimizer()
         self.loss_fn = model.training_loss
         if config.compile:
             # fullgraph: the step is one graph (recops' ops have fake kernels, and the TBE's
