@@ -80,6 +80,7 @@ test-asan: setup
 	$(call copy_tree,$(ASAN_TREE))
 	cd $(ASAN_TREE) && RECOPS_SANITIZE=address,undefined RECOPS_CUDA=0 $(JOBS) \
 		$(abspath $(PY)) setup.py --quiet build_ext --inplace
+	ldd $(ASAN_TREE)/recops/_C*.so | grep -q libasan  # the build really is instrumented
 	cd $(ASAN_TREE) && \
 		LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
