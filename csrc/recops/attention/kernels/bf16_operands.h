@@ -77,16 +77,47 @@ inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols
   }
 }
 
-// VNNI layout [k_pad / 2, ld, 2] of a [k, n] matrix given by value(k, n), zero past (k, n).
-template <typename Value>
-void pack_vnni(int64_t k, int64_t n, int64_t k_pad, int64_t ld, uint16_t* dst, Value&& value) {
-  for (int64_t p = 0; p < k_pad / 2; ++p) {
-    uint16_t* out = dst + p * ld * 2;
-    for (int64_t j = 0; j < ld; ++j) {
-      for (int64_t e = 0; e < 2; ++e) {
-        const int64_t kk = 2 * p + e;
-        out[2 * j + e] = kk < k && j < n ? value(kk, j) : uint16_t(0);
+// The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
+// columns (2p, 2p + 1) of row j lands at ((p * ld) + j) * 2 as one 32-bit word, so this is a
+// transpose of words (memcpy moves them: no aliasing of the uint16_t buffers), in square blocks
+// that keep reads and writes within a few cache lines. Zero past (d, n).
+inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src,
+                                 int64_t d_pad, int64_t ld, uint16_t* dst) {
+  constexpr int64_t kBlock = 16;
+  std::fill(dst, dst + d_pad * ld, uint16_t(0));
+  const int64_t pairs = d / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    for (int64_t p0 = 0; p0 < pairs; p0 += kBlock) {
+      const int64_t p1 = std::min(pairs, p0 + kBlock);
+      for (int64_t p = p0; p < p1; ++p) {
+        for (int64_t j = j0; j < j1; ++j) {
+          std::memcpy(dst + (p * ld + j) * 2, src + j * ld_src + 2 * p, 2 * sizeof(uint16_t));
+        }
       }
+    }
+  }
+  if (d % 2 != 0) {  // the last column pairs with the zero padding
+    for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + j) * 2] = src[j * ld_src + d - 1];
+  }
+}
+
+// The VNNI layout [n_pad / 2, d_pad, 2] of src [n, d] (row stride ld_src): rows 2p and 2p + 1
+// interleaved value by value. Zero past (n, d).
+inline void pack_vnni_rows(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src, int64_t n_pad,
+                           int64_t d_pad, uint16_t* dst) {
+  std::fill(dst, dst + n_pad * d_pad, uint16_t(0));
+  for (int64_t j = 0; j < n; j += 2) {
+    const uint16_t* even = src + j * ld_src;
+    uint16_t* out = dst + j * d_pad;
+    if (j + 1 < n) {
+      const uint16_t* odd = even + ld_src;
+      for (int64_t c = 0; c < d; ++c) {
+        out[2 * c] = even[c];
+        out[2 * c + 1] = odd[c];
+      }
+    } else {
+      for (int64_t c = 0; c < d; ++c) out[2 * c] = even[c];
     }
   }
 }
@@ -117,22 +148,12 @@ class PackedOperands {
         const uint16_t* kh = k + (seqs.row_begin[b] * heads + h) * dqk;
         const uint16_t* vh = v + (seqs.row_begin[b] * heads + h) * dv;
         const int64_t ldk = heads * dqk, ldv = heads * dv;
-        if (k_t_) {
-          pack_vnni(dqk, len, dqk_pad_, n_pad_, k_t_.get() + u * per_head_k,
-                    [&](int64_t d, int64_t j) { return kh[j * ldk + d]; });
-        }
-        if (k_) {
-          pack_vnni(len, dqk, n_pad_, dqk_pad_, k_.get() + u * per_head_k,
-                    [&](int64_t j, int64_t d) { return kh[j * ldk + d]; });
-        }
-        if (v_t_) {
-          pack_vnni(dv, len, dv_pad_, n_pad_, v_t_.get() + u * per_head_v,
-                    [&](int64_t d, int64_t j) { return vh[j * ldv + d]; });
-        }
-        if (v_) {
-          pack_vnni(len, dv, n_pad_, dv_pad_, v_.get() + u * per_head_v,
-                    [&](int64_t j, int64_t d) { return vh[j * ldv + d]; });
-        }
+        if (k_t_)
+          pack_vnni_transposed(kh, len, dqk, ldk, dqk_pad_, n_pad_, k_t_.get() + u * per_head_k);
+        if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);
+        if (v_t_)
+          pack_vnni_transposed(vh, len, dv, ldv, dv_pad_, n_pad_, v_t_.get() + u * per_head_v);
+        if (v_) pack_vnni_rows(vh, len, dv, ldv, n_pad_, dv_pad_, v_.get() + u * per_head_v);
       }
     });
   }

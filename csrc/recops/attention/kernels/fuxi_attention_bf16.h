@@ -54,9 +54,8 @@ inline void fuxi_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
                             dqk_pad);
                 gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0),
                           ops.n_pad(), s, ld, false);
-                silu_scores(s, nullptr, t.fp32.tile(kFuxiMask), tile, shape.alpha,
-                            shape.silu_scale);
-                to_bf16(s, t.tile(kSemanticA), tile, 1.0f);
+                silu_scores_to_bf16(s, nullptr, t.fp32.tile(kFuxiMask), tile, shape.alpha,
+                                    shape.silu_scale, t.tile(kSemanticA));
                 for (const auto& [channel, a] : weights) {
                   if (!layout.has(channel)) continue;
                   gemm_bf16(pb.rows_pad, dv_pad, ld, t.tile(a), ld, ops.v(blk.b, h, blk.key0),

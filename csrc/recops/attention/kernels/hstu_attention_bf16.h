@@ -88,31 +88,30 @@ inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
         return Bf16Scratch(kCount, kBf16Count, ops, bias.kind == BiasKind::kRelative, slot);
       },
       [&](Bf16Scratch& t, int64_t index) {
-        for_each_block(seqs, mask, items[index], chunks,
-                       [&](const Block& block, const StructuredMask& sm) {
-                         const PaddedBlock pb = pad_block(block);
-                         const Block& blk = pb.blk;
-                         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-                         const int64_t ld = blk.ld, tile = pb.rows_pad * ld;
-                         float* s = t.fp32.tile(kS);
-                         uint16_t* a = t.tile(kA);
-                         uint16_t* q = t.tile(kBf16Count);
-                         for (int64_t h = 0; h < H; ++h) {
-                           build_padded_tiles(mask, bias, seqs, pb, sm, h, t.fp32.tile(kM),
-                                              t.fp32.tile(kB), t.fp32.buckets());
-                           copy_padded(in.q + (row0 * H + h) * dqk, blk.rows, dqk, H * dqk, q,
-                                       pb.rows_pad, dqk_pad);
-                           gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad,
-                                     ops.k_t(blk.b, h, blk.key0), ops.n_pad(), s, ld, false);
-                           silu_scores(s, bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
-                                       t.fp32.tile(kM), tile, shape.alpha, shape.silu_scale);
-                           to_bf16(s, a, tile, 1.0f);
-                           gemm_bf16(pb.rows_pad, dv_pad, ld, a, ld, ops.v(blk.b, h, blk.key0),
-                                     dv_pad, t.product.get(), dv_pad, false);
-                           store_rows(t.product.get(), blk.rows, dv, dv_pad,
-                                      out + (row0 * H + h) * dv, H * dv);
-                         }
-                       });
+        for_each_block(
+            seqs, mask, items[index], chunks, [&](const Block& block, const StructuredMask& sm) {
+              const PaddedBlock pb = pad_block(block);
+              const Block& blk = pb.blk;
+              const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+              const int64_t ld = blk.ld, tile = pb.rows_pad * ld;
+              float* s = t.fp32.tile(kS);
+              uint16_t* a = t.tile(kA);
+              uint16_t* q = t.tile(kBf16Count);
+              for (int64_t h = 0; h < H; ++h) {
+                build_padded_tiles(mask, bias, seqs, pb, sm, h, t.fp32.tile(kM), t.fp32.tile(kB),
+                                   t.fp32.buckets());
+                copy_padded(in.q + (row0 * H + h) * dqk, blk.rows, dqk, H * dqk, q, pb.rows_pad,
+                            dqk_pad);
+                gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0),
+                          ops.n_pad(), s, ld, false);
+                silu_scores_to_bf16(s, bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
+                                    t.fp32.tile(kM), tile, shape.alpha, shape.silu_scale, a);
+                gemm_bf16(pb.rows_pad, dv_pad, ld, a, ld, ops.v(blk.b, h, blk.key0), dv_pad,
+                          t.product.get(), dv_pad, false);
+                store_rows(t.product.get(), blk.rows, dv, dv_pad, out + (row0 * H + h) * dv,
+                           H * dv);
+              }
+            });
       });
 }
 
@@ -169,9 +168,8 @@ inline void silu_head_backward_bf16(const HstuShape<float>& shape, const PackedO
   gemm_bf16(rows_pad, ld, dv_pad, tg.go(), dv_pad, ops.v_t(blk.b, h, blk.key0), ops.n_pad(), ds, ld,
             false);
   silu_score_grads(s, ds, bias, mask, tile, shape.alpha, shape.silu_scale);
-  to_bf16_vnni(s, rows_pad, ld, t.tile(kAVnni), 1.0f);
-  to_bf16(ds, t.tile(kDsRows), tile, shape.alpha);
-  to_bf16_vnni(ds, rows_pad, ld, t.tile(kDsVnni), shape.alpha);
+  backward_operands_to_bf16(s, ds, rows_pad, ld, shape.alpha, t.tile(kAVnni), t.tile(kDsRows),
+                            t.tile(kDsVnni));
   gemm_bf16(rows_pad, dqk_pad, ld, t.tile(kDsRows), ld, ops.k(blk.b, h, blk.key0), dqk_pad,
             t.product.get(), dqk_pad, false);
   store_rows(t.product.get(), blk.rows, shape.dqk, dqk_pad, dq_rows, ld_dq);

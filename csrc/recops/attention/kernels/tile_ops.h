@@ -76,6 +76,15 @@ void silu_score_grads(float* s, float* dp, const float* bias, const float* mask,
 void to_bf16(const float* src, uint16_t* dst, int64_t n, float scale);
 void to_bf16_vnni(const float* src, int64_t rows, int64_t cols, uint16_t* dst, float scale);
 
+// silu_scores with the result rounded to bf16 into out (s is left as it was).
+void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
+                         float alpha, float scale, uint16_t* out);
+
+// The bf16 operands of the backward products from a [rows, cols] tile pair (rows even), in one
+// pass: a in VNNI layout, and alpha * ds both row-major and in VNNI layout.
+void backward_operands_to_bf16(const float* a, const float* ds, int64_t rows, int64_t cols,
+                               float alpha, uint16_t* a_vnni, uint16_t* ds_rows, uint16_t* ds_vnni);
+
 inline void silu_scores(double* s, const double* bias, const double* mask, int64_t n, double alpha,
                         double scale) {
   silu_scores_generic(s, bias, mask, n, alpha, scale);
