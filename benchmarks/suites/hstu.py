@@ -95,12 +95,32 @@ def fused(q, k, v, offsets, n, timestamps=None, ts_w=None, pos_w=None):
     )
 
 
+def _query_key_deltas(ts, n):
+    ext = torch.cat([ts, ts[:, n - 1 : n]], dim=1)
+    return ext[:, 1:].unsqueeze(2) - ext[:, :-1].unsqueeze(1)
+
+
 def _timestamps(lengths, n):
-    """[B, N] increasing timestamps; positions past a sequence's end repeat its last one."""
+    """[B, N] increasing timestamps; positions past a sequence's end repeat its last one. Redrawn
+    where a query-key delta falls where float32 log buckets (upstream's, and the reference's) and
+    float64 ones (recops', docs/ops.md section 3) disagree (a few deltas per million), so that
+    both sides bucket alike."""
     ts = torch.randint(0, 10**6, (lengths.numel(), n)).sort(dim=1).values
     last = ts.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1))
     past_end = torch.arange(n)[None, :] >= lengths[:, None]
-    return torch.where(past_end, last, ts)
+    ts = torch.where(past_end, last, ts)
+    valid = ~past_end
+    pairs = valid[:, :, None] & valid[:, None, :]
+    for _ in range(100):
+        dt = _query_key_deltas(ts, n).abs().clamp(min=1)
+        disagree = pairs & (log_buckets(dt) != (torch.log(dt.double()) / 0.301).long())
+        if not disagree.any():
+            return ts
+        b, _, j = disagree.nonzero(as_tuple=True)  # move the key times of those pairs
+        ts[b, j] += torch.randint(1, 100, b.shape)
+        ts = ts.sort(dim=1).values
+        ts = torch.where(past_end, ts.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)), ts)
+    raise RuntimeError("could not draw timestamps on which both bucket conventions agree")
 
 
 def _inputs(batch, n, dtype, with_bias, requires_grad):
