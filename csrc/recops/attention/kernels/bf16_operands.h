@@ -84,8 +84,11 @@ inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols
 inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src,
                                  int64_t d_pad, int64_t ld, uint16_t* dst) {
   constexpr int64_t kBlock = 16;
-  std::fill(dst, dst + d_pad * ld, uint16_t(0));
   const int64_t pairs = d / 2;
+  for (int64_t p = 0; p < d_pad / 2; ++p) {  // zero what the copies below leave
+    uint16_t* row = dst + p * ld * 2;
+    std::fill(p < pairs ? row + 2 * n : row, row + 2 * ld, uint16_t(0));
+  }
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
     const int64_t j1 = std::min(n, j0 + kBlock);
     for (int64_t p0 = 0; p0 < pairs; p0 += kBlock) {
@@ -106,7 +109,6 @@ inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int6
 // interleaved value by value. Zero past (n, d).
 inline void pack_vnni_rows(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src, int64_t n_pad,
                            int64_t d_pad, uint16_t* dst) {
-  std::fill(dst, dst + n_pad * d_pad, uint16_t(0));
   for (int64_t j = 0; j < n; j += 2) {
     const uint16_t* even = src + j * ld_src;
     uint16_t* out = dst + j * d_pad;
@@ -117,9 +119,14 @@ inline void pack_vnni_rows(const uint16_t* src, int64_t n, int64_t d, int64_t ld
         out[2 * c + 1] = odd[c];
       }
     } else {
-      for (int64_t c = 0; c < d; ++c) out[2 * c] = even[c];
+      for (int64_t c = 0; c < d; ++c) {
+        out[2 * c] = even[c];
+        out[2 * c + 1] = 0;
+      }
     }
+    std::fill(out + 2 * d, out + 2 * d_pad, uint16_t(0));
   }
+  std::fill(dst + round_up(n, 2) * d_pad, dst + n_pad * d_pad, uint16_t(0));
 }
 
 // Per-call VNNI copies of K and V, per sequence and head (see the file comment).
