@@ -129,6 +129,20 @@ class Limits:
     copy_1thread_gbps: float  # the same copy on one thread
     matmul_gflops: float  # large fp32 matmul, the faster of MKL (torch.mm) and oneDNN
     threads: int
+    matmul_bf16_gflops: float = 0.0  # large bf16 matmul (fp32 accumulation), torch.mm / oneDNN
+
+
+def _matmul_gflops(m, dtype):
+    """GFLOP/s of the faster of PyTorch's GEMMs for [m, m] x [m, m] in `dtype`: torch.mm (fp32:
+    MKL's sgemm, its AVX2 path on AMD CPUs; bf16: oneDNN where the CPU has bf16 dot products) and
+    oneDNN's linear (the library recops' attention tiles run on), which on AVX-512 AMD CPUs is
+    about twice as fast for fp32."""
+    a, b = torch.randn(m, m).to(dtype), torch.randn(m, m).to(dtype)
+    fns = {"mm": lambda: torch.mm(a, b)}
+    if torch.backends.mkldnn.is_available():
+        a_dnnl, b_dnnl = a.to_mkldnn(), b.t().contiguous().to_mkldnn()
+        fns["onednn"] = lambda: torch._C._nn.mkldnn_linear(a_dnnl, b_dnnl)
+    return 2 * m**3 / min(measure_quietly(fns, min_runs=5)[0].values()) / 1e9
 
 
 def measure_limits() -> Limits:
@@ -146,21 +160,12 @@ def measure_limits() -> Limits:
         "copy"
     ]
     torch.set_num_threads(threads)
-    m = 2048
-    a, b = torch.randn(m, m), torch.randn(m, m)
-    # The faster of PyTorch's two fp32 GEMMs: torch.mm (MKL's sgemm, its AVX2 path on AMD CPUs)
-    # and oneDNN's (the library recops' attention tiles run on), which on AVX-512 AMD CPUs is
-    # about twice as fast.
-    fns = {"mm": lambda: torch.mm(a, b)}
-    if torch.backends.mkldnn.is_available():
-        a_dnnl, b_dnnl = a.to_mkldnn(), b.t().contiguous().to_mkldnn()
-        fns["onednn"] = lambda: torch._C._nn.mkldnn_linear(a_dnnl, b_dnnl)
-    mm_s = min(measure_quietly(fns, min_runs=5)[0].values())
     return Limits(
         copy_gbps=2 * src.numel() * 4 / copy_s / 1e9,
         copy_1thread_gbps=2 * src.numel() * 4 / copy_1thread_s / 1e9,
-        matmul_gflops=2 * m**3 / mm_s / 1e9,
+        matmul_gflops=_matmul_gflops(2048, torch.float32),
         threads=torch.get_num_threads(),
+        matmul_bf16_gflops=_matmul_gflops(2048, torch.bfloat16),
     )
 
 
@@ -196,7 +201,8 @@ def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_fact
     """Rows for each of impls ({"reference": fn, "recops": fn}, recops compared to the
     reference): fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
     peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's. Checks
-    first that recops matches the reference (check_matches)."""
+    first that recops matches the reference (check_matches). Rows record the dtype (the table
+    rates a bf16 row against the bf16 matmul limit)."""
     check_matches(impls["reference"], impls["recops"], dtype, case)
     rows = []
     for impl, fn in impls.items():
@@ -217,7 +223,10 @@ def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_fact
                 seconds=median_time(call, warmup=1, min_runs=3, min_seconds=0.5),
                 flops=flops,
                 peak_bytes=peak_extra_bytes(call),
-                extra={"compare_to": ["reference"] if impl == "recops" else []},
+                extra={
+                    "compare_to": ["reference"] if impl == "recops" else [],
+                    "dtype": str(dtype).split(".")[-1],
+                },
             )
             for phase, call, flops in (
                 ("fwd", forward, fwd_flops),

@@ -41,7 +41,8 @@ def format_table(rows, limits):
     lines = [
         f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s "
         f"({limits.copy_1thread_gbps:.1f} on one thread), "
-        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, {_versions()}; "
+        f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, "
+        f"bf16 matmul {limits.matmul_bf16_gflops:.1f} GFLOP/s, {_versions()}; "
         "allocator: steady (freed memory reused, no page faults in timings; benchmarks/memory.py)",
         "",
         "| suite | case | impl | median ms | speed-up vs | GB/s (% copy) | GFLOP/s (% mm) "
@@ -58,9 +59,7 @@ def format_table(rows, limits):
         rate = r.bytes_moved / r.seconds / 1e9
         gbps = f"{rate:.1f} ({100 * rate / limits.copy_gbps:.0f}%)" if r.bytes_moved else ""
         flop_rate = r.flops / r.seconds / 1e9
-        gflops = (
-            f"{flop_rate:.1f} ({100 * flop_rate / limits.matmul_gflops:.0f}%)" if r.flops else ""
-        )
+        gflops = f"{flop_rate:.1f} ({_matmul_share(r, flop_rate, limits)})" if r.flops else ""
         peak = f"{r.peak_bytes / 2**20:.1f}" if r.peak_bytes else ""
         lines.append(
             f"| {r.suite} | {r.case} | {r.impl} | {1e3 * r.seconds:.3f} | {'; '.join(speedups)} "
@@ -68,6 +67,14 @@ def format_table(rows, limits):
         )
     lines += speedup_summary(rows, by_key)
     return "\n".join(lines)
+
+
+def _matmul_share(row, flop_rate, limits):
+    """The row's GFLOP/s as a share of the machine's matmul rate in its dtype: bf16 rows of the
+    bf16 matmul ("% bf16 mm"), the rest of the fp32 one."""
+    if row.extra.get("dtype") == "bfloat16" and limits.matmul_bf16_gflops:
+        return f"{100 * flop_rate / limits.matmul_bf16_gflops:.0f}% bf16 mm"
+    return f"{100 * flop_rate / limits.matmul_gflops:.0f}%"
 
 
 def speedup_summary(rows, by_key):
@@ -119,7 +126,7 @@ def main(argv):
     limits = measure_limits()
     print(
         f"limits: copy {limits.copy_gbps:.1f} GB/s ({limits.copy_1thread_gbps:.1f} on one thread), "
-        f"matmul {limits.matmul_gflops:.1f} GFLOP/s",
+        f"matmul {limits.matmul_gflops:.1f} GFLOP/s (bf16 {limits.matmul_bf16_gflops:.1f})",
         flush=True,
     )
     rows = []

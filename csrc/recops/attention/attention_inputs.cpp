@@ -260,15 +260,22 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) 
 
 QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks) {
   const int64_t rows = q.size(0), heads = q.size(1);
-  dq = at::zeros({rows, heads, q.size(2)}, q.options());
-  dk = at::zeros({chunks, rows, heads, q.size(2)}, q.options());
-  dv = at::zeros({chunks, rows, heads, v.size(2)}, q.options());
+  const auto options = q.options().dtype(compute_dtype(q));
+  dq = at::zeros({rows, heads, q.size(2)}, options);
+  dk = at::zeros({chunks, rows, heads, q.size(2)}, options);
+  dv = at::zeros({chunks, rows, heads, v.size(2)}, options);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::Tensor& q,
                                                                       const at::Tensor& k,
                                                                       const at::Tensor& v) const {
   return {dq.to(q.scalar_type()), dk.sum(0).to(k.scalar_type()), dv.sum(0).to(v.scalar_type())};
+}
+
+bool Bf16Inputs::applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+         v.scalar_type() == at::kBFloat16 && q.size(2) > 0 && v.size(2) > 0 &&
+         kernels::bf16_tiles_available();
 }
 
 }  // namespace recops::attention

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "recops/attention/kernels/hstu_attention.h"
+#include "recops/attention/kernels/hstu_attention_bf16.h"
 #include "recops/attention/ops.h"
 #include "recops/common/dispatch.h"
 
@@ -142,6 +143,23 @@ at::Tensor reduce_dense_bias_grad(const BiasGradBuffers& buffers, const Prepared
 // The summed gradient of a table (ts_w / pos_w buffer) in the dtype of `table`.
 at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table);
 
+// bf16 q, k, v (contiguous) for the bf16 tile kernels, which run when every one of q, k, v is
+// bf16 and bf16_tiles_available(); otherwise the adapters compute in fp32 (ComputeInputs).
+struct Bf16Inputs {
+  at::Tensor q, k, v;
+  static bool applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  Bf16Inputs(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in)
+      : q(q_in.contiguous()), k(k_in.contiguous()), v(v_in.contiguous()) {}
+  kernels::Bf16Tensors view() const { return {bits(q), bits(k), bits(v)}; }
+  kernels::HstuShape<float> shape(const HstuOptions& o) const {
+    return {q.size(1), q.size(2), v.size(2), static_cast<float>(o.alpha),
+            static_cast<float>(o.silu_scale)};
+  }
+  static const uint16_t* bits(const at::Tensor& t) {
+    return reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>());
+  }
+};
+
 // q, k, v converted to the compute type T, contiguous.
 template <typename T>
 struct ComputeInputs {
@@ -158,7 +176,7 @@ struct ComputeInputs {
   }
 };
 
-// dQ, and dK / dV as per-chunk partials, in the compute type.
+// dQ, and dK / dV as per-chunk partials, in the compute type of q.
 struct QkvGradBuffers {
   at::Tensor dq, dk, dv;
   QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks);

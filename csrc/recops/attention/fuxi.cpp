@@ -2,7 +2,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "recops/attention/attention_inputs.h"
-#include "recops/attention/kernels/fuxi_attention.h"
+#include "recops/attention/kernels/fuxi_attention_bf16.h"
 #include "recops/attention/ops.h"
 #include "recops/common/checks.h"
 
@@ -95,13 +95,21 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
   const FuxiBiases& biases = prepared.biases;
   const FuxiLayout& layout = prepared.layout;
   const int64_t rows = a.rows;
+  const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
+  if (Bf16Inputs::applies(q, k, v)) {
+    const Bf16Inputs in(q, k, v);
+    at::Tensor out = at::zeros({rows, layout.row_stride}, q.options());
+    fuxi_forward_bf16(a.seqs.view, in.shape(options.base), in.view(), a.mask.source<float>(),
+                      biases.time.source<float>(), biases.position.source<float>(), chunks, layout,
+                      reinterpret_cast<uint16_t*>(out.mutable_data_ptr<at::BFloat16>()));
+    return out;
+  }
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     at::Tensor out = at::zeros({rows, layout.row_stride}, in.q.options());
     fuxi_forward(a.seqs.view, in.shape(options.base), in.view(), a.mask.source<T>(),
-                 biases.time.source<T>(), biases.position.source<T>(),
-                 choose_chunks(a.seqs.view.count, at::get_num_threads()), layout,
+                 biases.time.source<T>(), biases.position.source<T>(), chunks, layout,
                  out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
@@ -125,37 +133,48 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
               layout.row_stride, "], got ", grad_output.sizes());
   const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, a.compute);
   const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, a.compute);
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ComputeInputs<T> in(q, k, v);
-    const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
-    const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
-    FuxiGrads<T> grads;
-    grads.qkv = qkv_grads.view<T>();
-    grads.time = time_grads.sinks<T>();
-    grads.position = position_grads.sinks<T>();
-    fuxi_backward(a.seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
-                  a.mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(), chunks,
-                  layout, grads);
-
-    auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
-    std::optional<at::Tensor> d_ts_bias, d_pos_bias, d_ts_w, d_pos_w;
-    if (options.ts_bias.has_value()) {
-      d_ts_bias =
-          reduce_dense_bias_grad(time_grads, biases.time, options.ts_bias->unsqueeze(1)).squeeze(1);
-    } else if (options.base.ts_w.has_value()) {
-      d_ts_w = reduce_table_grad(time_grads.ts_w, *options.base.ts_w);
-    }
-    if (options.pos_bias.has_value()) {
-      d_pos_bias =
-          reduce_dense_bias_grad(position_grads, biases.position, options.pos_bias->unsqueeze(1))
-              .squeeze(1);
-    } else if (options.base.pos_w.has_value()) {
-      d_pos_w = reduce_table_grad(position_grads.pos_w, *options.base.pos_w);
-    }
-    return std::make_tuple(dq, dk, dv, d_ts_bias, d_pos_bias, d_ts_w, d_pos_w);
-  });
+  const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
+  const QkvGradBuffers qkv_grads(q, v, chunks);
+  if (Bf16Inputs::applies(q, k, v)) {
+    const Bf16Inputs in(q, k, v);
+    const at::Tensor grad_out = grad_output.to(at::kBFloat16).contiguous();
+    FuxiGrads<float> grads;
+    grads.qkv = qkv_grads.view<float>();
+    grads.time = time_grads.sinks<float>();
+    grads.position = position_grads.sinks<float>();
+    fuxi_backward_bf16(a.seqs.view, in.shape(options.base), in.view(), Bf16Inputs::bits(grad_out),
+                       a.mask.source<float>(), biases.time.source<float>(),
+                       biases.position.source<float>(), chunks, layout, grads);
+  } else {
+    dispatch_compute_type(q.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const ComputeInputs<T> in(q, k, v);
+      const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
+      FuxiGrads<T> grads;
+      grads.qkv = qkv_grads.view<T>();
+      grads.time = time_grads.sinks<T>();
+      grads.position = position_grads.sinks<T>();
+      fuxi_backward(a.seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
+                    a.mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(),
+                    chunks, layout, grads);
+    });
+  }
+  auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
+  std::optional<at::Tensor> d_ts_bias, d_pos_bias, d_ts_w, d_pos_w;
+  if (options.ts_bias.has_value()) {
+    d_ts_bias =
+        reduce_dense_bias_grad(time_grads, biases.time, options.ts_bias->unsqueeze(1)).squeeze(1);
+  } else if (options.base.ts_w.has_value()) {
+    d_ts_w = reduce_table_grad(time_grads.ts_w, *options.base.ts_w);
+  }
+  if (options.pos_bias.has_value()) {
+    d_pos_bias =
+        reduce_dense_bias_grad(position_grads, biases.position, options.pos_bias->unsqueeze(1))
+            .squeeze(1);
+  } else if (options.base.pos_w.has_value()) {
+    d_pos_w = reduce_table_grad(position_grads.pos_w, *options.base.pos_w);
+  }
+  return std::make_tuple(dq, dk, dv, d_ts_bias, d_pos_bias, d_ts_w, d_pos_w);
 }
 
 }  // namespace recops::attention

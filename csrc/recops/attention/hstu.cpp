@@ -37,12 +37,21 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
   const PreparedMask& mask = a.mask;
   const int64_t rows = a.rows, heads = a.heads;
   const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, a.compute);
+  const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
+  if (Bf16Inputs::applies(q, k, v)) {
+    const Bf16Inputs in(q, k, v);
+    at::Tensor out = at::zeros({rows, heads, v.size(2)}, q.options());
+    hstu_forward_bf16(seqs.view, in.shape(options), in.view(), mask.source<float>(),
+                      bias.source<float>(), chunks,
+                      reinterpret_cast<uint16_t*>(out.mutable_data_ptr<at::BFloat16>()));
+    return out;
+  }
   return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const ComputeInputs<T> in(q, k, v);
     at::Tensor out = at::zeros({rows, heads, v.size(2)}, in.q.options());
     hstu_forward(seqs.view, in.shape(options), in.view(), mask.source<T>(), bias.source<T>(),
-                 choose_chunks(seqs.view.count, at::get_num_threads()), out.mutable_data_ptr<T>());
+                 chunks, out.mutable_data_ptr<T>());
     return out.to(q.scalar_type());
   });
 }
@@ -64,28 +73,37 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   const PreparedMask& mask = a.mask;
   const PreparedBias bias = prepare_hstu_bias(options, seqs, a.rows, a.heads, a.compute);
   const BiasGradBuffers bias_grads = allocate_bias_grads(bias, a.compute);
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ComputeInputs<T> in(q, k, v);
-    const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-    const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
-    const QkvGradBuffers qkv_grads(in.q, in.v, chunks);
-    HstuGrads<T> grads;
-    grads.qkv = qkv_grads.view<T>();
-    grads.bias = bias_grads.sinks<T>();
-    hstu_backward(seqs.view, in.shape(options), in.view(), grad_out.const_data_ptr<T>(),
-                  mask.source<T>(), bias.source<T>(), chunks, grads);
-
-    auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
-    std::optional<at::Tensor> grad_bias, grad_ts_w, grad_pos_w;
-    if (bias.kind == BiasKind::kDense) {
-      grad_bias = reduce_dense_bias_grad(bias_grads, bias, *options.attn_bias);
-    } else if (bias.kind == BiasKind::kRelative) {
-      grad_ts_w = reduce_table_grad(bias_grads.ts_w, *options.ts_w);
-      grad_pos_w = reduce_table_grad(bias_grads.pos_w, *options.pos_w);
-    }
-    return std::make_tuple(dq, dk, dv, grad_bias, grad_ts_w, grad_pos_w);
-  });
+  const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
+  const QkvGradBuffers qkv_grads(q, v, chunks);
+  if (Bf16Inputs::applies(q, k, v)) {
+    const Bf16Inputs in(q, k, v);
+    const at::Tensor grad_out = grad_output.to(at::kBFloat16).contiguous();
+    HstuGrads<float> grads;
+    grads.qkv = qkv_grads.view<float>();
+    grads.bias = bias_grads.sinks<float>();
+    hstu_backward_bf16(seqs.view, in.shape(options), in.view(), Bf16Inputs::bits(grad_out),
+                       mask.source<float>(), bias.source<float>(), chunks, grads);
+  } else {
+    dispatch_compute_type(q.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const ComputeInputs<T> in(q, k, v);
+      const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
+      HstuGrads<T> grads;
+      grads.qkv = qkv_grads.view<T>();
+      grads.bias = bias_grads.sinks<T>();
+      hstu_backward(seqs.view, in.shape(options), in.view(), grad_out.const_data_ptr<T>(),
+                    mask.source<T>(), bias.source<T>(), chunks, grads);
+    });
+  }
+  auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
+  std::optional<at::Tensor> grad_bias, grad_ts_w, grad_pos_w;
+  if (bias.kind == BiasKind::kDense) {
+    grad_bias = reduce_dense_bias_grad(bias_grads, bias, *options.attn_bias);
+  } else if (bias.kind == BiasKind::kRelative) {
+    grad_ts_w = reduce_table_grad(bias_grads.ts_w, *options.ts_w);
+    grad_pos_w = reduce_table_grad(bias_grads.pos_w, *options.pos_w);
+  }
+  return std::make_tuple(dq, dk, dv, grad_bias, grad_ts_w, grad_pos_w);
 }
 
 }  // namespace recops::attention

@@ -119,17 +119,30 @@ class TileArena {
   int64_t slot_;
 };
 
-// One query block of one sequence: rows [row0, row0 + rows) meet keys [key0, key0 + keys).
+// One query block of one sequence: rows [row0, row0 + rows) meet keys [key0, key0 + keys). Its
+// tiles have rows of stride() values: `keys`, or `ld` when the bf16 kernels pad them (columns
+// [keys, ld) of the mask and bias tiles are then zero).
 struct Block {
   int64_t b, length, row0, rows, key0, keys;
+  int64_t ld = 0;
+
+  int64_t stride() const { return ld > 0 ? ld : keys; }
 };
+
+// Zeroes rows [blk.rows, rows_pad) of a tile (rows of blk.stride() values): the query rows the
+// bf16 kernels pad a block with.
+template <typename T>
+void zero_padded_rows(T* tile, const Block& blk, int64_t rows_pad) {
+  std::fill(tile + blk.rows * blk.stride(), tile + rows_pad * blk.stride(), T(0));
+}
 
 template <typename T>
 void build_mask_tile(const MaskSource<T>& src, const StructuredMask& structured, const Block& blk,
                      int64_t head, T* tile) {
   for (int64_t r = 0; r < blk.rows; ++r) {
-    T* row = tile + r * blk.keys;
+    T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
+    std::fill(row + blk.keys, row + blk.stride(), T(0));
     if (src.kind == MaskKind::kCustom) {
       const T* m = src.custom + blk.b * src.custom_stride_b + head * src.custom_stride_h +
                    i * src.custom_stride_row + blk.key0;
@@ -152,8 +165,9 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
                      int64_t head, T* tile, int32_t* bucket_tile) {
   const int64_t first_row = seqs.row_begin[blk.b];
   for (int64_t r = 0; r < blk.rows; ++r) {
-    T* row = tile + r * blk.keys;
+    T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
+    std::fill(row + blk.keys, row + blk.stride(), T(0));
     if (src.kind == BiasKind::kDense) {
       const T* bias = src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
                       i * src.dense_stride_row + blk.key0;
@@ -169,7 +183,7 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
     if (src.ts_w == nullptr) continue;
     const double query_time = src.query_time[first_row + i];
     const double* key_time = src.key_time + first_row + blk.key0;
-    int32_t* buckets = bucket_tile + r * blk.keys;
+    int32_t* buckets = bucket_tile + r * blk.stride();
     for (int64_t j = 0; j < blk.keys; ++j) {
       buckets[j] = src.buckets(std::abs(query_time - key_time[j]));
       row[j] += src.ts_w[buckets[j]];
@@ -183,7 +197,7 @@ void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, cons
                            int64_t head, const T* grad_tile, const int32_t* bucket_tile,
                            const BiasGrads<T>& sink, int64_t slot) {
   for (int64_t r = 0; r < blk.rows; ++r) {
-    const T* g = grad_tile + r * blk.keys;
+    const T* g = grad_tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
     if (src.kind == BiasKind::kDense) {
       T* d = sink.dense + slot * sink.dense_thread_stride + blk.b * src.dense_stride_b +
@@ -197,7 +211,7 @@ void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, cons
     }
     if (sink.ts_w != nullptr) {
       double* ts = sink.ts_w + slot * sink.ts_thread_stride;
-      const int32_t* buckets = bucket_tile + r * blk.keys;
+      const int32_t* buckets = bucket_tile + r * blk.stride();
       for (int64_t j = 0; j < blk.keys; ++j) ts[buckets[j]] += g[j];
     }
   }

@@ -39,23 +39,28 @@ void multiply_into(T* tile, const T* mask, int64_t n) {
   for (int64_t j = 0; j < n; ++j) tile[j] *= mask[j];
 }
 
-// The mask tile and the masked bias tiles of head h (rebuilt per head only for per-head masks).
+// The mask tile and the masked bias tiles of head h (rebuilt per head only for per-head masks);
+// returns whether it built them. Rows [blk.rows, rows_pad) are zero (the bf16 kernels' padding).
 template <typename T>
-void build_fuxi_tiles(const MaskSource<T>& mask, const BiasSource<T>& time,
+bool build_fuxi_tiles(const MaskSource<T>& mask, const BiasSource<T>& time,
                       const BiasSource<T>& position, const Sequences& seqs, const Block& blk,
-                      const StructuredMask& sm, int64_t h, const FuxiLayout& layout,
-                      TileArena<T>& t) {
-  if (h > 0 && !mask.per_head()) return;
-  const int64_t tile = blk.rows * blk.keys;
+                      int64_t rows_pad, const StructuredMask& sm, int64_t h,
+                      const FuxiLayout& layout, TileArena<T>& t) {
+  if (h > 0 && !mask.per_head()) return false;
+  const int64_t tile = rows_pad * blk.stride();
   build_mask_tile(mask, sm, blk, h, t.tile(kFuxiMask));
-  if (layout.has(FuxiChannel::kTime)) {
-    build_bias_tile(time, seqs, blk, 0, t.tile(kFuxiTime), t.buckets());
-    multiply_into(t.tile(kFuxiTime), t.tile(kFuxiMask), tile);
+  zero_padded_rows(t.tile(kFuxiMask), blk, rows_pad);
+  const std::pair<FuxiChannel, int> channels[2] = {{FuxiChannel::kTime, kFuxiTime},
+                                                   {FuxiChannel::kPosition, kFuxiPosition}};
+  for (const auto& [channel, index] : channels) {
+    if (!layout.has(channel)) continue;
+    const bool time_channel = channel == FuxiChannel::kTime;
+    build_bias_tile(time_channel ? time : position, seqs, blk, 0, t.tile(index),
+                    time_channel ? t.buckets() : nullptr);
+    zero_padded_rows(t.tile(index), blk, rows_pad);
+    multiply_into(t.tile(index), t.tile(kFuxiMask), tile);
   }
-  if (layout.has(FuxiChannel::kPosition)) {
-    build_bias_tile(position, seqs, blk, 0, t.tile(kFuxiPosition), nullptr);
-    multiply_into(t.tile(kFuxiPosition), t.tile(kFuxiMask), tile);
-  }
+  return true;
 }
 
 // out: zero-initialised, addressed by `layout`.
@@ -73,29 +78,29 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
         return TileArena<T>(kFuxiForwardTiles, seqs.max_len, with_buckets, slot);
       },
       [&](TileArena<T>& t, int64_t index) {
-        for_each_block(seqs, mask, items[index], chunks,
-                       [&](const Block& blk, const StructuredMask& sm) {
-                         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-                         const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-                         for (int64_t h = 0; h < H; ++h) {
-                           build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
-                           const T* v = in.v + (key0 * H + h) * dv;
-                           T* s = t.tile(kFuxiScores);
-                           gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
-                                   kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
-                           silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                                       blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-                           const std::pair<FuxiChannel, const T*> weights[3] = {
-                               {FuxiChannel::kSemantic, s},
-                               {FuxiChannel::kTime, t.tile(kFuxiTime)},
-                               {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
-                           for (const auto& [channel, a] : weights) {
-                             if (!layout.has(channel)) continue;
-                             gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
-                                     out + layout.at(row0, h, channel), layout.row_stride, false);
-                           }
-                         }
-                       });
+        for_each_block(
+            seqs, mask, items[index], chunks, [&](const Block& blk, const StructuredMask& sm) {
+              const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+              const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
+              for (int64_t h = 0; h < H; ++h) {
+                build_fuxi_tiles(mask, time, position, seqs, blk, blk.rows, sm, h, layout, t);
+                const T* v = in.v + (key0 * H + h) * dv;
+                T* s = t.tile(kFuxiScores);
+                gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+                        kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
+                silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                            blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+                const std::pair<FuxiChannel, const T*> weights[3] = {
+                    {FuxiChannel::kSemantic, s},
+                    {FuxiChannel::kTime, t.tile(kFuxiTime)},
+                    {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
+                for (const auto& [channel, a] : weights) {
+                  if (!layout.has(channel)) continue;
+                  gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
+                          out + layout.at(row0, h, channel), layout.row_stride, false);
+                }
+              }
+            });
       });
 }
 
@@ -123,7 +128,7 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
           if (layout.has(channel)) std::fill(t.tile(grad_tile), t.tile(grad_tile) + tile, T(0));
         }
         for (int64_t h = 0; h < H; ++h) {
-          build_fuxi_tiles(mask, time, position, seqs, blk, sm, h, layout, t);
+          build_fuxi_tiles(mask, time, position, seqs, blk, blk.rows, sm, h, layout, t);
           T* s = t.tile(kFuxiScores);
           // Semantic channel: as HSTU without bias.
           silu_head_backward(shape, in, kv, seqs, blk, h,

@@ -1,0 +1,266 @@
+// bf16 operands of the HSTU-family tile products: oneDNN's bf16 batch-reduce GEMM micro-kernel as
+// PyTorch exports it (at::native::cpublas::brgemm on BFloat16, fp32 accumulation into an fp32
+// C), whose second operand is in VNNI layout: a [K, N] matrix stored as [K / 2, N, 2], the two
+// values of each pair of rows side by side (element (k, n) at ((k / 2) * ld + n) * 2 + k % 2).
+//
+// Every dimension and leading dimension of these products is a multiple of kBf16Granule: tiles
+// are zero-padded to it (padded query rows and keys are masked out, padded head dims are zero),
+// which bounds the set of shapes oneDNN generates kernels for as blas.h's fp32 products do, and
+// keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t) in the kernels.
+//
+//  * PackedOperands: per sequence and head, built once per call in parallel: K^T [Dqk, N] and
+//    (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
+//    and (forward) V [N, Dv] for O = A V. Each is about one bf16 copy of K or V;
+//  * Bf16Gradients: per thread, the current work item's fp32 dK^T [H, Dqk, N] and dV^T [H, Dv, N]
+//    (accumulated by dK^T += Q^T dS, dV^T += dO^T A) and the block's bf16 Q, Q^T, dO, dO^T.
+#pragma once
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "recops/attention/kernels/attention_tiles.h"
+#include "recops/attention/kernels/tile_ops.h"
+#include "recops/common/cpu_isa.h"
+
+namespace recops::attention::kernels {
+
+constexpr int64_t kBf16Granule = 16;
+
+inline int64_t round_up(int64_t x, int64_t granule) {
+  return (x + granule - 1) / granule * granule;
+}
+
+// Whether bf16 tiles run on the bf16 micro-kernel: the CPU has AVX512_BF16 dot products, the ISA
+// cap (RECOPS_CPU_ISA) allows AVX-512 and oneDNN is enabled (PyTorch's kernel needs all three).
+// Otherwise the adapters compute in fp32.
+inline bool bf16_tiles_available() {
+#if RECOPS_X86_VARIANTS
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return cpu && cpu_isa() == CpuIsa::kAvx512 && at::globalContext().userEnabledMkldnn();
+#else
+  return false;
+#endif
+}
+
+// C[m, n] (+)= A[m, k] B[k, n]: A row-major (lda), B in VNNI layout (ldb), C fp32 (ldc).
+inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                      const uint16_t* b_vnni, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  TORCH_INTERNAL_ASSERT((m | n | k | lda | ldb | ldc) % kBf16Granule == 0);
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate,
+                              reinterpret_cast<const at::BFloat16*>(a),
+                              reinterpret_cast<const at::BFloat16*>(b_vnni), c, /*is_vnni=*/true);
+}
+
+// dst [rows_pad, cols_pad] (row stride cols_pad) = src [rows, cols] (row stride ld_src), zero
+// padded.
+inline void copy_padded(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld_src,
+                        uint16_t* dst, int64_t rows_pad, int64_t cols_pad) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * cols_pad, src + r * ld_src, cols * sizeof(uint16_t));
+    std::fill(dst + r * cols_pad + cols, dst + (r + 1) * cols_pad, uint16_t(0));
+  }
+  std::fill(dst + rows * cols_pad, dst + rows_pad * cols_pad, uint16_t(0));
+}
+
+// dst [cols_pad, rows_pad] = src [rows_pad, cols_pad] transposed (both padded).
+inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols_pad,
+                             uint16_t* dst) {
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    for (int64_t c = 0; c < cols_pad; ++c) dst[c * rows_pad + r] = src[r * cols_pad + c];
+  }
+}
+
+// The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
+// columns (2p, 2p + 1) of row j lands at ((p * ld) + j) * 2 as one 32-bit word, so this is a
+// transpose of words (memcpy moves them: no aliasing of the uint16_t buffers), in square blocks
+// that keep reads and writes within a few cache lines. Zero past (d, n).
+inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src,
+                                 int64_t d_pad, int64_t ld, uint16_t* dst) {
+  constexpr int64_t kBlock = 16;
+  const int64_t pairs = d / 2;
+  for (int64_t p = 0; p < d_pad / 2; ++p) {  // zero what the copies below leave
+    uint16_t* row = dst + p * ld * 2;
+    std::fill(p < pairs ? row + 2 * n : row, row + 2 * ld, uint16_t(0));
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    for (int64_t p0 = 0; p0 < pairs; p0 += kBlock) {
+      const int64_t p1 = std::min(pairs, p0 + kBlock);
+      for (int64_t p = p0; p < p1; ++p) {
+        for (int64_t j = j0; j < j1; ++j) {
+          std::memcpy(dst + (p * ld + j) * 2, src + j * ld_src + 2 * p, 2 * sizeof(uint16_t));
+        }
+      }
+    }
+  }
+  if (d % 2 != 0) {  // the last column pairs with the zero padding
+    for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + j) * 2] = src[j * ld_src + d - 1];
+  }
+}
+
+// The VNNI layout [n_pad / 2, d_pad, 2] of src [n, d] (row stride ld_src): rows 2p and 2p + 1
+// interleaved value by value. Zero past (n, d).
+inline void pack_vnni_rows(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src, int64_t n_pad,
+                           int64_t d_pad, uint16_t* dst) {
+  for (int64_t j = 0; j < n; j += 2) {
+    const uint16_t* even = src + j * ld_src;
+    uint16_t* out = dst + j * d_pad;
+    if (j + 1 < n) {
+      const uint16_t* odd = even + ld_src;
+      for (int64_t c = 0; c < d; ++c) {
+        out[2 * c] = even[c];
+        out[2 * c + 1] = odd[c];
+      }
+    } else {
+      for (int64_t c = 0; c < d; ++c) {
+        out[2 * c] = even[c];
+        out[2 * c + 1] = 0;
+      }
+    }
+    std::fill(out + 2 * d, out + 2 * d_pad, uint16_t(0));
+  }
+  std::fill(dst + round_up(n, 2) * d_pad, dst + n_pad * d_pad, uint16_t(0));
+}
+
+// Per-call VNNI copies of K and V, per sequence and head (see the file comment).
+class PackedOperands {
+ public:
+  struct Which {
+    bool k_t, k, v_t, v;
+  };
+
+  // k [rows, H, dqk] and v [rows, H, dv] (bf16 bits).
+  PackedOperands(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv, const uint16_t* k,
+                 const uint16_t* v, Which which)
+      : heads_(heads),
+        dqk_pad_(round_up(dqk, kBf16Granule)),
+        dv_pad_(round_up(dv, kBf16Granule)),
+        n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), kBf16Granule)) {
+    const int64_t per_head_k = dqk_pad_ * n_pad_, per_head_v = dv_pad_ * n_pad_;
+    const int64_t units = seqs.count * heads;
+    if (which.k_t) k_t_.reset(new uint16_t[units * per_head_k]);
+    if (which.k) k_.reset(new uint16_t[units * per_head_k]);
+    if (which.v_t) v_t_.reset(new uint16_t[units * per_head_v]);
+    if (which.v) v_.reset(new uint16_t[units * per_head_v]);
+    at::parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t b = u / heads, h = u % heads, len = seqs.length[b];
+        const uint16_t* kh = k + (seqs.row_begin[b] * heads + h) * dqk;
+        const uint16_t* vh = v + (seqs.row_begin[b] * heads + h) * dv;
+        const int64_t ldk = heads * dqk, ldv = heads * dv;
+        if (k_t_)
+          pack_vnni_transposed(kh, len, dqk, ldk, dqk_pad_, n_pad_, k_t_.get() + u * per_head_k);
+        if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);
+        if (v_t_)
+          pack_vnni_transposed(vh, len, dv, ldv, dv_pad_, n_pad_, v_t_.get() + u * per_head_v);
+        if (v_) pack_vnni_rows(vh, len, dv, ldv, n_pad_, dv_pad_, v_.get() + u * per_head_v);
+      }
+    });
+  }
+
+  // The operands from key key0 (a multiple of kBf16Granule) of sequence b, head h; the leading
+  // dimension of K^T / V^T is n_pad(), of K / V dqk_pad() / dv_pad().
+  const uint16_t* k_t(int64_t b, int64_t h, int64_t key0) const {
+    return k_t_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + 2 * key0;
+  }
+  const uint16_t* v_t(int64_t b, int64_t h, int64_t key0) const {
+    return v_t_.get() + (b * heads_ + h) * dv_pad_ * n_pad_ + 2 * key0;
+  }
+  const uint16_t* k(int64_t b, int64_t h, int64_t key0) const {
+    return k_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + key0 * dqk_pad_;
+  }
+  const uint16_t* v(int64_t b, int64_t h, int64_t key0) const {
+    return v_.get() + (b * heads_ + h) * dv_pad_ * n_pad_ + key0 * dv_pad_;
+  }
+  int64_t dqk_pad() const { return dqk_pad_; }
+  int64_t dv_pad() const { return dv_pad_; }
+  int64_t n_pad() const { return n_pad_; }
+
+ private:
+  int64_t heads_, dqk_pad_, dv_pad_, n_pad_;
+  std::unique_ptr<uint16_t[]> k_t_, k_, v_t_, v_;
+};
+
+// A query block padded for the bf16 products: its key range starts at a multiple of the granule
+// (the keys added in front are outside the mask's key range, so masked out) and its tiles have
+// rows of ld = keys rounded up to the granule; rows_pad query rows (the rows past `rows` are
+// zero in every tile).
+struct PaddedBlock {
+  Block blk;
+  int64_t rows_pad;
+};
+
+inline PaddedBlock pad_block(const Block& blk) {
+  Block p = blk;
+  p.key0 = blk.key0 / kBf16Granule * kBf16Granule;
+  p.keys = blk.key0 + blk.keys - p.key0;
+  p.ld = round_up(p.keys, kBf16Granule);
+  return {p, round_up(blk.rows, kBf16Granule)};
+}
+
+// Per-thread bf16 block operands and fp32 key-side gradient accumulators of the bf16 backward.
+class Bf16Gradients {
+ public:
+  Bf16Gradients(int64_t heads, int64_t dqk, int64_t dv, const PackedOperands& ops)
+      : heads_(heads),
+        dqk_(dqk),
+        dv_(dv),
+        dqk_pad_(ops.dqk_pad()),
+        dv_pad_(ops.dv_pad()),
+        n_pad_(ops.n_pad()),
+        q_(new uint16_t[kQueryBlock * dqk_pad_]),
+        q_t_(new uint16_t[kQueryBlock * dqk_pad_]),
+        go_(new uint16_t[kQueryBlock * dv_pad_]),
+        go_t_(new uint16_t[kQueryBlock * dv_pad_]),
+        dk_t_(new float[heads * dqk_pad_ * n_pad_]),
+        dv_t_(new float[heads * dv_pad_ * n_pad_]) {}
+
+  void begin_item() {
+    std::fill_n(dk_t_.get(), heads_ * dqk_pad_ * n_pad_, 0.0f);
+    std::fill_n(dv_t_.get(), heads_ * dv_pad_ * n_pad_, 0.0f);
+  }
+
+  // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T, zero padded
+  // (load_go: dO and dO^T only).
+  void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
+                  int64_t rows_pad) {
+    copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
+    transpose_padded(q_.get(), rows_pad, dqk_pad_, q_t_.get());
+    load_go(go, ld_go, rows, rows_pad);
+  }
+  void load_go(const uint16_t* go, int64_t ld_go, int64_t rows, int64_t rows_pad) {
+    copy_padded(go, rows, dv_, ld_go, go_.get(), rows_pad, dv_pad_);
+    transpose_padded(go_.get(), rows_pad, dv_pad_, go_t_.get());
+  }
+  const uint16_t* q() const { return q_.get(); }
+  const uint16_t* q_t() const { return q_t_.get(); }
+  const uint16_t* go() const { return go_.get(); }
+  const uint16_t* go_t() const { return go_t_.get(); }
+
+  float* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * n_pad_ + key0; }
+  float* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * n_pad_ + key0; }
+  int64_t ld() const { return n_pad_; }
+
+  // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
+  // dV [rows, H, Dv] (fp32, pointers at the sequence's first row).
+  void end_item(int64_t length, float* dk, float* dv) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      transpose(dqk_, length, dk_t(h, 0), n_pad_, dk + h * dqk_, heads_ * dqk_, 1.0f, true);
+      transpose(dv_, length, dv_t(h, 0), n_pad_, dv + h * dv_, heads_ * dv_, 1.0f, true);
+    }
+  }
+
+ private:
+  int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, n_pad_;
+  std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
+  std::unique_ptr<float[]> dk_t_, dv_t_;
+};
+
+}  // namespace recops::attention::kernels
