@@ -329,15 +329,6 @@ _UNSUPPORTED_ARGS = {
     "res_params": None,
 }
 
-# FBGEMM forward arguments recops does not implement (variable batch size, ZCH, ...).
-_UNSUPPORTED_FORWARD_ARGS = (
-    "batch_size_per_feature_per_rank",
-    "hash_zch_identities",
-    "hash_zch_runtime_meta",
-    "vbe_output",
-    "vbe_output_offsets",
-)
-
 
 def _is_default(value, default):
     if value is None or default is None:
@@ -499,9 +490,17 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ) -> torch.Tensor:
         """Looks up every feature's bags; ``total_unique_indices`` (an FBGEMM hint for
         ``OptimType.NONE``) is ignored."""
-        given = locals()
-        for name in _UNSUPPORTED_FORWARD_ARGS:
-            if given[name] is not None:
+        # FBGEMM arguments recops does not implement (variable batch size, ZCH, VBE output), named
+        # one by one: torch.compile cannot trace locals() on every supported torch (2.10).
+        unsupported = dict(
+            batch_size_per_feature_per_rank=batch_size_per_feature_per_rank,
+            hash_zch_identities=hash_zch_identities,
+            hash_zch_runtime_meta=hash_zch_runtime_meta,
+            vbe_output=vbe_output,
+            vbe_output_offsets=vbe_output_offsets,
+        )
+        for name, value in unsupported.items():
+            if value is not None:
                 raise NotImplementedError(f"recops' TBE forward does not support {name}")
         indices, offsets = self._index_tensors(indices, offsets)
         if per_sample_weights is not None:
