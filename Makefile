@@ -8,9 +8,13 @@ COMPAT_VENV := .venv-compat
 COMPAT_PY := $(abspath $(COMPAT_VENV))/bin/python
 COMPAT_STAMP := $(COMPAT_VENV)/.requirements-installed
 COMPAT_TREE := build/compat
+# torchrec next to the pinned torch and fbgemm-gpu-cpu (requirements-torchrec.txt, docs/torchrec.md).
+TORCHREC_VENV := .venv-torchrec
+TORCHREC_PY := $(TORCHREC_VENV)/bin/python
+TORCHREC_STAMP := $(TORCHREC_VENV)/.requirements-installed
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 
-.PHONY: setup build train test test-compat wheel bench format format-check clean
+.PHONY: setup setup-torchrec build train test test-compat test-torchrec wheel bench format format-check clean
 
 $(STAMP): requirements.txt requirements-data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,7 +28,16 @@ $(COMPAT_STAMP): requirements-compat.txt requirements-data.txt
 	$(COMPAT_PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	touch $(COMPAT_STAMP)
 
+$(TORCHREC_STAMP): requirements.txt requirements-data.txt requirements-torchrec.txt
+	test -x $(TORCHREC_PY) || python3 -m venv $(TORCHREC_VENV)
+	$(TORCHREC_PY) -m pip install --quiet -r requirements.txt
+	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-torchrec.txt
+	touch $(TORCHREC_STAMP)
+
 setup: $(STAMP)
+
+setup-torchrec: $(TORCHREC_STAMP)
 
 build: setup
 	$(JOBS) $(PY) setup.py --quiet build_ext --inplace
@@ -56,6 +69,12 @@ test-compat: $(COMPAT_STAMP)
 	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(COMPAT_TREE)
 	cd $(COMPAT_TREE) && $(JOBS) $(COMPAT_PY) setup.py --quiet build_ext --inplace
 	cd $(COMPAT_TREE) && RECOPS_HIDE_FBGEMM=1 $(COMPAT_PY) -m pytest -q tests
+
+# recops inside torchrec: the plug-in and sharded training over 1, 2 and 4 local processes
+# (tests/test_torchrec*.py; they skip where torchrec is absent, as in .venv). Same torch as .venv,
+# so the in-place build serves both environments.
+test-torchrec: build $(TORCHREC_STAMP)
+	$(TORCHREC_PY) -m pytest -q tests/test_torchrec.py tests/test_torchrec_sharded.py tests/test_docs.py -k torchrec
 
 # An installable wheel in dist/, requiring the torch release it was built against.
 wheel: build

@@ -1054,6 +1054,9 @@ def make_tbe_forward(d):
     return args
 
 
+TBE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam")
+
+
 def make_tbe_backward(optimizer, weighted):
     def make(d):
         args = make_tbe_layout(d)
@@ -1061,11 +1064,20 @@ def make_tbe_backward(optimizer, weighted):
         args["grad_output"] = torch.randn(batch, 10, generator=d.generator())
         if weighted:
             args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
-        if optimizer != "sgd":
-            per_row = [4, 2] if optimizer == "adagrad" else [1, 1]
-            args["momentum1"] = torch.zeros(6 * per_row[0] + 5 * per_row[1])
-            args["momentum1_offsets"] = torch.tensor([0, 6 * per_row[0], 0])
+        # Elements per row of each state buffer, for the two tables (dims 4 and 2).
+        per_row = {
+            "sgd": [],
+            "adagrad": [[4, 2]],
+            "rowwise_adagrad": [[1, 1]],
+            "adam": [[4, 2], [4, 2]],
+            "partial_rowwise_adam": [[4, 2], [1, 1]],
+        }[optimizer]
+        for k, (first, second) in enumerate(per_row, start=1):
+            args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
+            args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
+        if optimizer in ("adam", "partial_rowwise_adam"):
+            args["iter"] = d.int(1, 5)
         return args
 
     return make
@@ -1168,11 +1180,11 @@ CASES = [
     case("index_to_int32", lambda d: {"t": torch.tensor([1, -2, 2**31 - 1]), "name": "t"}),
     *(
         case(f"split_embedding_codegen_lookup_{opt}_function", make_tbe_lookup(opt))
-        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+        for opt in TBE_OPTIMIZERS
     ),
     *(
         case(f"backward_codegen_{opt}_{kind}_exact", make_tbe_backward(opt, kind == "weighted"))
-        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+        for opt in TBE_OPTIMIZERS
         for kind in ("unweighted", "weighted")
     ),
 ]
