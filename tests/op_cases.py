@@ -427,6 +427,44 @@ def ref_invert(a):
     return out
 
 
+def make_permute_pooled(d):
+    gen = d.generator()
+    features = d.int(0, 4)
+    dims = [d.int(0, 3) for _ in range(features)]
+    permute = torch.randperm(features, generator=gen)
+    inverse = torch.empty_like(permute)
+    inverse[permute] = torch.arange(features)
+    pooled = torch.randn(d.int(0, 3), sum(dims), generator=gen).to(d.choice((F32, F64, BF16)))
+    return {
+        "pooled_embs": pooled,
+        "offset_dim_list": torch.tensor([0, *itertools.accumulate(dims)]),
+        "permute_list": permute,
+        "inv_offset_dim_list": torch.tensor(
+            [0, *itertools.accumulate(dims[p] for p in permute.tolist())]
+        ),
+        "inv_permute_list": inverse,
+    }
+
+
+def ref_permute_pooled(a):
+    pooled = tensor(a, "pooled_embs", None, (2,))
+    permute = tensor(a, "permute_list", (I64,), (1,))
+    offsets = tensor(a, "offset_dim_list", (I64,), (1,))
+    inv_offsets = tensor(a, "inv_offset_dim_list", (I64,), (1,))
+    inverse = tensor(a, "inv_permute_list", (I64,), (1,))
+    T = permute.numel()
+    require(offsets.numel() == T + 1 and inv_offsets.numel() == T + 1, "T + 1 offsets")
+    require(inverse.numel() == T, "T inverse entries")
+    for o in (ints(offsets), ints(inv_offsets)):
+        require(o[0] == 0 and o[-1] == pooled.shape[1], "column offsets from 0 to the width")
+        require(all(x <= y for x, y in zip(o, o[1:], strict=False)), "non-decreasing offsets")
+    p, io, oo = ints(permute), ints(offsets), ints(inv_offsets)
+    require(all(0 <= x < T for x in p), "features in range")
+    require(all(oo[i + 1] - oo[i] == io[x + 1] - io[x] for i, x in enumerate(p)), "widths agree")
+    blocks = [pooled[:, io[x] : io[x + 1]] for x in p]
+    return torch.cat(blocks, dim=1) if blocks else pooled.clone()
+
+
 # --------------------------------------------------------------------------- gather
 def make_gather(d):
     gen = d.generator()
@@ -1151,6 +1189,15 @@ CASES = [
     case("permute_1D_sparse_data", make_permute(True), ref_permute(True)),
     case("permute_2D_sparse_data", make_permute(False), ref_permute(False)),
     case("invert_permute", make_invert, ref_invert),
+    *(
+        case(name, make_permute_pooled, ref_permute_pooled)
+        for name in (
+            "permute_pooled_embs",
+            "permute_pooled_embs_split",
+            "permute_pooled_embs_auto_grad",
+            "permute_pooled_embs_auto_grad_split",
+        )
+    ),
     case("gather_for_rank1", make_gather, ref_gather),
     case("index_select_for_rank1_backward", make_scatter, ref_scatter),
     case("relative_attn_bias_time_forward", make_time_bias, ref_time_bias),

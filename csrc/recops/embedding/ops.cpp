@@ -94,10 +94,11 @@ void backward_stateful(const at::Tensor& grad_output, const at::Tensor& weights,
                        const at::Tensor& momentum1_offsets, const at::Tensor& learning_rate_tensor,
                        double eps, double weight_decay, int64_t weight_decay_mode,
                        bool gradient_clipping, double max_gradient) {
-  backward_exact(kOptimizer, grad_output, weights, weights_offsets, D_offsets, rows_per_table,
-                 indices, offsets, pooling_mode, indice_weights,
-                 OptimizerState{momentum1, momentum1_offsets, eps}, learning_rate_tensor,
-                 weight_decay, weight_decay_mode, gradient_clipping, max_gradient);
+  backward_exact(
+      kOptimizer, grad_output, weights, weights_offsets, D_offsets, rows_per_table, indices,
+      offsets, pooling_mode, indice_weights,
+      OptimizerState{momentum1, momentum1_offsets, eps, std::nullopt, std::nullopt, 0, 0, 0},
+      learning_rate_tensor, weight_decay, weight_decay_mode, gradient_clipping, max_gradient);
 }
 
 template <Optimizer kOptimizer>
