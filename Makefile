@@ -12,9 +12,27 @@ COMPAT_TREE := build/compat
 TORCHREC_VENV := .venv-torchrec
 TORCHREC_PY := $(TORCHREC_VENV)/bin/python
 TORCHREC_STAMP := $(TORCHREC_VENV)/.requirements-installed
+# recops built with AddressSanitizer + UndefinedBehaviorSanitizer (test-asan), in a tree of its own.
+ASAN_TREE := build/asan
+# Every kernel family's tests and the bad-input suites; the model / training / compile / packaging
+# tests add no kernel code of their own and would take most of the time under the sanitizers.
+ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tests/test_gather.py \
+	tests/test_permute_pooled.py tests/test_embedding.py tests/test_hstu_attention.py \
+	tests/test_fuxi_attention.py tests/test_relative_bias.py tests/test_deberta.py \
+	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 
-.PHONY: setup setup-torchrec build train test test-compat test-torchrec wheel bench format format-check clean
+.PHONY: setup setup-torchrec build train test test-compat test-asan test-torchrec wheel bench \
+	format format-check clean
+
+# A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
+# for targets that build recops differently: their recops/_C*.so would otherwise replace the
+# main build's; the kept build folder makes their rebuilds incremental.
+define copy_tree
+	mkdir -p $(1)
+	find $(1) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(1)
+endef
 
 $(STAMP): requirements.txt requirements-data.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -61,14 +79,26 @@ test: build format-check
 	$(PY) -m pytest -q tests
 
 # recops built against the oldest supported torch (requirements-compat.txt) and its suite run
-# without FBGEMM. It builds in a copy of the tree, whose recops/_C*.so would otherwise replace the
-# pinned environment's; the copy keeps its build folder, so rebuilds are incremental.
+# without FBGEMM, in a copy of the tree.
 test-compat: $(COMPAT_STAMP)
-	mkdir -p $(COMPAT_TREE)
-	find $(COMPAT_TREE) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
-	git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $(COMPAT_TREE)
+	$(call copy_tree,$(COMPAT_TREE))
 	cd $(COMPAT_TREE) && $(JOBS) $(COMPAT_PY) setup.py --quiet build_ext --inplace
 	cd $(COMPAT_TREE) && RECOPS_HIDE_FBGEMM=1 $(COMPAT_PY) -m pytest -q tests
+
+# The kernel families' tests against a sanitized build (pinned environment, a copy of the tree).
+# The ASan runtime must be loaded first, so it is preloaded into the (unsanitized) Python, and
+# libstdc++ with it: loaded later, ASan's __cxa_throw interceptor finds no real __cxa_throw and
+# every C++ exception (each TORCH_CHECK) aborts. Leak checks are off (Python and torch keep their
+# allocations until exit by design); --capture=sys lets a sanitizer report reach the log.
+test-asan: setup
+	$(call copy_tree,$(ASAN_TREE))
+	cd $(ASAN_TREE) && RECOPS_SANITIZE=address,undefined RECOPS_CUDA=0 $(JOBS) \
+		$(abspath $(PY)) setup.py --quiet build_ext --inplace
+	ldd $(ASAN_TREE)/recops/_C*.so | grep -q libasan  # the build really is instrumented
+	cd $(ASAN_TREE) && \
+		LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		$(abspath $(PY)) -m pytest -q -p no:cacheprovider --capture=sys $(ASAN_TESTS)
 
 # recops inside torchrec: the plug-in and sharded training over 1, 2 and 4 local processes
 # (tests/test_torchrec*.py; they skip where torchrec is absent, as in .venv). Same torch as .venv,

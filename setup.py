@@ -3,7 +3,8 @@
 CPU sources (csrc/recops/**/*.cpp) are always compiled. CUDA sources (csrc/recops/**/*.cu, next to
 their family's CPU kernels) are added when torch is a CUDA build, nvcc is found and its major
 version matches torch's; RECOPS_CUDA=0 forces a CPU-only build, RECOPS_CUDA=1 makes a missing
-toolchain an error. The C++ standard is the one torch's cpp_extension picks for the torch being
+toolchain an error. RECOPS_SANITIZE=address,undefined builds with those sanitizers (CPU only;
+`make test-asan`). The C++ standard is the one torch's cpp_extension picks for the torch being
 built against (C++17 up to torch 2.12, C++20 from 2.13, whose headers need it).
 
 The extension is bound to the ABI of the torch it was compiled with, so the package requires that
@@ -80,13 +81,22 @@ def _extension():
         "-Wextra",
         "-Wno-unused-parameter",
     ]
+    link_flags = ["-fopenmp"]
+    sanitizers = os.environ.get("RECOPS_SANITIZE")
+    if sanitizers:
+        # Every finding aborts (no recovery), so a sanitizer report fails the test that caused it.
+        # vptr checks need RTTI of torch's own classes, which its release build does not give
+        # UBSan, so they would only report torch's types, never recops' bugs.
+        sanitize = [f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all", "-fno-sanitize=vptr"]
+        cxx_flags += [*sanitize, "-fno-omit-frame-pointer", "-g"]
+        link_flags += sanitize
     common = dict(
         name="recops._C",
         include_dirs=[os.path.join(ROOT, "csrc")],
-        extra_link_args=["-fopenmp"],
+        extra_link_args=link_flags,
         py_limited_api=False,
     )
-    if _build_cuda():
+    if not sanitizers and _build_cuda():
         if torch.cuda.device_count() == 0:
             os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCH)
         return CUDAExtension(

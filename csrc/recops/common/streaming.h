@@ -82,6 +82,8 @@ void write_whole_lines_streamed(char* out, int64_t bytes, const Normal& normal,
 
 // memcpy, streamed (write_whole_lines_streamed) when `streaming` and the run is long enough.
 inline void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
+  // memcpy needs valid pointers even for 0 bytes, and an empty tensor's data pointer is null.
+  if (bytes == 0) return;
 #if RECOPS_STREAMING_STORES
   if (streaming && bytes >= kStreamingMinBytes) {
     char* out = static_cast<char*>(dst);
@@ -107,6 +109,7 @@ inline void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming
 
 // memset, streamed like copy_bytes.
 inline void set_bytes(void* dst, unsigned char byte, int64_t bytes, bool streaming) {
+  if (bytes == 0) return;  // as in copy_bytes
 #if RECOPS_STREAMING_STORES
   if (streaming && bytes >= kStreamingMinBytes) {
     char* out = static_cast<char*>(dst);
