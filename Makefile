@@ -8,17 +8,22 @@ COMPAT_VENV := .venv-compat
 COMPAT_PY := $(abspath $(COMPAT_VENV))/bin/python
 COMPAT_STAMP := $(COMPAT_VENV)/.requirements-installed
 COMPAT_TREE := build/compat
+# torchrec next to the pinned torch and fbgemm-gpu-cpu (requirements-torchrec.txt, docs/torchrec.md).
+TORCHREC_VENV := .venv-torchrec
+TORCHREC_PY := $(TORCHREC_VENV)/bin/python
+TORCHREC_STAMP := $(TORCHREC_VENV)/.requirements-installed
 # recops built with AddressSanitizer + UndefinedBehaviorSanitizer (test-asan), in a tree of its own.
 ASAN_TREE := build/asan
 # Every kernel family's tests and the bad-input suites; the model / training / compile / packaging
 # tests add no kernel code of their own and would take most of the time under the sanitizers.
 ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tests/test_gather.py \
-	tests/test_embedding.py tests/test_hstu_attention.py tests/test_fuxi_attention.py \
-	tests/test_relative_bias.py tests/test_deberta.py tests/test_fbgemm_binding.py \
-	tests/test_bad_input.py tests/test_bad_input_properties.py
+	tests/test_permute_pooled.py tests/test_embedding.py tests/test_hstu_attention.py \
+	tests/test_fuxi_attention.py tests/test_relative_bias.py tests/test_deberta.py \
+	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 
-.PHONY: setup build train test test-compat test-asan wheel bench format format-check clean
+.PHONY: setup setup-torchrec build train test test-compat test-asan test-torchrec wheel bench \
+	format format-check clean
 
 # A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
 # for targets that build recops differently: their recops/_C*.so would otherwise replace the
@@ -41,7 +46,16 @@ $(COMPAT_STAMP): requirements-compat.txt requirements-data.txt
 	$(COMPAT_PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	touch $(COMPAT_STAMP)
 
+$(TORCHREC_STAMP): requirements.txt requirements-data.txt requirements-torchrec.txt
+	test -x $(TORCHREC_PY) || python3 -m venv $(TORCHREC_VENV)
+	$(TORCHREC_PY) -m pip install --quiet -r requirements.txt
+	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-torchrec.txt
+	touch $(TORCHREC_STAMP)
+
 setup: $(STAMP)
+
+setup-torchrec: $(TORCHREC_STAMP)
 
 build: setup
 	$(JOBS) $(PY) setup.py --quiet build_ext --inplace
@@ -85,6 +99,12 @@ test-asan: setup
 		LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		$(abspath $(PY)) -m pytest -q -p no:cacheprovider --capture=sys $(ASAN_TESTS)
+
+# recops inside torchrec: the plug-in and sharded training over 1, 2 and 4 local processes
+# (tests/test_torchrec*.py; they skip where torchrec is absent, as in .venv). Same torch as .venv,
+# so the in-place build serves both environments.
+test-torchrec: build $(TORCHREC_STAMP)
+	$(TORCHREC_PY) -m pytest -q tests/test_torchrec.py tests/test_torchrec_sharded.py tests/test_docs.py -k torchrec
 
 # An installable wheel in dist/, requiring the torch release it was built against.
 wheel: build

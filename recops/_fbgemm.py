@@ -38,6 +38,10 @@ FBGEMM_OPS = (
     "permute_1D_sparse_data",
     "invert_permute",
     "offsets_range",
+    "permute_pooled_embs",
+    "permute_pooled_embs_split",
+    "permute_pooled_embs_auto_grad",
+    "permute_pooled_embs_auto_grad_split",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")

@@ -84,6 +84,8 @@ class OptimType(enum.Enum):
     EXACT_SGD = "exact_sgd"
     EXACT_ADAGRAD = "exact_adagrad"
     EXACT_ROWWISE_ADAGRAD = "exact_row_wise_adagrad"
+    ADAM = "adam"
+    PARTIAL_ROWWISE_ADAM = "partial_row_wise_adam"
 
     def __str__(self) -> str:
         return self.value
@@ -123,11 +125,24 @@ def _coerce(cls, value, arg):
         ) from None
 
 
-# Lookup op suffix and optimizer-state layout of each optimizer.
+# Lookup op suffix and the layout of each optimizer-state buffer (momentum1, momentum2):
+# "elementwise" holds D values per row, "rowwise" one.
 _OPTIMIZERS = {
-    OptimType.EXACT_SGD: ("sgd", None),
-    OptimType.EXACT_ADAGRAD: ("adagrad", "elementwise"),
-    OptimType.EXACT_ROWWISE_ADAGRAD: ("rowwise_adagrad", "rowwise"),
+    OptimType.EXACT_SGD: ("sgd", ()),
+    OptimType.EXACT_ADAGRAD: ("adagrad", ("elementwise",)),
+    OptimType.EXACT_ROWWISE_ADAGRAD: ("rowwise_adagrad", ("rowwise",)),
+    OptimType.ADAM: ("adam", ("elementwise", "elementwise")),
+    OptimType.PARTIAL_ROWWISE_ADAM: ("partial_rowwise_adam", ("elementwise", "rowwise")),
+}
+# The Adam family: bias-corrected by the step count `iter`, weight decay decoupled (FBGEMM's).
+_ADAM_FAMILY = (OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM)
+# get_optimizer_state's names for the state buffers, as torch.optim names them.
+_STATE_NAMES = {
+    OptimType.EXACT_SGD: (),
+    OptimType.EXACT_ADAGRAD: ("sum",),
+    OptimType.EXACT_ROWWISE_ADAGRAD: ("sum",),
+    OptimType.ADAM: ("exp_avg", "exp_avg_sq"),
+    OptimType.PARTIAL_ROWWISE_ADAM: ("exp_avg", "exp_avg_sq"),
 }
 
 _OUTPUT_DTYPES = {0: torch.float32, 1: torch.float16, 5: torch.bfloat16}
@@ -305,7 +320,6 @@ _UNSUPPORTED_ARGS = {
     "cache_load_factor": 0.2,
     "cache_sets": 0,
     "cache_reserved_memory": 0.0,
-    "cache_precision": None,
     "enforce_hbm": False,
     "record_cache_metrics": None,
     "gather_uvm_cache_stats": False,
@@ -324,9 +338,7 @@ _UNSUPPORTED_ARGS = {
     "uvm_host_mapped": False,
     "extra_optimizer_config": None,
     "tbe_input_multiplexer_config": None,
-    "embedding_shard_info": None,
     "enable_raw_embedding_streaming": False,
-    "res_params": None,
 }
 
 
@@ -342,16 +354,19 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ``embedding_specs`` lists ``(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)`` per table;
     ``feature_table_map[f]`` is the table of feature f (several features may share one). Weights
     live in one flat buffer ``weights_host`` (zeros until initialised), optimizer state in
-    ``momentum1_host``; large buffers are backed by transparent huge pages
-    (``RECOPS_HUGE_PAGES=0`` turns that off). ``forward(indices, offsets, per_sample_weights=None,
-    feature_requires_grad=None)`` takes feature-major bags (``offsets`` has T * B + 1 entries) and
-    returns ``[B, sum of dims]`` (``[len(indices), dim]`` for ``PoolingMode.NONE``); its backward
-    applies ``optimizer`` to the weights in place and returns no weight gradient.
+    ``momentum1_host`` (and ``momentum2_host`` for the Adam family); large buffers are backed by
+    transparent huge pages (``RECOPS_HUGE_PAGES=0`` turns that off). ``forward(indices, offsets,
+    per_sample_weights=None, feature_requires_grad=None)`` takes feature-major bags (``offsets`` has
+    T * B + 1 entries) and returns ``[B, sum of dims]`` (``[len(indices), dim]`` for
+    ``PoolingMode.NONE``); its backward applies ``optimizer`` to the weights in place and returns no
+    weight gradient.
+
 
     Arguments after ``feature_table_map`` are keyword-only. FBGEMM arguments recops does not
-    implement raise ``NotImplementedError`` when given anything but FBGEMM's default; ``momentum``,
-    ``eta``, ``beta1``, ``beta2`` belong to other optimizers and are ignored, and
-    ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's CPU kernels do).
+    implement raise ``NotImplementedError`` when given anything but FBGEMM's default; ``momentum``
+    and ``eta`` belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the
+    Adam family), and ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's
+    CPU kernels do).
     """
 
     def __init__(
@@ -379,6 +394,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         table_names=None,
         embedding_table_index_type=torch.int64,
         embedding_table_offset_type=torch.int64,
+        cache_precision=None,
+        embedding_shard_info=None,
+        res_params=None,
         **fbgemm_only,
     ):
         super().__init__()
@@ -429,16 +447,33 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         ):
             if precision == SparseType.INT8:
                 raise NotImplementedError(f"recops does not support {arg}=SparseType.INT8")
+        # No cache on the host: a cache precision other than the weights' would ask for one.
+        if cache_precision is not None and (
+            _coerce(SparseType, cache_precision, "cache_precision") != self.weights_precision
+        ):
+            raise NotImplementedError(
+                "recops.SplitTableBatchedEmbeddingBagsCodegen has no cache: cache_precision must "
+                f"be None or weights_precision, got {cache_precision!r}"
+            )
         if self.pooling_mode == PoolingMode.NONE and len(set(dims)) > 1:
             raise ValueError("PoolingMode.NONE needs one embedding dim for all tables")
 
         self.table_names = table_names
+        # (full rows, full dim, row offset, column offset) of each table's shard, as FBGEMM keeps
+        # it for torchrec; metadata only.
+        self.embedding_shard_info = embedding_shard_info
+        # FBGEMM reads res_params only with enable_raw_embedding_streaming, which recops refuses
+        # (torchrec passes a default RESParams() whenever it is off).
+        self.res_params = res_params
+        self.prefetch_pipeline = False
         self.embedding_table_index_type = embedding_table_index_type
         self.embedding_table_offset_type = embedding_table_offset_type
         self.stochastic_rounding = stochastic_rounding
         self.gradient_clipping = gradient_clipping
         self.max_gradient = max_gradient
         self.eps = eps
+        self.beta1 = beta1
+        self.beta2 = beta2
         self.weight_decay = weight_decay
         self.learning_rate_tensor = torch.tensor(learning_rate, dtype=torch.float32)
 
@@ -463,16 +498,25 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
 
         dtype = self.weights_precision.as_dtype()
         self.weights_host = nn.Parameter(ops.embedding_host_zeros(table_offsets[-1], dtype))
-        self._state_layout = _OPTIMIZERS[self.optimizer][1]
-        if self._state_layout is not None:
-            per_row = dims if self._state_layout == "elementwise" else [1] * num_tables
+        self._state_layouts = _OPTIMIZERS[self.optimizer][1]
+        for k, layout in enumerate(self._state_layouts, start=1):
+            per_row = dims if layout == "elementwise" else [1] * num_tables
             sizes = (r * s for r, s in zip(rows, per_row, strict=True))
             state_offsets = [0, *itertools.accumulate(sizes)]
-            buffer("momentum1_offsets", [state_offsets[t] for t in ftm], torch.int64)
+            buffer(f"momentum{k}_offsets", [state_offsets[t] for t in ftm], torch.int64)
             self.register_buffer(
-                "momentum1_host", ops.embedding_host_zeros(state_offsets[-1], torch.float32)
+                f"momentum{k}_host", ops.embedding_host_zeros(state_offsets[-1], torch.float32)
             )
+        # FBGEMM's step count: forward passes so far; it bias-corrects the Adam family (and is
+        # saved with it).
+        self.register_buffer(
+            "iter", torch.zeros(1, dtype=torch.int64), persistent=self.optimizer in _ADAM_FAMILY
+        )
         self._table_offsets = table_offsets
+        self.weights_physical_offsets = table_offsets[:-1]
+        # FBGEMM's device and UVM buffers, empty on the host as in FBGEMM's CPU module.
+        self.weights_dev = torch.empty(0, dtype=dtype)
+        self.weights_uvm = torch.empty(0, dtype=dtype)
 
     # ----------------------------------------------------------------------- forward
     def forward(
@@ -521,16 +565,20 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                     "once; bounds_check_warning counts the repaired batches)",
                     stacklevel=2,
                 )
-        suffix, state_layout = _OPTIMIZERS[self.optimizer]
+        suffix, state_layouts = _OPTIMIZERS[self.optimizer]
         state = {}
-        if state_layout is not None:
-            state = dict(
-                momentum1=self.momentum1_host,
-                momentum1_offsets=self.momentum1_offsets,
-                eps=self.eps,
-            )
+        for k in range(1, len(state_layouts) + 1):
+            state[f"momentum{k}"] = getattr(self, f"momentum{k}_host")
+            state[f"momentum{k}_offsets"] = getattr(self, f"momentum{k}_offsets")
+        if state_layouts:
+            state["eps"] = self.eps
+        weight_decay_mode = self.weight_decay_mode
+        step = int(self.iter.item()) + 1
+        if self.optimizer in _ADAM_FAMILY:
+            state.update(beta1=self.beta1, beta2=self.beta2, iter=step)
+            weight_decay_mode = WeightDecayMode.DECOUPLE
         lookup = getattr(ops, f"split_embedding_codegen_lookup_{suffix}_function")
-        return lookup(
+        output = lookup(
             self.weights_host,
             self.weights_offsets,
             self.D_offsets,
@@ -544,12 +592,14 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             feature_requires_grad,
             learning_rate_tensor=self.learning_rate_tensor,
             weight_decay=self.weight_decay,
-            weight_decay_mode=int(self.weight_decay_mode),
+            weight_decay_mode=int(weight_decay_mode),
             gradient_clipping=self.gradient_clipping,
             max_gradient=self.max_gradient,
             output_dtype=self.output_dtype.as_int(),
             **state,
         )
+        self.iter.fill_(step)
+        return output
 
     def _index_tensors(self, indices, offsets):
         """indices and offsets in one dtype, as FBGEMM's forward casts them: indices to
@@ -575,23 +625,30 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         ]
 
     def split_optimizer_states(self) -> list[list[torch.Tensor]]:
-        """Per table, the list of its optimizer-state views (``[rows, dim]`` for Adagrad,
-        ``[rows]`` for rowwise Adagrad); empty for SGD, as in FBGEMM."""
-        if self._state_layout is None:
+        """Per table, the list of its optimizer-state views, FBGEMM's layout: ``momentum1``
+        ``[rows, dim]`` for Adagrad, ``[rows]`` for rowwise Adagrad; ``momentum1`` and
+        ``momentum2`` ``[rows, dim]`` for Adam, ``[rows, dim]`` and ``[rows]`` for partial rowwise
+        Adam; empty for SGD."""
+        if not self._state_layouts:
             return []
-        state = self.momentum1_host.detach()
-        splits = []
-        offset = 0
-        for rows, dim, *_ in self.embedding_specs:
-            size = rows * dim if self._state_layout == "elementwise" else rows
-            view = state[offset : offset + size]
-            splits.append([view.view(rows, dim) if self._state_layout == "elementwise" else view])
-            offset += size
-        return splits
+        per_buffer = []
+        for k, layout in enumerate(self._state_layouts, start=1):
+            state = getattr(self, f"momentum{k}_host").detach()
+            views = []
+            offset = 0
+            for rows, dim, *_ in self.embedding_specs:
+                size = rows * dim if layout == "elementwise" else rows
+                view = state[offset : offset + size]
+                views.append(view.view(rows, dim) if layout == "elementwise" else view)
+                offset += size
+            per_buffer.append(views)
+        return [list(states) for states in zip(*per_buffer, strict=True)]
 
     def get_optimizer_state(self) -> list[dict[str, torch.Tensor]]:
-        """``[{"sum": state}]`` per table, as ``torch.optim.Adagrad`` names it; empty for SGD."""
-        return [{"sum": states[0]} for states in self.split_optimizer_states()]
+        """Per table, its state under ``torch.optim``'s names: ``{"sum"}`` for the Adagrads,
+        ``{"exp_avg", "exp_avg_sq"}`` for the Adam family; empty for SGD (FBGEMM's)."""
+        names = _STATE_NAMES[self.optimizer]
+        return [dict(zip(names, states, strict=True)) for states in self.split_optimizer_states()]
 
     def set_learning_rate(self, lr: float) -> None:
         self.learning_rate_tensor.fill_(lr)
@@ -599,12 +656,22 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     def get_learning_rate(self) -> float:
         return self.learning_rate_tensor.item()
 
+    def set_optimizer_step(self, step: int) -> None:
+        """Sets the step count ``iter``: the Adam family's next step is ``iter + 1``."""
+        self.iter.fill_(step)
+
+    def flush(self) -> None:
+        """FBGEMM writes its cache back; recops keeps no cache, so there is nothing to do."""
+
+    def reset_cache_states(self) -> None:
+        """FBGEMM empties its cache; recops keeps no cache, so there is nothing to do."""
+
     def update_hyper_parameters(self, params_dict: dict[str, float]) -> None:
-        """Sets ``lr``, ``eps`` or ``weight_decay``."""
+        """Sets ``lr``, ``eps``, ``beta1``, ``beta2`` or ``weight_decay``."""
         for name, value in params_dict.items():
             if name == "lr":
                 self.set_learning_rate(value)
-            elif name in ("eps", "weight_decay"):
+            elif name in ("eps", "beta1", "beta2", "weight_decay"):
                 setattr(self, name, value)
             else:
                 raise NotImplementedError(f"Setting hyper-parameter {name} is not supported")

@@ -78,3 +78,40 @@ for _name in ("permute_2D_sparse_data", "permute_1D_sparse_data"):
         _make_permute_backward(getattr(ops, _name)),
         setup_context=_permute_setup,
     )
+
+
+# permute_pooled_embs and its FBGEMM twins: one kernel; the _auto_grad ones are differentiable,
+# their backward the same permutation with the inverse lists.
+PERMUTE_POOLED_EMBS = (
+    "permute_pooled_embs",
+    "permute_pooled_embs_split",
+    "permute_pooled_embs_auto_grad",
+    "permute_pooled_embs_auto_grad_split",
+)
+
+
+def _permute_pooled_embs_fake(
+    pooled_embs, offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list
+):
+    torch._check(pooled_embs.dim() == 2, lambda: "pooled_embs must be 2-D")
+    return torch.empty_like(pooled_embs, memory_format=torch.contiguous_format)
+
+
+def _permute_pooled_setup(ctx, inputs, output):
+    ctx.lists = inputs[1:]
+
+
+def _permute_pooled_backward(ctx, grad):
+    offset_dim_list, permute_list, inv_offset_dim_list, inv_permute_list = ctx.lists
+    grad_input = ops.permute_pooled_embs(
+        grad, inv_offset_dim_list, inv_permute_list, offset_dim_list, permute_list
+    )
+    return input_grads(ctx, grad_input, None, None, None, None)
+
+
+for _name in PERMUTE_POOLED_EMBS:
+    register_fake(f"recops::{_name}")(_permute_pooled_embs_fake)
+for _name in ("permute_pooled_embs_auto_grad", "permute_pooled_embs_auto_grad_split"):
+    register_autograd(
+        f"recops::{_name}", _permute_pooled_backward, setup_context=_permute_pooled_setup
+    )

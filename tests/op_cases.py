@@ -427,6 +427,44 @@ def ref_invert(a):
     return out
 
 
+def make_permute_pooled(d):
+    gen = d.generator()
+    features = d.int(0, 4)
+    dims = [d.int(0, 3) for _ in range(features)]
+    permute = torch.randperm(features, generator=gen)
+    inverse = torch.empty_like(permute)
+    inverse[permute] = torch.arange(features)
+    pooled = torch.randn(d.int(0, 3), sum(dims), generator=gen).to(d.choice((F32, F64, BF16)))
+    return {
+        "pooled_embs": pooled,
+        "offset_dim_list": torch.tensor([0, *itertools.accumulate(dims)]),
+        "permute_list": permute,
+        "inv_offset_dim_list": torch.tensor(
+            [0, *itertools.accumulate(dims[p] for p in permute.tolist())]
+        ),
+        "inv_permute_list": inverse,
+    }
+
+
+def ref_permute_pooled(a):
+    pooled = tensor(a, "pooled_embs", None, (2,))
+    permute = tensor(a, "permute_list", (I64,), (1,))
+    offsets = tensor(a, "offset_dim_list", (I64,), (1,))
+    inv_offsets = tensor(a, "inv_offset_dim_list", (I64,), (1,))
+    inverse = tensor(a, "inv_permute_list", (I64,), (1,))
+    T = permute.numel()
+    require(offsets.numel() == T + 1 and inv_offsets.numel() == T + 1, "T + 1 offsets")
+    require(inverse.numel() == T, "T inverse entries")
+    for o in (ints(offsets), ints(inv_offsets)):
+        require(o[0] == 0 and o[-1] == pooled.shape[1], "column offsets from 0 to the width")
+        require(all(x <= y for x, y in zip(o, o[1:], strict=False)), "non-decreasing offsets")
+    p, io, oo = ints(permute), ints(offsets), ints(inv_offsets)
+    require(all(0 <= x < T for x in p), "features in range")
+    require(all(oo[i + 1] - oo[i] == io[x + 1] - io[x] for i, x in enumerate(p)), "widths agree")
+    blocks = [pooled[:, io[x] : io[x + 1]] for x in p]
+    return torch.cat(blocks, dim=1) if blocks else pooled.clone()
+
+
 # --------------------------------------------------------------------------- gather
 def make_gather(d):
     gen = d.generator()
@@ -1054,6 +1092,9 @@ def make_tbe_forward(d):
     return args
 
 
+TBE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam")
+
+
 def make_tbe_backward(optimizer, weighted):
     def make(d):
         args = make_tbe_layout(d)
@@ -1061,11 +1102,20 @@ def make_tbe_backward(optimizer, weighted):
         args["grad_output"] = torch.randn(batch, 10, generator=d.generator())
         if weighted:
             args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
-        if optimizer != "sgd":
-            per_row = [4, 2] if optimizer == "adagrad" else [1, 1]
-            args["momentum1"] = torch.zeros(6 * per_row[0] + 5 * per_row[1])
-            args["momentum1_offsets"] = torch.tensor([0, 6 * per_row[0], 0])
+        # Elements per row of each state buffer, for the two tables (dims 4 and 2).
+        per_row = {
+            "sgd": [],
+            "adagrad": [[4, 2]],
+            "rowwise_adagrad": [[1, 1]],
+            "adam": [[4, 2], [4, 2]],
+            "partial_rowwise_adam": [[4, 2], [1, 1]],
+        }[optimizer]
+        for k, (first, second) in enumerate(per_row, start=1):
+            args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
+            args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
+        if optimizer in ("adam", "partial_rowwise_adam"):
+            args["iter"] = d.int(1, 5)
         return args
 
     return make
@@ -1139,6 +1189,15 @@ CASES = [
     case("permute_1D_sparse_data", make_permute(True), ref_permute(True)),
     case("permute_2D_sparse_data", make_permute(False), ref_permute(False)),
     case("invert_permute", make_invert, ref_invert),
+    *(
+        case(name, make_permute_pooled, ref_permute_pooled)
+        for name in (
+            "permute_pooled_embs",
+            "permute_pooled_embs_split",
+            "permute_pooled_embs_auto_grad",
+            "permute_pooled_embs_auto_grad_split",
+        )
+    ),
     case("gather_for_rank1", make_gather, ref_gather),
     case("index_select_for_rank1_backward", make_scatter, ref_scatter),
     case("relative_attn_bias_time_forward", make_time_bias, ref_time_bias),
@@ -1168,11 +1227,11 @@ CASES = [
     case("index_to_int32", lambda d: {"t": torch.tensor([1, -2, 2**31 - 1]), "name": "t"}),
     *(
         case(f"split_embedding_codegen_lookup_{opt}_function", make_tbe_lookup(opt))
-        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+        for opt in TBE_OPTIMIZERS
     ),
     *(
         case(f"backward_codegen_{opt}_{kind}_exact", make_tbe_backward(opt, kind == "weighted"))
-        for opt in ("sgd", "adagrad", "rowwise_adagrad")
+        for opt in TBE_OPTIMIZERS
         for kind in ("unweighted", "weighted")
     ),
 ]

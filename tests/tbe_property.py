@@ -102,8 +102,9 @@ def reference_step(ref, module, indices, offsets, psw, grad):
 
 def state_bytes(module):
     state = [module.weights_host.detach().clone()]
-    if hasattr(module, "momentum1_host"):
-        state.append(module.momentum1_host.clone())
+    for name in ("momentum1_host", "momentum2_host"):
+        if hasattr(module, name):
+            state.append(getattr(module, name).clone())
     return state
 
 
@@ -138,8 +139,9 @@ def check_step(d, note):
     assert_matches(out.double(), want, tolerance, "output")
     for t, weights in enumerate(module.split_embedding_weights()):
         assert_matches(weights.double(), ref.weights[t], tolerance, f"weights of table {t}")
-    for t, state in enumerate(module.split_optimizer_states()):
-        assert_matches(state[0].double(), ref.states[t], {torch.float64: (1e-4, 1e-5)}, "state")
+    for t, states in enumerate(module.split_optimizer_states()):
+        for state, expected in zip(states, ref.states[t], strict=True):
+            assert_matches(state.double(), expected, {torch.float64: (1e-4, 1e-5)}, "state")
 
 
 def tbe_step_test(examples, common_settings, draw_of):

@@ -28,7 +28,11 @@ from recops import (
 
 ops = torch.ops.recops
 
-OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
+# Those FBGEMM's CPU module implements too, and the Adam family, which it has no CPU kernel for.
+FBGEMM_OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
+ADAM_FAMILY = [OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM]
+OPTIMIZERS = FBGEMM_OPTIMIZERS + ADAM_FAMILY
+BETAS = (0.8, 0.9)  # the Adam family's beta1, beta2 in these tests
 POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
 PRECISIONS = [SparseType.FP32, SparseType.FP16, SparseType.BF16]
 HOST = (EmbeddingLocation.HOST, ComputeDevice.CPU)
@@ -81,6 +85,8 @@ def make_module(shapes, ftm, optimizer, pooling, precision=SparseType.FP32, **kw
         weights_precision=precision,
         learning_rate=LR,
         eps=EPS,
+        beta1=BETAS[0],
+        beta2=BETAS[1],
         **kwargs,
     )
     gen = torch.Generator().manual_seed(7)
@@ -102,7 +108,8 @@ class Reference:
         self.ftm = module.feature_table_map
         self.dtype = module.weights_precision.as_dtype()
         self.weights = [w.double().clone() for w in module.split_embedding_weights()]
-        self.states = [s[0].double().clone() for s in module.split_optimizer_states()]
+        self.states = [[s.double().clone() for s in st] for st in module.split_optimizer_states()]
+        self.iter = int(module.iter)  # steps taken: the Adam family's bias correction
         self.optimizer = module.optimizer
         self.pooling = module.pooling_mode
         self.wd, self.wd_mode = module.weight_decay, module.weight_decay_mode
@@ -133,6 +140,7 @@ class Reference:
 
     def step(self, indices, offsets, grad_output, psw=None):
         """Returns (output, per-sample-weight gradient) and applies the update."""
+        self.iter += 1
         leaves = [w.clone().requires_grad_() for w in self.weights]
         psw = None if psw is None else psw.double().detach().requires_grad_()
         out = self.forward(indices, offsets, psw, leaves)
@@ -147,21 +155,34 @@ class Reference:
         return out.detach(), None if psw is None else psw.grad
 
     def update(self, t, rows, g):
-        w, lr = self.weights[t], LR
+        w, lr, states = self.weights[t], LR, self.states[t] if self.states else []
         keep = 1.0
-        if self.wd_mode == WeightDecayMode.L2:
+        if self.optimizer in ADAM_FAMILY:  # FBGEMM's Adam decays decoupled, whatever the mode
+            keep = 1 - lr * self.wd
+        elif self.wd_mode == WeightDecayMode.L2:
             g = g + self.wd * w[rows]
         elif self.wd_mode == WeightDecayMode.DECOUPLE:
             keep = 1 - lr * self.wd
         if self.optimizer == OptimType.EXACT_SGD:
             new = keep * w[rows] - lr * g
         elif self.optimizer == OptimType.EXACT_ADAGRAD:
-            self.states[t][rows] += g * g
-            new = keep * w[rows] - lr * g / (self.states[t][rows].sqrt() + EPS)
-        else:
-            self.states[t][rows] += (g * g).mean(dim=1)
-            multiplier = lr / (self.states[t][rows].sqrt() + EPS)
+            states[0][rows] += g * g
+            new = keep * w[rows] - lr * g / (states[0][rows].sqrt() + EPS)
+        elif self.optimizer == OptimType.EXACT_ROWWISE_ADAGRAD:
+            states[0][rows] += (g * g).mean(dim=1)
+            multiplier = lr / (states[0][rows].sqrt() + EPS)
             new = keep * w[rows] - multiplier[:, None] * g
+        else:
+            (b1, b2), step = BETAS, self.iter
+            m, v = states
+            m[rows] = b1 * m[rows] + (1 - b1) * g
+            if self.optimizer == OptimType.ADAM:
+                v[rows] = b2 * v[rows] + (1 - b2) * g * g
+                denominator = (v[rows] / (1 - b2**step)).sqrt() + EPS
+            else:
+                v[rows] = b2 * v[rows] + (1 - b2) * (g * g).mean(dim=1)
+                denominator = ((v[rows] / (1 - b2**step)).sqrt() + EPS)[:, None]
+            new = keep * w[rows] - lr * (m[rows] / (1 - b1**step)) / denominator
         w[rows] = new.to(self.dtype).double()  # stored precision
 
 
@@ -185,8 +206,9 @@ def check_against_reference(module, batches, psw_fn=None, steps_dtype=None):
             assert_close(psw_leaf.grad, expected_psw_grad, dtype, msg="per-sample weight grad")
         for t, w in enumerate(module.split_embedding_weights()):
             assert_close(w, ref.weights[t], dtype, msg=f"weights of table {t}, step {step}")
-        for t, state in enumerate(module.split_optimizer_states()):
-            torch.testing.assert_close(state[0].double(), ref.states[t], rtol=1e-4, atol=1e-5)
+        for t, states in enumerate(module.split_optimizer_states()):
+            for state, expected in zip(states, ref.states[t], strict=True):
+                torch.testing.assert_close(state.double(), expected, rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- vs reference
@@ -419,11 +441,11 @@ def run_side_by_side(fbgemm, module, batches, weighted=False):
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 @pytest.mark.parametrize("precision", PRECISIONS[:2], ids=lambda p: p.name)
 @pytest.mark.parametrize("pooling", POOLINGS, ids=lambda p: p.name)
-@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+@pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
 def test_matches_fbgemm(fbgemm_ops, optimizer, pooling, precision, weighted):
     if weighted and pooling != PoolingMode.SUM:
         pytest.skip("FBGEMM's CPU module mishandles per-sample weights with MEAN / NONE pooling")
-    gen = torch.Generator().manual_seed(OPTIMIZERS.index(optimizer) * 10 + int(pooling))
+    gen = torch.Generator().manual_seed(FBGEMM_OPTIMIZERS.index(optimizer) * 10 + int(pooling))
     num_tables = 3
     shapes = make_tables(gen, num_tables, pooling)
     ftm = shared_table_map(num_tables, adjacent=True)
@@ -452,7 +474,7 @@ def test_rowwise_weight_decay_matches_fbgemm(fbgemm_ops, mode):
     run_side_by_side(fbgemm_ops, module, batches)
 
 
-@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=lambda o: o.name)
+@pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
 def test_gradient_clipping_matches_fbgemm(fbgemm_ops, optimizer):
     gen = torch.Generator().manual_seed(13)
     shapes = make_tables(gen, 2, PoolingMode.SUM)
@@ -493,9 +515,13 @@ def test_fbgemm_enums_are_accepted(fbgemm_ops):
     )
     assert module.optimizer == OptimType.EXACT_ROWWISE_ADAGRAD
     assert module.weights_host.dtype == torch.float16
+    adam = SplitTableBatchedEmbeddingBagsCodegen(
+        [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.ADAM
+    )
+    assert adam.optimizer == OptimType.ADAM
     with pytest.raises(NotImplementedError, match="optimizer"):
         SplitTableBatchedEmbeddingBagsCodegen(
-            [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.ADAM
+            [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.LAMB
         )
 
 
@@ -534,14 +560,14 @@ def test_fatal_raises_and_leaves_state_untouched(optimizer, case):
     out = module(torch.arange(8) % 10, torch.tensor([0, 2, 4, 6, 8]))
     out.backward(torch.ones_like(out))  # a good step first: state is non-trivial
     weights = module.weights_host.detach().clone()
-    states = [s[0].clone() for s in module.split_optimizer_states()]
+    states = [[s.clone() for s in st] for st in module.split_optimizer_states()]
     inputs = (indices.clone(), offsets.clone())
     with pytest.raises(error, match="out of range|malformed"):
         module(*inputs)
     assert torch.equal(inputs[0], indices) and torch.equal(inputs[1], offsets)
     assert torch.equal(module.weights_host.detach(), weights)
     for state, before in zip(module.split_optimizer_states(), states, strict=True):
-        assert torch.equal(state[0], before)
+        assert all(torch.equal(s, b) for s, b in zip(state, before, strict=True))
 
 
 @pytest.mark.parametrize("mode", [BoundsCheckMode.WARNING, BoundsCheckMode.IGNORE], ids=str)
@@ -605,7 +631,7 @@ def test_none_mode_still_rejects_out_of_range_indices():
 
 def state_snapshot(module):
     return module.weights_host.detach().clone(), [
-        s[0].clone() for s in module.split_optimizer_states()
+        [s.clone() for s in st] for st in module.split_optimizer_states()
     ]
 
 
@@ -613,7 +639,7 @@ def assert_state_unchanged(module, snapshot):
     weights, states = snapshot
     assert torch.equal(module.weights_host.detach(), weights)
     for state, before in zip(module.split_optimizer_states(), states, strict=True):
-        assert torch.equal(state[0], before)
+        assert all(torch.equal(s, b) for s, b in zip(state, before, strict=True))
 
 
 @pytest.mark.parametrize("mode", [BoundsCheckMode.FATAL, BoundsCheckMode.WARNING], ids=str)
@@ -895,6 +921,8 @@ def test_enums_have_fbgemm_names_and_values():
         ("EXACT_SGD", "exact_sgd"),
         ("EXACT_ADAGRAD", "exact_adagrad"),
         ("EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad"),
+        ("ADAM", "adam"),
+        ("PARTIAL_ROWWISE_ADAM", "partial_row_wise_adam"),
     ]
     assert recops.EmbOptimType is OptimType
     assert [(m.name, m.value) for m in WeightDecayMode] == [("NONE", 0), ("L2", 1), ("DECOUPLE", 2)]
@@ -914,6 +942,8 @@ def test_state_dict_round_trip(optimizer):
     out.backward(torch.ones_like(out))
     state = module.state_dict()
     keys = {"weights_host"} | ({"momentum1_host"} if optimizer != OptimType.EXACT_SGD else set())
+    if optimizer in ADAM_FAMILY:
+        keys |= {"momentum2_host", "iter"}
     assert set(state) == keys
     fresh = SplitTableBatchedEmbeddingBagsCodegen(
         [(20, 8, *HOST), (30, 12, *HOST)], feature_table_map=[0, 1, 0], optimizer=optimizer
@@ -926,7 +956,124 @@ def test_state_dict_round_trip(optimizer):
     for ours, theirs in zip(
         fresh.split_optimizer_states(), module.split_optimizer_states(), strict=True
     ):
-        assert torch.equal(ours[0], theirs[0])
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    if optimizer in ADAM_FAMILY:  # the step count is saved with the Adam family only (FBGEMM's)
+        assert torch.equal(fresh.iter, module.iter)
+
+
+# --------------------------------------------------------------------------- the Adam family
+def dense_batches(gen, rows, steps):
+    """Two features on one table, every row looked up in every batch (with duplicates), so a
+    sparse Adam and torch.optim's dense one take the same steps."""
+    for _ in range(steps):
+        extra = torch.randint(0, rows, (7,), generator=gen)
+        indices = torch.cat([torch.randperm(rows, generator=gen), extra])
+        cut = sorted(torch.randint(0, indices.numel() + 1, (3,), generator=gen).tolist())
+        yield indices, torch.tensor([0, *cut, indices.numel()])  # B = 2 bags per feature
+
+
+def pooled_bags(tables, ftm, indices, offsets, sparse=False):
+    """[B, sum of dims]: feature f's bags summed from tables[ftm[f]] (feature-major offsets)."""
+    B = (offsets.numel() - 1) // len(ftm)
+    outs = []
+    for f, t in enumerate(ftm):
+        begin, end = int(offsets[f * B]), int(offsets[(f + 1) * B])
+        bag_offsets = offsets[f * B : (f + 1) * B] - begin
+        bags = F.embedding_bag(
+            indices[begin:end], tables[t], bag_offsets, mode="sum", sparse=sparse
+        )
+        outs.append(bags)
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adam_matches_torch_optim_on_dense_tables(weight_decay):
+    """FBGEMM's ADAM is torch.optim.Adam; with weight decay, torch.optim.AdamW (decoupled). (Rows
+    a batch does not look up keep their state, as in torch.optim.SparseAdam: test_matches_reference
+    covers that.)"""
+    rows, dim = 9, 8
+    module = make_module(
+        [(rows, dim)], [0, 0], OptimType.ADAM, PoolingMode.SUM, weight_decay=weight_decay
+    )
+    table = torch.nn.Parameter(module.split_embedding_weights()[0].double().clone())
+    torch_optim = torch.optim.AdamW if weight_decay else torch.optim.Adam
+    reference = torch_optim([table], lr=LR, betas=BETAS, eps=EPS, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(30)
+    for step, (indices, offsets) in enumerate(dense_batches(gen, rows, 5)):
+        out = module(indices, offsets)
+        grad = grad_like(out, seed=step)
+        out.backward(grad)
+        reference.zero_grad()
+        pooled_bags([table], [0, 0], indices, offsets).backward(grad.double())
+        reference.step()
+        torch.testing.assert_close(
+            module.split_embedding_weights()[0].double(), table.detach(), rtol=1e-5, atol=1e-6
+        )
+    exp_avg, exp_avg_sq = module.split_optimizer_states()[0]
+    state = reference.state[table]
+    torch.testing.assert_close(exp_avg.double(), state["exp_avg"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(exp_avg_sq.double(), state["exp_avg_sq"], rtol=1e-5, atol=1e-7)
+    assert int(module.iter) == 5
+
+
+def test_adam_family_state_layout_and_accessors():
+    shapes = [(5, 4), (7, 8)]
+    adam = make_module(shapes, [1, 0], OptimType.ADAM, PoolingMode.SUM)
+    partial = make_module(shapes, [1, 0], OptimType.PARTIAL_ROWWISE_ADAM, PoolingMode.SUM)
+    assert [[tuple(s.shape) for s in st] for st in adam.split_optimizer_states()] == [
+        [(5, 4), (5, 4)],
+        [(7, 8), (7, 8)],
+    ]
+    assert [[tuple(s.shape) for s in st] for st in partial.split_optimizer_states()] == [
+        [(5, 4), (5,)],
+        [(7, 8), (7,)],
+    ]
+    for module in (adam, partial):
+        assert [set(s) for s in module.get_optimizer_state()] == [{"exp_avg", "exp_avg_sq"}] * 2
+        module.update_hyper_parameters({"beta1": 0.5, "beta2": 0.75})
+        assert (module.beta1, module.beta2) == (0.5, 0.75)
+        module.set_optimizer_step(41)
+        out = module(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3]))
+        assert int(module.iter) == 42  # the forward took step 42
+        out.sum().backward()
+    assert str(OptimType.PARTIAL_ROWWISE_ADAM) == "partial_row_wise_adam"
+
+
+@pytest.mark.parametrize("optimizer", ADAM_FAMILY, ids=lambda o: o.name)
+def test_adam_rejects_bad_betas_and_steps_before_any_update(optimizer):
+    module = make_module([(10, 8)], None, optimizer, PoolingMode.SUM)
+    out = module(torch.tensor([1, 2]), torch.tensor([0, 1, 2]))
+    out.sum().backward()  # a good step first: the state is non-trivial
+    snapshot = state_snapshot(module)
+    for change, match in [
+        (dict(beta1=1.0), r"beta1 must be in \[0, 1\), got 1"),
+        (dict(beta2=-0.1), r"beta2 must be in \[0, 1\)"),
+        (dict(beta1=float("nan")), r"beta1 must be in \[0, 1\)"),
+    ]:
+        module.update_hyper_parameters(change)
+        out = module(torch.tensor([1, 2]), torch.tensor([0, 1, 2]))
+        with pytest.raises(ValueError, match=match):
+            out.sum().backward()
+        module.update_hyper_parameters({"beta1": BETAS[0], "beta2": BETAS[1]})
+    suffix = "adam" if optimizer == OptimType.ADAM else "partial_rowwise_adam"
+    backward = getattr(ops, f"backward_codegen_{suffix}_unweighted_exact")
+    layout = (
+        torch.ones(1, 8),
+        module.weights_host.detach(),
+        module.weights_offsets,
+        module.D_offsets,
+        module.rows_per_table,
+        torch.tensor([1]),
+        torch.tensor([0, 1]),
+        0,
+    )
+    m1 = (module.momentum1_host, module.momentum1_offsets)
+    m2 = (module.momentum2_host, module.momentum2_offsets)
+    with pytest.raises(ValueError, match=r"iter must be >= 1"):
+        backward(*layout, *m1, *m2, module.learning_rate_tensor, iter=0)
+    with pytest.raises(RuntimeError, match=r"momentum1 and momentum2 must not share memory"):
+        backward(*layout, *m1, *m1, module.learning_rate_tensor, iter=2)
+    assert_state_unchanged(module, snapshot)
 
 
 def test_accessors():
@@ -958,7 +1105,8 @@ def test_accessors():
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        (dict(optimizer="adam"), "optimizer"),
+        (dict(optimizer="lamb"), "optimizer"),
+        (dict(cache_precision=SparseType.FP16), "cache_precision"),
         (dict(weights_precision=SparseType.INT8), "weights_precision"),
         (dict(cache_load_factor=0.5), "cache_load_factor"),
         (dict(prefetch_pipeline=True), "prefetch_pipeline"),
@@ -970,6 +1118,27 @@ def test_accessors():
 def test_unsupported_arguments_raise(kwargs, name):
     with pytest.raises(NotImplementedError, match=name):
         SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], **kwargs)
+
+
+def test_arguments_and_accessors_torchrec_uses():
+    module = SplitTableBatchedEmbeddingBagsCodegen(
+        [(5, 4, *HOST), (7, 8, *HOST)],
+        weights_precision=SparseType.FP16,
+        cache_precision=SparseType.FP16,  # no cache: the weights' precision is accepted
+        embedding_shard_info=[(10, 4, 5, 0), (7, 16, 0, 8)],
+        res_params=object(),  # read by FBGEMM only with raw embedding streaming
+        enable_raw_embedding_streaming=False,
+    )
+    assert module.embedding_shard_info == [(10, 4, 5, 0), (7, 16, 0, 8)]
+    assert module.weights_physical_offsets == [0, 20]
+    assert module.weights_dev.numel() == 0 and module.weights_uvm.numel() == 0
+    assert not module.prefetch_pipeline
+    module.flush()
+    module.reset_cache_states()
+    module.set_optimizer_step(7)
+    assert int(module.iter) == 7
+    with pytest.raises(NotImplementedError, match="enable_raw_embedding_streaming"):
+        SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], enable_raw_embedding_streaming=True)
 
 
 def test_unsupported_placement_and_forward_arguments():
@@ -1040,7 +1209,9 @@ def test_opcheck_forward_and_grad_ops():
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize("name", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize(
+    "name", ["sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam"]
+)
 def test_opcheck_backward_ops(name, weighted):
     module, indices, offsets, (w_off, d_off) = op_args()
     grad = torch.randn(3, int(d_off[-1]))
@@ -1056,10 +1227,16 @@ def test_opcheck_backward_ops(name, weighted):
     ]
     if weighted:
         args.append(torch.rand(indices.numel()))
-    if name != "sgd":
-        rows = [12, 9]
-        size = sum(rows) if name == "rowwise_adagrad" else 12 * 8 + 9 * 4
-        state_offsets = [0, 12, 0] if name == "rowwise_adagrad" else [0, 96, 0]
+    rowwise = (sum([12, 9]), [0, 12, 0])
+    elementwise = (12 * 8 + 9 * 4, [0, 96, 0])
+    layouts = {
+        "sgd": [],
+        "adagrad": [elementwise],
+        "rowwise_adagrad": [rowwise],
+        "adam": [elementwise, elementwise],
+        "partial_rowwise_adam": [elementwise, rowwise],
+    }[name]
+    for size, state_offsets in layouts:
         args += [torch.zeros(size), torch.tensor(state_offsets)]
     args.append(torch.tensor(0.1))
     kind = "weighted" if weighted else "unweighted"

@@ -42,6 +42,12 @@ TORCH_LIBRARY_IMPL(recops, CUDA, m) {
            "backward_codegen_adagrad_unweighted_exact",
            "backward_codegen_rowwise_adagrad_weighted_exact",
            "backward_codegen_rowwise_adagrad_unweighted_exact",
+           "split_embedding_codegen_lookup_adam_function",
+           "split_embedding_codegen_lookup_partial_rowwise_adam_function",
+           "backward_codegen_adam_weighted_exact",
+           "backward_codegen_adam_unweighted_exact",
+           "backward_codegen_partial_rowwise_adam_weighted_exact",
+           "backward_codegen_partial_rowwise_adam_unweighted_exact",
        }) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&recops::no_cuda_kernel_yet>());
   }

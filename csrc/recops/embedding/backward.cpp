@@ -1,5 +1,9 @@
+#include <ATen/MemoryOverlap.h>
+
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "recops/common/checks.h"
@@ -9,34 +13,48 @@
 namespace recops::embedding {
 namespace {
 
-int64_t state_size(kernels::Optimizer optimizer, int64_t D) {
+using kernels::Optimizer;
+
+// Elements per row of state buffer k (0: momentum1, 1: momentum2); 0 where unused.
+int64_t state_size(Optimizer optimizer, int k, int64_t D) {
   switch (optimizer) {
-    case kernels::Optimizer::kAdagrad:
+    case Optimizer::kAdagrad:
+      return k == 0 ? D : 0;
+    case Optimizer::kRowwiseAdagrad:
+      return k == 0 ? 1 : 0;
+    case Optimizer::kAdam:
       return D;
-    case kernels::Optimizer::kRowwiseAdagrad:
-      return 1;
+    case Optimizer::kPartialRowwiseAdam:
+      return k == 0 ? D : 1;
     default:
       return 0;
   }
 }
 
-// momentum1 must hold every feature's table state (rows x D elements for Adagrad, rows for
-// rowwise Adagrad) at momentum1_offsets[t]; features sharing a table share its state.
-at::Tensor checked_state_offsets(kernels::Optimizer optimizer, const CheckedBatch& batch,
-                                 const OptimizerState& state) {
-  TORCH_CHECK(state.momentum1.has_value() && state.momentum1_offsets.has_value(),
-              "this optimizer needs momentum1 and momentum1_offsets");
-  const at::Tensor& momentum1 = *state.momentum1;
-  check_cpu(momentum1, "momentum1");
-  check_dim(momentum1, 1, "momentum1");
-  TORCH_CHECK(momentum1.scalar_type() == at::kFloat, "momentum1 must be float32, got ",
-              momentum1.scalar_type());
-  TORCH_CHECK(momentum1.is_contiguous(), "momentum1 must be contiguous: it is updated in place");
+bool is_adam(Optimizer optimizer) {
+  return optimizer == Optimizer::kAdam || optimizer == Optimizer::kPartialRowwiseAdam;
+}
+
+// State buffer k (`name`, e.g. momentum1) must hold every feature's table state (rows x
+// state_size elements) at <name>_offsets[t]; features sharing a table share its state.
+at::Tensor checked_state_offsets(Optimizer optimizer, int k, const CheckedBatch& batch,
+                                 const std::optional<at::Tensor>& state,
+                                 const std::optional<at::Tensor>& state_offsets) {
+  const std::string name = "momentum" + std::to_string(k + 1);
+  const std::string offsets_name = name + "_offsets";
+  TORCH_CHECK(state.has_value() && state_offsets.has_value(), "this optimizer needs ", name,
+              " and ", offsets_name);
+  const at::Tensor& momentum = *state;
+  check_cpu(momentum, name.c_str());
+  check_dim(momentum, 1, name.c_str());
+  TORCH_CHECK(momentum.scalar_type() == at::kFloat, name, " must be float32, got ",
+              momentum.scalar_type());
+  TORCH_CHECK(momentum.is_contiguous(), name, " must be contiguous: it is updated in place");
   const int64_t T = batch.layout.num_features;
-  const at::Tensor& offsets = *state.momentum1_offsets;
-  check_cpu(offsets, "momentum1_offsets");
+  const at::Tensor& offsets = *state_offsets;
+  check_cpu(offsets, offsets_name.c_str());
   TORCH_CHECK(offsets.dim() == 1 && offsets.numel() == T && offsets.scalar_type() == at::kLong,
-              "momentum1_offsets must be int64 [", T, "], got ", offsets.scalar_type(), " ",
+              offsets_name, " must be int64 [", T, "], got ", offsets.scalar_type(), " ",
               offsets.sizes());
   at::Tensor offsets_c = offsets.contiguous();
   const int64_t* state_off = offsets_c.const_data_ptr<int64_t>();
@@ -44,21 +62,28 @@ at::Tensor checked_state_offsets(kernels::Optimizer optimizer, const CheckedBatc
   std::map<int64_t, int64_t> table_state;  // weights offset of a non-empty table -> state offset
   for (int64_t t = 0; t < T; ++t) {
     const int64_t D = batch.layout.D_offsets[t + 1] - batch.layout.D_offsets[t];
-    const int64_t per_row = state_size(optimizer, D);
+    const int64_t per_row = state_size(optimizer, k, D);
     const int64_t rows = batch.layout.rows[t];
-    TORCH_CHECK(state_off[t] >= 0 && rows <= (momentum1.numel() - state_off[t]) / per_row,
-                "feature ", t, "'s optimizer state (", rows, " x ", per_row,
-                " at momentum1_offsets[", t, "] = ", state_off[t],
-                ") does not fit in momentum1 of ", momentum1.numel(), " elements");
+    TORCH_CHECK(state_off[t] >= 0 && rows <= (momentum.numel() - state_off[t]) / per_row,
+                "feature ", t, "'s optimizer state (", rows, " x ", per_row, " at ", offsets_name,
+                "[", t, "] = ", state_off[t], ") does not fit in ", name, " of ", momentum.numel(),
+                " elements");
     tables[t] = {state_off[t], rows, per_row};
     if (rows == 0) continue;
     const auto [it, inserted] = table_state.emplace(batch.layout.weights_offsets[t], state_off[t]);
     TORCH_CHECK(inserted || it->second == state_off[t],
-                "features sharing a table must share its optimizer state, feature ", t,
-                " has momentum1_offsets ", state_off[t], " but another has ", it->second);
+                "features sharing a table must share its optimizer state, feature ", t, " has ",
+                offsets_name, " ", state_off[t], " but another has ", it->second);
   }
-  check_disjoint_tables(tables, "momentum1", "momentum1_offsets");
+  check_disjoint_tables(tables, name.c_str(), offsets_name.c_str());
   return offsets_c;
+}
+
+// 1 - beta^iter for the Adam family's bias correction, after checking beta and iter.
+float bias_correction(double beta, const char* name, int64_t iter) {
+  TORCH_CHECK_VALUE(std::isfinite(beta) && beta >= 0 && beta < 1, name, " must be in [0, 1), got ",
+                    beta);
+  return static_cast<float>(1.0 - std::pow(beta, static_cast<double>(iter)));
 }
 
 }  // namespace
@@ -84,7 +109,14 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   const float learning_rate = learning_rate_tensor.item<float>();
   check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
   check_finite(weight_decay, "weight_decay", at::kFloat);
-  if (optimizer != kernels::Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
+  if (optimizer != Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
+  float bias_correction1 = 1, bias_correction2 = 1;
+  if (is_adam(optimizer)) {
+    TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ",
+                      state.iter);
+    bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);
+    bias_correction2 = bias_correction(state.beta2, "beta2", state.iter);
+  }
   // Sort keys pack (global row, bag or position) into 64 bits.
   const auto bits_below = [](int64_t bound) {
     return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
@@ -102,17 +134,38 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   args.max_gradient = clip_bound(gradient_clipping, max_gradient);
   args.weights_kind = float_kind(weights, "weights");
   args.weights = weights.mutable_data_ptr();
-  at::Tensor state_offsets;
-  if (optimizer != kernels::Optimizer::kSgd) {
-    state_offsets = checked_state_offsets(optimizer, batch, state);
-    args.state = state.momentum1->mutable_data_ptr<float>();
-    args.state_offsets = state_offsets.const_data_ptr<int64_t>();
+  const std::optional<at::Tensor>* buffers[kernels::kMaxStates][2] = {
+      {&state.momentum1, &state.momentum1_offsets}, {&state.momentum2, &state.momentum2_offsets}};
+  at::Tensor state_offsets[kernels::kMaxStates];
+  for (int k = 0; k < kernels::kMaxStates; ++k) {
+    if (state_size(optimizer, k, 1) == 0) continue;
+    state_offsets[k] = checked_state_offsets(optimizer, k, batch, *buffers[k][0], *buffers[k][1]);
+    args.state[k] = (*buffers[k][0])->mutable_data_ptr<float>();
+    args.state_offsets[k] = state_offsets[k].const_data_ptr<int64_t>();
+  }
+  // The buffers updated together must not share memory: their rows are updated concurrently.
+  const char* names[] = {"weights", "momentum1", "momentum2"};
+  const at::Tensor* updated[] = {&weights, nullptr, nullptr};
+  for (int k = 0; k < kernels::kMaxStates; ++k) {
+    if (args.state[k] != nullptr) updated[k + 1] = &**buffers[k][0];
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i + 1; j < 3; ++j) {
+      TORCH_CHECK(updated[i] == nullptr || updated[j] == nullptr ||
+                      at::get_overlap_status(*updated[i], *updated[j]) == at::MemOverlapStatus::No,
+                  names[i], " and ", names[j],
+                  " must not share memory: they are updated in place together");
+    }
   }
   args.optimizer = optimizer;
   args.params.learning_rate = learning_rate;
   args.params.eps = static_cast<float>(state.eps);
   args.params.weight_decay = static_cast<float>(weight_decay);
   args.params.weight_decay_mode = static_cast<kernels::WeightDecay>(weight_decay_mode);
+  args.params.beta1 = static_cast<float>(state.beta1);
+  args.params.beta2 = static_cast<float>(state.beta2);
+  args.params.bias_correction1 = bias_correction1;
+  args.params.bias_correction2 = bias_correction2;
   const int64_t bad = kernels::tbe_kernels(cpu_isa()).exact_update(args);
   if (bad >= 0) raise_out_of_range(batch, bad);
 }

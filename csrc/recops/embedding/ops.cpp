@@ -1,5 +1,5 @@
 // Schemas and kernel registrations of the embedding family in torch.ops.recops (docs/ops.md section
-// 7). Per optimizer (sgd, adagrad, rowwise_adagrad):
+// 7). Per optimizer (sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam):
 //   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding.py binds its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
@@ -30,17 +30,27 @@ struct OptimizerSchema {
   const char* eps;
 };
 
+constexpr const char* kMomentum1 = "Tensor(b!) momentum1, Tensor momentum1_offsets, ";
+constexpr const char* kMomenta =
+    "Tensor(b!) momentum1, Tensor momentum1_offsets, Tensor(c!) momentum2, "
+    "Tensor momentum2_offsets, ";
+constexpr const char* kAdamHyper =
+    "float eps=0.0, float beta1=0.9, float beta2=0.999, int iter=1, ";
+
 constexpr OptimizerSchema kOptimizers[] = {
     {"sgd", "", ""},
-    {"adagrad", "Tensor(b!) momentum1, Tensor momentum1_offsets, ", "float eps=0.0, "},
-    {"rowwise_adagrad", "Tensor(b!) momentum1, Tensor momentum1_offsets, ", "float eps=0.0, "},
+    {"adagrad", kMomentum1, "float eps=0.0, "},
+    {"rowwise_adagrad", kMomentum1, "float eps=0.0, "},
+    {"adam", kMomenta, kAdamHyper},
+    {"partial_rowwise_adam", kMomenta, kAdamHyper},
 };
 
 // The lookup function only reads the optimizer state; its autograd backward updates it.
 std::string without_alias(std::string s) {
-  const std::string alias = "(b!)";
-  for (size_t at = s.find(alias); at != std::string::npos; at = s.find(alias)) {
-    s.erase(at, alias.size());
+  for (const std::string alias : {"(b!)", "(c!)"}) {
+    for (size_t at = s.find(alias); at != std::string::npos; at = s.find(alias)) {
+      s.erase(at, alias.size());
+    }
   }
   return s;
 }
@@ -84,10 +94,29 @@ void backward_stateful(const at::Tensor& grad_output, const at::Tensor& weights,
                        const at::Tensor& momentum1_offsets, const at::Tensor& learning_rate_tensor,
                        double eps, double weight_decay, int64_t weight_decay_mode,
                        bool gradient_clipping, double max_gradient) {
+  backward_exact(
+      kOptimizer, grad_output, weights, weights_offsets, D_offsets, rows_per_table, indices,
+      offsets, pooling_mode, indice_weights,
+      OptimizerState{momentum1, momentum1_offsets, eps, std::nullopt, std::nullopt, 0, 0, 0},
+      learning_rate_tensor, weight_decay, weight_decay_mode, gradient_clipping, max_gradient);
+}
+
+template <Optimizer kOptimizer>
+void backward_adam(const at::Tensor& grad_output, const at::Tensor& weights,
+                   const at::Tensor& weights_offsets, const at::Tensor& D_offsets,
+                   const at::Tensor& rows_per_table, const at::Tensor& indices,
+                   const at::Tensor& offsets, int64_t pooling_mode,
+                   const std::optional<at::Tensor>& indice_weights, const at::Tensor& momentum1,
+                   const at::Tensor& momentum1_offsets, const at::Tensor& momentum2,
+                   const at::Tensor& momentum2_offsets, const at::Tensor& learning_rate_tensor,
+                   double eps, double beta1, double beta2, int64_t iter, double weight_decay,
+                   int64_t weight_decay_mode, bool gradient_clipping, double max_gradient) {
   backward_exact(kOptimizer, grad_output, weights, weights_offsets, D_offsets, rows_per_table,
                  indices, offsets, pooling_mode, indice_weights,
-                 OptimizerState{momentum1, momentum1_offsets, eps}, learning_rate_tensor,
-                 weight_decay, weight_decay_mode, gradient_clipping, max_gradient);
+                 OptimizerState{momentum1, momentum1_offsets, eps, momentum2, momentum2_offsets,
+                                beta1, beta2, iter},
+                 learning_rate_tensor, weight_decay, weight_decay_mode, gradient_clipping,
+                 max_gradient);
 }
 
 // The schemas' kernels around a backward above: the weighted ones take indice_weights, the
@@ -124,6 +153,11 @@ constexpr auto kRowwiseBackward = &backward_stateful<Optimizer::kRowwiseAdagrad>
 using SgdBackward = decltype(bind<kSgdBackward>(kSgdBackward));
 using AdagradBackward = decltype(bind<kAdagradBackward>(kAdagradBackward));
 using RowwiseBackward = decltype(bind<kRowwiseBackward>(kRowwiseBackward));
+constexpr auto kAdamBackward = &backward_adam<Optimizer::kAdam>;
+constexpr auto kPartialRowwiseAdamBackward = &backward_adam<Optimizer::kPartialRowwiseAdam>;
+using AdamBackward = decltype(bind<kAdamBackward>(kAdamBackward));
+using PartialRowwiseAdamBackward =
+    decltype(bind<kPartialRowwiseAdamBackward>(kPartialRowwiseAdamBackward));
 
 at::Tensor lookup_stateless(const at::Tensor& weights, const at::Tensor& weights_offsets,
                             const at::Tensor& D_offsets, int64_t total_D, int64_t max_D,
@@ -150,6 +184,23 @@ at::Tensor lookup_stateful(const at::Tensor& weights, const at::Tensor& weights_
                            double /*weight_decay*/, int64_t /*weight_decay_mode*/,
                            bool /*gradient_clipping*/, double /*max_gradient*/,
                            int64_t output_dtype) {
+  return split_embedding_codegen_forward(weights, weights_offsets, D_offsets, total_D, max_D,
+                                         rows_per_table, indices, offsets, pooling_mode,
+                                         indice_weights, output_dtype);
+}
+
+at::Tensor lookup_adam(const at::Tensor& weights, const at::Tensor& weights_offsets,
+                       const at::Tensor& D_offsets, int64_t total_D, int64_t max_D,
+                       const at::Tensor& rows_per_table, const at::Tensor& indices,
+                       const at::Tensor& offsets, int64_t pooling_mode,
+                       const std::optional<at::Tensor>& indice_weights,
+                       const std::optional<at::Tensor>& /*feature_requires_grad*/,
+                       const at::Tensor& /*momentum1*/, const at::Tensor& /*momentum1_offsets*/,
+                       const at::Tensor& /*momentum2*/, const at::Tensor& /*momentum2_offsets*/,
+                       const at::Tensor& /*learning_rate_tensor*/, double /*eps*/, double /*beta1*/,
+                       double /*beta2*/, int64_t /*iter*/, double /*weight_decay*/,
+                       int64_t /*weight_decay_mode*/, bool /*gradient_clipping*/,
+                       double /*max_gradient*/, int64_t output_dtype) {
   return split_embedding_codegen_forward(weights, weights_offsets, D_offsets, total_D, max_D,
                                          rows_per_table, indices, offsets, pooling_mode,
                                          indice_weights, output_dtype);
@@ -207,4 +258,12 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("backward_codegen_rowwise_adagrad_weighted_exact", TORCH_FN(RowwiseBackward::weighted));
   m.impl("backward_codegen_rowwise_adagrad_unweighted_exact",
          TORCH_FN(RowwiseBackward::unweighted));
+  m.impl("split_embedding_codegen_lookup_adam_function", TORCH_FN(lookup_adam));
+  m.impl("split_embedding_codegen_lookup_partial_rowwise_adam_function", TORCH_FN(lookup_adam));
+  m.impl("backward_codegen_adam_weighted_exact", TORCH_FN(AdamBackward::weighted));
+  m.impl("backward_codegen_adam_unweighted_exact", TORCH_FN(AdamBackward::unweighted));
+  m.impl("backward_codegen_partial_rowwise_adam_weighted_exact",
+         TORCH_FN(PartialRowwiseAdamBackward::weighted));
+  m.impl("backward_codegen_partial_rowwise_adam_unweighted_exact",
+         TORCH_FN(PartialRowwiseAdamBackward::unweighted));
 }

@@ -45,11 +45,17 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
     const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
     double max_gradient);
 
-// The fused backward of every optimizer: updates weights (and momentum1) in place.
+// The fused backward of every optimizer: updates weights (and momentum1, momentum2) in place.
+// The Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`.
 struct OptimizerState {
   std::optional<at::Tensor> momentum1;
   std::optional<at::Tensor> momentum1_offsets;
   double eps = 0;
+  std::optional<at::Tensor> momentum2;
+  std::optional<at::Tensor> momentum2_offsets;
+  double beta1 = 0;
+  double beta2 = 0;
+  int64_t iter = 0;
 };
 
 void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,

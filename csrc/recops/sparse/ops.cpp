@@ -2,7 +2,19 @@
 // Fake kernels and autograd formulas are registered from Python (recops/sparse.py).
 #include <torch/library.h>
 
+#include <string>
+
 #include "recops/sparse/ops.h"
+
+namespace {
+// One schema and kernel; the _auto_grad ones get their autograd formula in recops/sparse.py.
+constexpr const char* kPermutePooledEmbs[] = {
+    "permute_pooled_embs",
+    "permute_pooled_embs_split",
+    "permute_pooled_embs_auto_grad",
+    "permute_pooled_embs_auto_grad_split",
+};
+}  // namespace
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
@@ -15,6 +27,12 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "Tensor? weights=None, SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)",
       pt2);
   m.def("invert_permute(Tensor permute) -> Tensor", pt2);
+  for (const char* name : kPermutePooledEmbs) {
+    m.def((std::string(name) + "(Tensor pooled_embs, Tensor offset_dim_list, Tensor permute_list, "
+                               "Tensor inv_offset_dim_list, Tensor inv_permute_list) -> Tensor")
+              .c_str(),
+          pt2);
+  }
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
@@ -22,4 +40,5 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("permute_2D_sparse_data", TORCH_FN(permute_2D_sparse_data));
   m.impl("permute_1D_sparse_data", TORCH_FN(permute_1D_sparse_data));
   m.impl("invert_permute", TORCH_FN(invert_permute));
+  for (const char* name : kPermutePooledEmbs) m.impl(name, TORCH_FN(permute_pooled_embs));
 }

@@ -20,5 +20,10 @@ PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tenso
                                       const std::optional<at::Tensor>& weights,
                                       std::optional<int64_t> permuted_lengths_sum);
 at::Tensor invert_permute(const at::Tensor& permute);
+// FBGEMM's permute_pooled_embs and its _split / _auto_grad / _auto_grad_split twins (one kernel).
+at::Tensor permute_pooled_embs(const at::Tensor& pooled_embs, const at::Tensor& offset_dim_list,
+                               const at::Tensor& permute_list,
+                               const at::Tensor& inv_offset_dim_list,
+                               const at::Tensor& inv_permute_list);
 
 }  // namespace recops::sparse

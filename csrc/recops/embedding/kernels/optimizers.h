@@ -11,10 +11,13 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
+// Each policy names the size per row of its state buffers (state_size(k, D) elements of buffer
+// k; 0 for a buffer it does not use) and steps one row: `s[k]` is the row's state in buffer k.
+
 // w = keep * w - lr * g
 struct ExactSgd {
-  static constexpr int64_t state_size(int64_t /*D*/) { return 0; }
-  static void step(float* __restrict w, float* /*state*/, const float* __restrict g, int64_t D,
+  static constexpr int64_t state_size(int /*k*/, int64_t /*D*/) { return 0; }
+  static void step(float* __restrict w, float* const* /*s*/, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - p.learning_rate * g[d];
   }
@@ -22,9 +25,10 @@ struct ExactSgd {
 
 // m += g^2; w = keep * w - lr * g / (sqrt(m) + eps), elementwise.
 struct ExactAdagrad {
-  static constexpr int64_t state_size(int64_t D) { return D; }
-  static void step(float* __restrict w, float* __restrict m, const float* __restrict g, int64_t D,
+  static constexpr int64_t state_size(int k, int64_t D) { return k == 0 ? D : 0; }
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
+    float* __restrict m = s[0];
     for (int64_t d = 0; d < D; ++d) {
       const float sum = m[d] + g[d] * g[d];
       m[d] = sum;
@@ -33,25 +37,62 @@ struct ExactAdagrad {
   }
 };
 
+inline float mean_square(const float* __restrict g, int64_t D) {
+  float square_sum = 0;
+#pragma omp simd reduction(+ : square_sum)
+  for (int64_t d = 0; d < D; ++d) square_sum += g[d] * g[d];
+  return square_sum / static_cast<float>(D);
+}
+
 // m += mean_d(g^2); w = keep * w - lr / (sqrt(m) + eps) * g, one m per row.
 struct ExactRowwiseAdagrad {
-  static constexpr int64_t state_size(int64_t /*D*/) { return 1; }
-  static void step(float* __restrict w, float* __restrict m, const float* __restrict g, int64_t D,
+  static constexpr int64_t state_size(int k, int64_t /*D*/) { return k == 0 ? 1 : 0; }
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
-    float square_sum = 0;
-#pragma omp simd reduction(+ : square_sum)
-    for (int64_t d = 0; d < D; ++d) square_sum += g[d] * g[d];
-    const float sum = m[0] + square_sum / static_cast<float>(D);
-    m[0] = sum;
+    const float sum = s[0][0] + mean_square(g, D);
+    s[0][0] = sum;
     const float multiplier = p.learning_rate / (std::sqrt(sum) + p.eps);
     for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - multiplier * g[d];
+  }
+};
+
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// w = keep * w - lr * (m / c1) / (sqrt(v / c2) + eps), elementwise, c = 1 - b^iter (FBGEMM's).
+struct Adam {
+  static constexpr int64_t state_size(int /*k*/, int64_t D) { return D; }
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float keep) {
+    float* __restrict m = s[0];
+    float* __restrict v = s[1];
+    for (int64_t d = 0; d < D; ++d) {
+      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
+      v[d] = p.beta2 * v[d] + (1.0f - p.beta2) * g[d] * g[d];
+      w[d] = keep * w[d] - p.learning_rate * (m[d] / p.bias_correction1) /
+                               (std::sqrt(v[d] / p.bias_correction2) + p.eps);
+    }
+  }
+};
+
+// Adam with one second moment per row: v = b2 v + (1 - b2) mean_d(g^2), m elementwise.
+struct PartialRowwiseAdam {
+  static constexpr int64_t state_size(int k, int64_t D) { return k == 0 ? D : 1; }
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float keep) {
+    float* __restrict m = s[0];
+    const float v = p.beta2 * s[1][0] + (1.0f - p.beta2) * mean_square(g, D);
+    s[1][0] = v;
+    const float denominator = std::sqrt(v / p.bias_correction2) + p.eps;
+    for (int64_t d = 0; d < D; ++d) {
+      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
+      w[d] = keep * w[d] - p.learning_rate * (m[d] / p.bias_correction1) / denominator;
+    }
   }
 };
 
 // Applies Opt to one stored row, computing in fp32 and rounding once on the store. `g` is
 // clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
 template <typename Opt, typename weight_t>
-void update_row(weight_t* row, float* state, float* g, int64_t D, const OptimizerParams& p,
+void update_row(weight_t* row, float* const* state, float* g, int64_t D, const OptimizerParams& p,
                 float* scratch) {
   float* w;
   if constexpr (std::is_same_v<weight_t, float>) {

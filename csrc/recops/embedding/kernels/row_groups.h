@@ -22,7 +22,7 @@ struct Table {
   int64_t rows;
   int64_t D;
   int64_t weights_offset;
-  int64_t state_offset;
+  int64_t state_offset[kMaxStates];  // first element of the table in each state buffer
 };
 
 // The distinct tables behind the features, in weights order. Features with one weights offset
@@ -32,7 +32,7 @@ struct Tables {
   std::vector<Table> tables;
   std::vector<int64_t> feature_table;  // [T]: index into tables
 
-  Tables(const FeatureLayout& layout, const int64_t* state_offsets) {
+  Tables(const FeatureLayout& layout, const int64_t* const* state_offsets) {
     const int64_t T = layout.num_features;
     const auto key = [&](int64_t t) {
       return std::make_tuple(layout.weights_offsets[t], layout.rows[t],
@@ -46,9 +46,14 @@ struct Tables {
     for (size_t i = 0; i < order.size(); ++i) {
       const int64_t t = order[i];
       if (i == 0 || key(order[i - 1]) != key(t)) {
-        tables.push_back({layout.rows[t], layout.D_offsets[t + 1] - layout.D_offsets[t],
-                          layout.weights_offsets[t],
-                          state_offsets != nullptr ? state_offsets[t] : 0});
+        Table table{layout.rows[t],
+                    layout.D_offsets[t + 1] - layout.D_offsets[t],
+                    layout.weights_offsets[t],
+                    {}};
+        for (int k = 0; k < kMaxStates; ++k) {
+          table.state_offset[k] = state_offsets[k] != nullptr ? state_offsets[k][t] : 0;
+        }
+        tables.push_back(table);
       }
       feature_table[t] = static_cast<int64_t>(tables.size()) - 1;
     }

@@ -33,7 +33,8 @@ namespace recops::embedding::kernels {
 
 enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's PoolingMode values
 enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
-enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad };
+enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam };
+constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
 enum class FloatKind { kFloat, kHalf, kBFloat16 };
 enum class IndexKind { kInt32, kInt64 };
 
@@ -88,6 +89,11 @@ struct OptimizerParams {
   float eps = 0;
   float weight_decay = 0;
   WeightDecay weight_decay_mode = WeightDecay::kNone;
+  // The Adam family: the moments' decay rates and their bias corrections 1 - beta^iter.
+  float beta1 = 0;
+  float beta2 = 0;
+  float bias_correction1 = 1;
+  float bias_correction2 = 1;
 };
 
 // The fused backward: sums the gradient of every occurrence of each (table, row) over all bags
@@ -99,8 +105,10 @@ struct UpdateArgs {
   float max_gradient = 0;              // elementwise clip bound on grad_output; +inf for none
   FloatKind weights_kind = FloatKind::kFloat;
   void* weights = nullptr;
-  float* state = nullptr;                  // optimizer state (null for SGD)
-  const int64_t* state_offsets = nullptr;  // [T]: first state element of feature t's table
+  // Optimizer-state buffers (momentum1, momentum2; null past the optimizer's count) and, for
+  // each, [T]: the first element of feature t's table in it.
+  float* state[kMaxStates] = {};
+  const int64_t* state_offsets[kMaxStates] = {};
   Optimizer optimizer = Optimizer::kSgd;
   OptimizerParams params;
 };

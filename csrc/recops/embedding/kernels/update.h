@@ -65,20 +65,25 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       const RowRuns::TableRuns& table_runs = runs.tables[i];
       const int64_t j = u - runs.first_run[i];
       const int64_t D = table.D;
-      const int64_t state_size = Opt::state_size(D);
+      // Row `row`'s elements in state buffer k (null when the optimizer does not use it).
+      const auto state_row = [&](int k, int64_t row) -> float* {
+        const int64_t size = Opt::state_size(k, D);
+        return size > 0 ? args.state[k] + table.state_offset[k] + row * size : nullptr;
+      };
       if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
         const int64_t ahead = table_runs.row[j + kRowPrefetchDistance];
         prefetch_bytes<1>(weights + table.weights_offset + ahead * D,
                           D * static_cast<int64_t>(sizeof(weight_t)));
-        if (state_size > 0) {
-          prefetch_bytes<1>(args.state + table.state_offset + ahead * state_size,
-                            state_size * static_cast<int64_t>(sizeof(float)));
+        for (int k = 0; k < kMaxStates; ++k) {
+          if (float* s = state_row(k, ahead)) {
+            prefetch_bytes<1>(s, Opt::state_size(k, D) * static_cast<int64_t>(sizeof(float)));
+          }
         }
       }
       sum_gradients(args.grad_output, runs.source.get(), runs.scale.get(), table_runs.begin[j],
                     table_runs.begin[j + 1], occurrences, args.max_gradient, D, g);
       const int64_t row = table_runs.row[j];
-      float* state = state_size > 0 ? args.state + table.state_offset + row * state_size : nullptr;
+      float* const state[kMaxStates] = {state_row(0, row), state_row(1, row)};
       update_row<Opt>(weights + table.weights_offset + row * D, state, g, D, args.params,
                       converted);
     }

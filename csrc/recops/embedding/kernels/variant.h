@@ -20,6 +20,10 @@ decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
       return fn(TypeTag<ExactAdagrad>{});
     case Optimizer::kRowwiseAdagrad:
       return fn(TypeTag<ExactRowwiseAdagrad>{});
+    case Optimizer::kAdam:
+      return fn(TypeTag<Adam>{});
+    case Optimizer::kPartialRowwiseAdam:
+      return fn(TypeTag<PartialRowwiseAdam>{});
     default:
       return fn(TypeTag<ExactSgd>{});
   }

@@ -1,0 +1,163 @@
+"""recops.torchrec: torchrec's fused embedding kernels on recops' TBE, and its KJT / KeyedTensor
+ops on recops' kernels. Skipped where torchrec is not installed (`make setup-torchrec`); the
+sharded runs are tests/test_torchrec_sharded.py."""
+
+import importlib
+
+import pytest
+import torch
+
+torchrec = pytest.importorskip("torchrec")
+
+from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: E402
+    SplitTableBatchedEmbeddingBagsCodegen as FbgemmTBE,
+)
+from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection  # noqa: E402
+from torchrec.optim import RowWiseAdagrad  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
+
+import recops  # noqa: E402
+import recops.torchrec  # noqa: E402
+
+TABLES = [("t0", 40, 8, ["f0", "f1"]), ("t1", 25, 4, ["f2"])]
+
+
+@pytest.fixture(autouse=True)
+def _disabled_after():
+    yield
+    recops.torchrec.disable()
+
+
+def test_patch_sites_hold_fbgemm_class():
+    """Fails when a torchrec upgrade moves the name recops.torchrec replaces."""
+    for module_name, name in recops.torchrec.PATCH_SITES:
+        module = importlib.import_module(module_name)
+        assert getattr(module, name, None) is FbgemmTBE, f"{module_name}.{name} moved"
+
+
+def test_enable_disable_is_reversible():
+    bound_before = {
+        k: list(v) if isinstance(v, list) else v for k, v in recops.fbgemm_bindings.items()
+    }
+    with recops.torchrec.enabled():
+        assert recops.torchrec.is_enabled()
+        for module_name, name in recops.torchrec.PATCH_SITES:
+            module = importlib.import_module(module_name)
+            assert getattr(module, name) is recops.SplitTableBatchedEmbeddingBagsCodegen
+        assert "CPU" in recops.fbgemm_bindings["permute_2D_sparse_data"]
+        recops.torchrec.enable()  # idempotent
+    assert not recops.torchrec.is_enabled()
+    test_patch_sites_hold_fbgemm_class()
+    assert recops.fbgemm_bindings == bound_before
+
+
+def test_enable_refuses_a_foreign_class(monkeypatch):
+    module = importlib.import_module(recops.torchrec.PATCH_SITES[0][0])
+    monkeypatch.setattr(module, recops.torchrec.PATCH_SITES[0][1], object)
+    with pytest.raises(RuntimeError, match="not FBGEMM's class"):
+        recops.torchrec.enable()
+    assert not recops.torchrec.is_enabled()
+
+
+def _configs():
+    return [
+        torchrec.EmbeddingBagConfig(
+            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=features
+        )
+        for name, rows, dim, features in TABLES
+    ]
+
+
+def _batches(steps, batch_size=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    keys = [f for *_, features in TABLES for f in features]
+    rows = [r for _, r, _, features in TABLES for _ in features]
+    for _ in range(steps):
+        lengths = torch.randint(0, 4, (len(keys) * batch_size,), generator=g)  # empty bags too
+        per_feature = lengths.view(len(keys), batch_size).sum(1)
+        values = torch.cat(
+            [
+                torch.randint(0, r, (int(n),), generator=g)
+                for r, n in zip(rows, per_feature, strict=True)
+            ]
+        )
+        yield KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+
+
+def _train(module, steps):
+    outputs = []
+    for kjt in _batches(steps):
+        out = module(kjt).values()
+        (out * torch.arange(out.shape[1], dtype=out.dtype)).sum().backward()
+        outputs.append(out.detach())
+    return outputs
+
+
+def _fused_ebc(optimizer_type, **kwargs):
+    return FusedEmbeddingBagCollection(
+        tables=_configs(), optimizer_type=optimizer_type, optimizer_kwargs=kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "optimizer_type, kwargs",
+    [
+        (torch.optim.SGD, {"lr": 0.1}),
+        (torch.optim.Adagrad, {"lr": 0.1, "eps": 1e-8}),
+        (RowWiseAdagrad, {"lr": 0.1, "eps": 1e-8}),
+    ],
+)
+def test_fused_embedding_bag_collection_matches_fbgemm(optimizer_type, kwargs):
+    fbgemm = _fused_ebc(optimizer_type, **kwargs)
+    with recops.torchrec.enabled():
+        ours = _fused_ebc(optimizer_type, **kwargs)
+    tbe = ours._emb_modules[0]._emb_module
+    assert isinstance(tbe, recops.SplitTableBatchedEmbeddingBagsCodegen)
+    ours.load_state_dict(fbgemm.state_dict())
+    for a, b in zip(_train(fbgemm, 4), _train(ours, 4), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for key, value in fbgemm.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-6)
+    fbgemm_states = fbgemm.fused_optimizer().state_dict()["state"]
+    ours_states = ours.fused_optimizer().state_dict()["state"]
+    assert fbgemm_states.keys() == ours_states.keys()
+    for key in fbgemm_states:
+        for name, value in fbgemm_states[key].items():
+            torch.testing.assert_close(ours_states[key][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_the_kernels_that_run_are_recops():
+    with recops.torchrec.enabled():
+        module = _fused_ebc(RowWiseAdagrad, lr=0.1)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            _train(module, 1)
+    names = {e.name for e in prof.events()}
+    assert "recops::split_embedding_codegen_lookup_rowwise_adagrad_function" in names
+    assert "recops::backward_codegen_rowwise_adagrad_unweighted_exact" in names
+    assert not [n for n in names if n.startswith("fbgemm::split_embedding")]
+
+
+def test_adam_runs_on_recops_and_matches_torch():
+    """FBGEMM has no CPU Adam; under recops FusedEmbeddingBagCollection(torch.optim.Adam) trains,
+    and equals torchrec's unfused collection with torch.optim.SparseAdam (both update only the
+    rows a batch touches, bias-corrected by the step count). SparseAdam adds eps before the
+    second-moment correction (eps / sqrt(1 - beta2^t) in FBGEMM's terms): a small eps makes that
+    immaterial."""
+    with recops.torchrec.enabled():
+        fused = _fused_ebc(torch.optim.Adam, lr=0.05, eps=1e-6)
+    reference = torchrec.EmbeddingBagCollection(tables=_configs())
+    reference.load_state_dict(fused.state_dict())
+    for table in reference.embedding_bags.values():
+        table.sparse = True
+    sparse_adam = torch.optim.SparseAdam(reference.parameters(), lr=0.05, eps=1e-6)
+    for kjt in _batches(4):
+        out = fused(kjt).values()
+        (out * torch.arange(out.shape[1], dtype=out.dtype)).sum().backward()
+        sparse_adam.zero_grad()
+        ref = reference(kjt).values()
+        (ref * torch.arange(ref.shape[1], dtype=ref.dtype)).sum().backward()
+        sparse_adam.step()
+        # Both in float32: Adam's normalised step magnifies rounding where v is small.
+        torch.testing.assert_close(out.detach(), ref.detach(), rtol=1e-4, atol=1e-5)
+    for key, value in reference.state_dict().items():
+        torch.testing.assert_close(fused.state_dict()[key], value, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,116 @@
+"""Sharded DLRM training under torchrec's DistributedModelParallel on 2 and 4 local gloo
+processes (tests/torchrec_dlrm.py): with recops' kernels it equals the single-process run and the
+run on FBGEMM's kernels, for table-wise, row-wise and column-wise sharding planned by torchrec's
+planner. Skipped where torchrec is not installed (`make setup-torchrec`)."""
+
+import socket
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("torchrec")
+
+import torchrec_dlrm as dlrm  # noqa: E402  (tests/ is on sys.path, and so on the workers')
+
+WORLDS = (2, 4)
+TIMEOUT_S = 240  # per group of processes: a loaded 2-core machine imports torchrec slowly
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(world: int, runs: list, out_dir) -> None:
+    """Runs dlrm.worker on `world` processes; fails the test past TIMEOUT_S or on any error."""
+    context = torch.multiprocessing.start_processes(
+        dlrm.worker,
+        args=(world, _free_port(), str(out_dir), runs),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not context.join(timeout=max(1.0, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{world} processes did not finish within {TIMEOUT_S} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+
+
+def _load(out_dir, run, world):
+    return [
+        torch.load(out_dir / f"{run.tag}-w{world}-rank{r}.pt", weights_only=False)
+        for r in range(world)
+    ]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """{(sharding, kernels, world): per-rank results}; ("single", "fbgemm", 1) is one process."""
+    out_dir = tmp_path_factory.mktemp("torchrec_dlrm")
+    single = dlrm.Run("table_wise", "fbgemm")
+    _launch(1, [single], out_dir)
+    runs = [dlrm.Run(s, k) for s in dlrm.SHARDING_TYPES for k in ("recops", "fbgemm")]
+    for world in WORLDS:
+        _launch(world, runs, out_dir)
+    found = {("single", "fbgemm", 1): _load(out_dir, single, 1)}
+    for world in WORLDS:
+        for run in runs:
+            found[(run.sharding, run.kernels, world)] = _load(out_dir, run, world)
+    return found
+
+
+def _assert_same_training(a, b, what):
+    tables_a, tables_b = dlrm.assemble(a), dlrm.assemble(b)
+    for name in tables_a:
+        assert not tables_a[name].isnan().any(), f"{what}: table {name} not fully covered"
+        torch.testing.assert_close(tables_a[name], tables_b[name], rtol=1e-5, atol=1e-6)
+    dense_a, dense_b = a[0]["dense"], b[0]["dense"]
+    assert dense_a.keys() == dense_b.keys() and dense_a
+    for key in dense_a:
+        torch.testing.assert_close(dense_a[key], dense_b[key], rtol=1e-5, atol=1e-6)
+    # Each rank's loss is over its slice; their mean is the loss over the global batch.
+    mean_a = torch.stack([r["losses"] for r in a]).mean(0)
+    mean_b = torch.stack([r["losses"] for r in b]).mean(0)
+    torch.testing.assert_close(mean_a, mean_b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("sharding", dlrm.SHARDING_TYPES)
+def test_sharded_recops_equals_single_process_and_fbgemm(results, sharding, world):
+    recops_run = results[(sharding, "recops", world)]
+    _assert_same_training(recops_run, results[("single", "fbgemm", 1)], "vs single process")
+    _assert_same_training(recops_run, results[(sharding, "fbgemm", world)], "vs FBGEMM kernels")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("sharding", dlrm.SHARDING_TYPES)
+def test_sharded_kernels_are_recops(results, sharding, world):
+    """Every TBE is recops' and runs recops' ops (a rank may hold no table: table-wise with 4
+    ranks for 3 tables); on FBGEMM's kernels no recops op runs."""
+    ranks = results[(sharding, "recops", world)]
+    assert any(rank["tbe_modules"] for rank in ranks)
+    for rank in ranks:
+        assert set(rank["tbe_modules"]) <= {"recops.embedding"}
+        if rank["tbe_modules"]:
+            assert "recops::backward_codegen_adagrad_unweighted_exact" in rank["ops"]
+        assert not [op for op in rank["ops"] if op.startswith("fbgemm::split_embedding")]
+    for rank in results[(sharding, "fbgemm", world)]:
+        fbgemm = "fbgemm_gpu.split_table_batched_embeddings_ops_training"
+        assert set(rank["tbe_modules"]) <= {fbgemm}
+        assert not [op for op in rank["ops"] if op.startswith("recops::")]
+
+
+def test_fbgemm_ops_of_a_sharded_step(results):
+    """The FBGEMM ops torchrec's CPU training step calls, by sharding: printed for the record
+    (docs/torchrec.md lists them); with recops enabled the TBE ops are recops' (above)."""
+    for sharding in dlrm.SHARDING_TYPES:
+        ops = sorted({op for r in results[(sharding, "fbgemm", 2)] for op in r["ops"]})
+        print(sharding, ops)
+        assert ops
