@@ -13,6 +13,7 @@ from recops.data import synthetic_sequences
 from recops.models import MODELS, ModelConfig
 from recops.training import TrainConfig, Trainer, build_model, chance_hit_rate, compare
 from recops.training.metrics import RankingMetrics
+from recops.training.trainer import COMPILE_FUSED_UPDATE_MIN_TORCH, torch_release
 
 NUM_ITEMS = 96
 
@@ -99,6 +100,12 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(data, tmp_path, backen
     assert_same_weights(weights(resumed), weights(straight), rtol=0, atol=0)
 
 
+FUSED_UPDATE_COMPILES = torch_release() >= COMPILE_FUSED_UPDATE_MIN_TORCH
+
+
+@pytest.mark.skipif(
+    not FUSED_UPDATE_COMPILES, reason="compiling the fused TBE update needs a newer torch"
+)
 @pytest.mark.parametrize("model", ["hstu", "fuxi"])  # the recops attention ops (and the TBE)
 def test_compiled_training_gives_the_eager_weights(data, model):
     # aot_eager runs AOTAutograd (functionalisation, the joint graph and its partition into a
@@ -115,6 +122,12 @@ def test_compiled_training_gives_the_eager_weights(data, model):
             trainer.step(batch, negatives)
         runs[compiled] = weights(trainer)
     assert_same_weights(runs[True], runs[False], rtol=0, atol=0)
+
+
+@pytest.mark.skipif(FUSED_UPDATE_COMPILES, reason="this torch compiles the fused TBE update")
+def test_compile_on_an_older_torch_is_refused_with_the_version_needed(data):
+    with pytest.raises(RuntimeError, match="needs torch >= "):
+        trainer_for(data, tiny(), dataclasses.replace(FAST, compile=True))
 
 
 def test_tbe_update_is_declared_to_the_compiler():

@@ -19,6 +19,16 @@ from recops.models import ModelConfig, SequentialRecommender, sample_negatives
 from recops.training.metrics import RankingMetrics, target_ranks
 
 DTYPES = ("fp32", "bf16")
+# torch.compile of a step whose backward runs the TBE's fused update (an in-place write to a leaf
+# Parameter, declared in the op's schema) fails in torch 2.10's AOTAutograd ("a leaf Variable that
+# requires grad is being used in an in-place operation"); torch 2.14 compiles it (tested: 2.10.0
+# and 2.14.1; the releases between are untested, so they are refused too).
+COMPILE_FUSED_UPDATE_MIN_TORCH = (2, 14)
+
+
+def torch_release() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +85,12 @@ class Trainer:
         self.item_optimizer = model.item_table.optimizer()
         self.loss_fn = model.training_loss
         if config.compile:
+            if self.item_optimizer is None and torch_release() < COMPILE_FUSED_UPDATE_MIN_TORCH:
+                need = ".".join(map(str, COMPILE_FUSED_UPDATE_MIN_TORCH))
+                raise RuntimeError(
+                    f"compile=True with the recops backend (the TBE's update fused into "
+                    f"backward) needs torch >= {need}; this is torch {torch.__version__}"
+                )
             # fullgraph: the step is one graph (recops' ops have fake kernels, and the TBE's
             # backward declares its in-place update of weights and Adagrad state in its schema);
             # dynamic: batches differ in rows and sequences, one graph serves them all.

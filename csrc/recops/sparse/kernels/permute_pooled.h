@@ -17,6 +17,8 @@ inline void permute_column_blocks(const char* in, char* out, int64_t rows, int64
                                   const int64_t* out_offsets, const int64_t* source,
                                   int64_t blocks) {
   const int64_t row_bytes = width * element_size;
+  // memcpy needs valid pointers even for 0 bytes; a tensor without elements has none.
+  if (row_bytes == 0) return;
   at::parallel_for(0, rows, grain_for_bytes(2 * row_bytes), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const char* in_row = in + r * row_bytes;
