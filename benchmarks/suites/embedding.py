@@ -1,6 +1,7 @@
 """Table-batched embedding bags with fused optimizer (docs/ops.md section 7), side by side with
-FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen and with nn.EmbeddingBag + torch.optim
-(sparse SGD / Adagrad).
+FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen (SGD, Adagrad, rowwise Adagrad: it has no CPU
+Adam) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which updates
+only the rows in the batch, as the fused Adam does).
 
 Workload: FBGEMM's TBE benchmark scaled to a small machine: T = 8 tables of 1e5 rows, D = 128,
 B = 512, bags of L = 20, fp32, indices uniform or Zipf(1.15) (FBGEMM's generator: distinct
@@ -23,6 +24,7 @@ T, ROWS, D, B, L = 8, 100_000, 128, 512, 20
 ZIPF_ALPHA = 1.15
 LEARNING_RATE = 0.01
 SUITE = "embedding"
+FBGEMM_CPU_OPTIMIZERS = {"EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD"}
 
 
 def zipf_bags(rng):
@@ -79,7 +81,7 @@ def fbgemm_module(optimizer, weights):
 
 class TorchBags:
     """nn.EmbeddingBag per table with sparse gradients and a torch.optim sparse optimizer (none
-    for rowwise Adagrad, which torch.optim lacks)."""
+    for rowwise Adagrad and partial rowwise Adam, which torch.optim lacks)."""
 
     def __init__(self, optimizer):
         self.bags = [torch.nn.EmbeddingBag(ROWS, D, mode="sum", sparse=True) for _ in range(T)]
@@ -89,6 +91,8 @@ class TorchBags:
             self.optimizer = torch.optim.SGD(params, lr=LEARNING_RATE)
         elif optimizer == recops.OptimType.EXACT_ADAGRAD:
             self.optimizer = torch.optim.Adagrad(params, lr=LEARNING_RATE, eps=1e-8)
+        elif optimizer == recops.OptimType.ADAM:
+            self.optimizer = torch.optim.SparseAdam(params, lr=LEARNING_RATE)
 
     def __call__(self, indices, offsets):
         outs = []
@@ -149,7 +153,7 @@ def run(limits):
 
     for optimizer in recops.OptimType:
         impls = {"recops": recops_module(optimizer)}
-        if recops.fbgemm_loaded:
+        if recops.fbgemm_loaded and optimizer.name in FBGEMM_CPU_OPTIMIZERS:
             impls["fbgemm"] = fbgemm_module(optimizer, impls["recops"].weights_host)
         torch_bags = TorchBags(optimizer)
         short = optimizer.name.removeprefix("EXACT_").lower()
