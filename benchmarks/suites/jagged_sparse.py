@@ -8,7 +8,8 @@ copied, padding written, index tensors read and written.
 
 Shapes follow FBGEMM's own benchmarks (bench/jagged_tensor_benchmark.py `device`: B=128, D=128,
 max_len=128, lengths uniform in [0, max_len), fp16; sparse_ops_benchmark cumsum 2048x1024) plus a
-production-like KJT permute (T=100, B=4096, ~5 ids per bag), a large fp32 jagged<->dense case and
+production-like KJT permute (T=100, B=4096, ~5 ids per bag), torchrec's pooled-embedding regroup
+(permute_pooled_embs, 26 x 64 columns), a large fp32 jagged<->dense case and
 a size sweep of jagged_to_padded_dense / dense_to_jagged written to results/sweep_jagged.{csv,png}.
 """
 
@@ -316,6 +317,32 @@ def permute_cases(gen) -> list[Case]:
     return cases
 
 
+def permute_pooled_cases(gen) -> list[Case]:
+    """KeyedTensor regrouping of pooled embeddings (torchrec's column-wise output path): 26
+    features of width 64 in a random order, B = 4096 rows, fp32. The torch reference is the
+    pure-PyTorch regroup torchrec falls back to (one slice per feature, then torch.cat), which
+    materialises nothing but the output, like upstream's."""
+    batch, features, dim = 4096, 26, 64
+    pooled = torch.randn(batch, features * dim, generator=gen)
+    offsets = torch.arange(features + 1) * dim
+    permute = torch.randperm(features, generator=gen)
+    inv_permute = torch.empty_like(permute)
+    inv_permute[permute] = torch.arange(features)
+    bounds = [(int(offsets[p]), int(offsets[p + 1])) for p in permute.tolist()]
+    args = (pooled, offsets, permute, offsets, inv_permute)  # equal widths: same inverse offsets
+    return [
+        Case(
+            f"permute_pooled_embs B={batch} T={features} D={dim} fp32",
+            {
+                "recops": lambda: R.permute_pooled_embs(*args),
+                "fbgemm": lambda: FB.permute_pooled_embs(*args),
+                "torch": lambda: torch.cat([pooled[:, a:b] for a, b in bounds], dim=1),
+            },
+            2 * _nbytes(pooled),
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- size sweep
 LARGE = "large B=1024 N=512 D=128 fp32"
 SWEEP_BATCHES = [16 * 2**i for i in range(9)]  # dense [B, 128, 128] fp32: 1 MiB .. 256 MiB
@@ -391,6 +418,7 @@ def run(limits) -> list[Row]:
         lambda: fbgemm_default_jagged_cases(gen),
         lambda: cumsum_cases(gen),
         lambda: permute_cases(gen),
+        lambda: permute_pooled_cases(gen),
         lambda: map(
             _with_copy_reference, jagged_dense_cases(LARGE, 1024, 512, 128, torch.float, gen)
         ),
