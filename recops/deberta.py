@@ -34,9 +34,8 @@ _DEFAULT_SPEC = "c2p|p2c"
 _FORWARD = ops.disentangled_attention.default
 _BACKWARD = ops.disentangled_attention_backward.default
 # The backward's arguments that come from the forward's call rather than from its results.
-_FORWARD_INPUTS = tuple(
-    a.name for a in _BACKWARD._schema.arguments if a.name in {b.name for b in _FORWARD._schema.arguments}
-)
+_FORWARD_NAMES = {a.name for a in _FORWARD._schema.arguments}
+_FORWARD_INPUTS = tuple(a.name for a in _BACKWARD._schema.arguments if a.name in _FORWARD_NAMES)
 
 
 @register_fake("recops::disentangled_attention")

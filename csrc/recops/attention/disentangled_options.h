@@ -23,9 +23,12 @@ struct DisentangledOptions {
 };
 
 inline DisentangledOptions read_disentangled_options(const NamedArgs& args) {
-  return DisentangledOptions{args.string("pos_att_type"), args.integer("position_buckets"),
-                             args.integer("max_relative_positions"), args.optional_real("scale"),
-                             args.real("dropout_p"), args.integer("seed")};
+  return DisentangledOptions{args.string("pos_att_type"),
+                             args.integer("position_buckets"),
+                             args.integer("max_relative_positions"),
+                             args.optional_real("scale"),
+                             args.real("dropout_p"),
+                             args.integer("seed")};
 }
 
 }  // namespace recops::attention

@@ -18,8 +18,7 @@ namespace recops {
 class NamedArgs {
  public:
   NamedArgs(const c10::OperatorHandle& op, const torch::jit::Stack& stack)
-      : schema_(op.schema()),
-        first_(stack.data() + stack.size() - schema_.arguments().size()) {}
+      : schema_(op.schema()), first_(stack.data() + stack.size() - schema_.arguments().size()) {}
 
   // Whether the schema declares `name` (e.g. indice_weights exists in the weighted TBE updates
   // only).

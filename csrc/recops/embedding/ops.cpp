@@ -82,8 +82,7 @@ void update_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 template <Optimizer kOptimizer>
 void register_optimizer(torch::Library& m, const std::string& name) {
-  m.impl(("split_embedding_codegen_lookup_" + name + "_function").c_str(),
-         boxed<&lookup_kernel>());
+  m.impl(("split_embedding_codegen_lookup_" + name + "_function").c_str(), boxed<&lookup_kernel>());
   for (const char* weighting : {"_weighted", "_unweighted"}) {
     m.impl(("backward_codegen_" + name + weighting + "_exact").c_str(),
            boxed<&update_kernel<kOptimizer>>());
