@@ -1,6 +1,7 @@
 """Builds recops' operator library (recops/_C.so) against the installed PyTorch.
 
-CPU sources (csrc/recops/**/*.cpp) are always compiled. CUDA sources (csrc/recops/**/*.cu, next to
+CPU sources (csrc/recops/**/*.cpp) are always compiled, among them the ATen backends of the
+kernels' torch-free interfaces (csrc/recops/common/*_aten.cpp; tests/cpp links others). CUDA sources (csrc/recops/**/*.cu, next to
 their family's CPU kernels) are added when torch is a CUDA build, nvcc is found and its major
 version matches torch's; RECOPS_CUDA=0 forces a CPU-only build, RECOPS_CUDA=1 makes a missing
 toolchain an error. RECOPS_SANITIZE=address,undefined builds with those sanitizers (CPU only;

@@ -291,30 +291,15 @@ struct Problem {
   float bound = kNoClip;
 };
 
-int64_t state_size(Optimizer optimizer, int k, int64_t D) {
-  switch (optimizer) {
-    case Optimizer::kAdagrad:
-      return k == 0 ? D : 0;
-    case Optimizer::kRowwiseAdagrad:
-      return k == 0 ? 1 : 0;
-    case Optimizer::kAdam:
-      return D;
-    case Optimizer::kPartialRowwiseAdam:
-      return k == 0 ? D : 1;
-    default:
-      return 0;
-  }
-}
-
-// Optimizer state: each table's rows x state_size elements, tables one after the other.
+// Optimizer state: each table's rows x optimizer_state_size elements, tables one after the other.
 struct State {
   std::vector<float> buffer[kMaxStates];
   std::vector<int64_t> offsets[kMaxStates];
 
   State(const Batch& batch, Optimizer optimizer) {
     for (int k = 0; k < kMaxStates; ++k) {
-      const int64_t size_a = 10 * state_size(optimizer, k, batch.D(0));
-      const int64_t size_b = 7 * state_size(optimizer, k, batch.D(2));
+      const int64_t size_a = 10 * optimizer_state_size(optimizer, k, batch.D(0));
+      const int64_t size_b = 7 * optimizer_state_size(optimizer, k, batch.D(2));
       offsets[k] = {0, 0, size_a};
       buffer[k] = random_floats(size_a + size_b, 20 + k);
       for (float& s : buffer[k]) s = std::abs(s);  // second moments are non-negative
@@ -398,7 +383,7 @@ void scalar_update(const Batch& batch, const Problem& problem, std::vector<float
     float* m[kMaxStates];
     for (int k = 0; k < kMaxStates; ++k) {
       m[k] = state.buffer[k].data() + state.offsets[k][r.table_feature] +
-             r.row * state_size(problem.optimizer, k, D);
+             r.row * optimizer_state_size(problem.optimizer, k, D);
     }
     scalar_step(problem, weights.data() + batch.weights_offsets[r.table_feature] + r.row * D, m[0],
                 m[1], r.g, D);
@@ -417,7 +402,7 @@ int64_t run_update(const TbeKernels& kernels, const Batch& batch, const Problem&
   args.weights_kind = kind_of<weight_t>();
   args.weights = weights.data();
   for (int k = 0; k < kMaxStates; ++k) {
-    if (state_size(problem.optimizer, k, 1) == 0) continue;
+    if (optimizer_state_size(problem.optimizer, k, 1) == 0) continue;
     args.state[k] = state.buffer[k].data();
     args.state_offsets[k] = state.offsets[k].data();
   }
