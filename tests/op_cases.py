@@ -511,7 +511,7 @@ def block_bucketize_rules(a):
             b = ints(bt)
             require(len(b) >= 1 and b[0] == 0, "bounds start at 0")
             require(all(y >= x for x, y in itertools.pairwise(b)), "bounds non-decreasing")
-        kept = bool(keep[t]) if keep is not None else a["keep_orig_idx"]
+        kept = bool(keep[t]) if keep is not None else a.get("keep_orig_idx", False)
         rules.append((block, glob, glob // my_size if total is not None else 1, b, kept))
     return batch, rules
 

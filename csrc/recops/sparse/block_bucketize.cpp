@@ -27,9 +27,9 @@ void check_index_tensor(const at::Tensor& t, const char* name, int64_t dim = 1) 
 template <typename index_t>
 std::vector<kernels::FeatureBuckets<index_t>> feature_buckets(
     int64_t num_bags, const at::Tensor& block_sizes, int64_t my_size,
-    const std::optional<at::Tensor>& batch_size_per_feature,
-    const std::vector<at::Tensor>& bounds, const std::optional<at::Tensor>& total_num_blocks,
-    bool keep_orig_idx, const std::optional<at::Tensor>& keep_orig_idx_per_feature) {
+    const std::optional<at::Tensor>& batch_size_per_feature, const std::vector<at::Tensor>& bounds,
+    const std::optional<at::Tensor>& total_num_blocks, bool keep_orig_idx,
+    const std::optional<at::Tensor>& keep_orig_idx_per_feature) {
   const int64_t T = block_sizes.numel();
   std::vector<kernels::FeatureBuckets<index_t>> features(T);
   int64_t first_bag = 0;
@@ -64,16 +64,16 @@ std::vector<kernels::FeatureBuckets<index_t>> feature_buckets(
                         "] must start at 0, got ", b.sizes(), " entries starting at ",
                         f.num_bounds == 0 ? -1 : static_cast<int64_t>(f.bounds[0]));
       const int64_t bad = first_decrease(f.bounds, f.num_bounds);
-      TORCH_CHECK_VALUE(bad < 0, "block_bucketize_pos[", t, "] must be non-decreasing, got [",
-                        bad, "] = ", bad < 0 ? 0 : index_at(b, bad), " > [", bad + 1,
+      TORCH_CHECK_VALUE(bad < 0, "block_bucketize_pos[", t, "] must be non-decreasing, got [", bad,
+                        "] = ", bad < 0 ? 0 : index_at(b, bad), " > [", bad + 1,
                         "] = ", bad < 0 ? 0 : index_at(b, bad + 1));
     }
-    f.keep_ids = keep_orig_idx_per_feature
-                     ? keep_orig_idx_per_feature->const_data_ptr<bool>()[t]
-                     : keep_orig_idx;
+    f.keep_ids = keep_orig_idx_per_feature ? keep_orig_idx_per_feature->const_data_ptr<bool>()[t]
+                                           : keep_orig_idx;
   }
-  TORCH_CHECK_VALUE(first_bag == num_bags, "batch_size_per_feature must sum to lengths.numel() = ",
-                    num_bags, ", got ", first_bag);
+  TORCH_CHECK_VALUE(first_bag == num_bags,
+                    "batch_size_per_feature must sum to lengths.numel() = ", num_bags, ", got ",
+                    first_bag);
   return features;
 }
 
@@ -121,9 +121,13 @@ BucketizedSparse block_bucketize_sparse_features(
     TORCH_CHECK_VALUE(static_cast<int64_t>(block_bucketize_pos->size()) == T,
                       "block_bucketize_pos must hold one tensor per feature (", T, "), got ",
                       block_bucketize_pos->size());
-    for (const at::Tensor& b : *block_bucketize_pos) {
-      check_index_tensor(b, "block_bucketize_pos[t]");
-      check_same_dtype(indices, "indices", b, "block_bucketize_pos[t]");
+    for (int64_t t = 0; t < T; ++t) {
+      const at::Tensor& b = (*block_bucketize_pos)[t];
+      TORCH_CHECK(b.device().is_cpu(), "block_bucketize_pos[", t, "] is on ", b.device(),
+                  " but its op runs on cpu: every tensor must be a CPU tensor");
+      TORCH_CHECK(b.dim() == 1 && b.scalar_type() == indices.scalar_type(), "block_bucketize_pos[",
+                  t, "] must be 1-D with the indices' dtype (", indices.scalar_type(), "), got ",
+                  b.scalar_type(), " of shape ", b.sizes());
       bounds.push_back(b.contiguous());
     }
   }

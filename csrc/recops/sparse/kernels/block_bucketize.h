@@ -96,10 +96,9 @@ Placement<index_t> place_id(index_t raw, const FeatureBuckets<index_t>& f, int64
 template <typename index_t, typename Fn>
 void for_each_bag(const FeatureBuckets<index_t>* features, int64_t num_features, int64_t begin,
                   int64_t end, const Fn& fn) {
-  int64_t t = std::upper_bound(features, features + num_features, begin,
-                               [](int64_t bag, const FeatureBuckets<index_t>& f) {
-                                 return bag < f.first_bag;
-                               }) -
+  int64_t t = std::upper_bound(
+                  features, features + num_features, begin,
+                  [](int64_t bag, const FeatureBuckets<index_t>& f) { return bag < f.first_bag; }) -
               features - 1;
   for (int64_t j = begin; j < end; ++j) {
     while (j >= features[t].first_bag + features[t].num_bags) ++t;
