@@ -43,15 +43,15 @@ def _block_bucketize_fake(*args, **kwargs):
     a = named_arguments(ops.block_bucketize_sparse_features.default, args, kwargs)
     ids, weights = a["indices"], a["weights"]
 
-    def like_ids(wanted=True):
-        return torch.empty_like(ids, memory_format=torch.contiguous_format) if wanted else None
+    def like(t, wanted=True):
+        return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted else None
 
     return (
         a["lengths"].new_empty((a["my_size"] * a["lengths"].shape[0],)),
-        like_ids(),
-        None if weights is None else torch.empty_like(weights, memory_format=torch.contiguous_format),
-        like_ids(a["bucketize_pos"]),
-        like_ids(a["sequence"]),
+        like(ids),
+        like(weights, weights is not None),
+        like(ids, a["bucketize_pos"]),
+        like(ids, a["sequence"]),
     )
 
 
