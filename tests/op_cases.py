@@ -546,9 +546,7 @@ def ref_block_bucketize(a):
             new = new - (1 << bits) if new >= 1 << (bits - 1) else new
             bags[p][j].append((new, i, i - starts[j]))
     entries = [e for bucket in bags for bag in bucket for e in bag]
-    new_lengths = torch.tensor(
-        [len(bag) for bucket in bags for bag in bucket], dtype=lengths.dtype
-    )
+    new_lengths = torch.tensor([len(bag) for bucket in bags for bag in bucket], dtype=lengths.dtype)
     new_ids = torch.tensor([e[0] for e in entries], dtype=ids.dtype)
     source = torch.tensor([e[1] for e in entries], dtype=torch.long)
     unbucketize = torch.empty_like(ids)
