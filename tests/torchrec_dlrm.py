@@ -228,6 +228,13 @@ def train(run: Run, rank: int, world: int, pg) -> dict:
                 ops = _ops_of_a_step(one_step)
             else:
                 one_step()
+        # The FBGEMM ops whose CPU kernel was recops' during the run (a routed op runs recops'
+        # kernel under FBGEMM's name: the profiler records only the fbgemm:: call).
+        routed = sorted(
+            name
+            for name, keys in recops.fbgemm_bindings.items()
+            if keys == "defined" or "CPU" in keys
+        )
     dense_params = {
         k: v.detach().clone() for k, v in model.state_dict().items() if type(v) is torch.Tensor
     }
@@ -240,6 +247,7 @@ def train(run: Run, rank: int, world: int, pg) -> dict:
         "losses": torch.stack(losses),
         "ops": ops,
         "tbe_modules": sorted(tbe_modules),
+        "routed": routed,
     }
 
 
