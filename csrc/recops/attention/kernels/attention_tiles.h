@@ -14,7 +14,7 @@
 
 #include "recops/attention/kernels/hstu_mask.h"
 #include "recops/attention/kernels/relative_bias_math.h"
-#include "recops/attention/kernels/tile_ops.h"
+#include "recops/attention/kernels/tile_variants.h"
 #include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 
