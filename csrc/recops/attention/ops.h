@@ -77,6 +77,10 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
 
+// HF's make_log_bucket_position of integer relative positions, int64 (kernels/deberta_positions.h).
+at::Tensor deberta_log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
+                                       int64_t max_position);
+
 // Options shared by the disentangled-attention forward and backward (schema in ops.cpp).
 struct DisentangledOptions {
   std::string pos_att_type;  // "c2p|p2c", any subset, "" for none
