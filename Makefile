@@ -21,9 +21,14 @@ ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tes
 	tests/test_fuxi_attention.py tests/test_relative_bias.py tests/test_deberta.py \
 	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
+# The C++ tests' CMake build (tests/cpp).
+CPP_TEST_BUILD := build/cpp
+# Kernel folders not yet behind the kernel wall (check-kernel-wall): the attention tiles, until
+# they reach oneDNN and the thread pool through common/'s interfaces too.
+KERNEL_WALL_PENDING := csrc/recops/attention/kernels
 
-.PHONY: setup setup-torchrec build train test test-compat test-asan test-torchrec wheel bench \
-	format format-check clean
+.PHONY: setup setup-torchrec build train test test-cpp check-kernel-wall test-compat test-asan \
+	test-torchrec wheel bench format format-check clean
 
 # A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
 # for targets that build recops differently: their recops/_C*.so would otherwise replace the
@@ -68,15 +73,27 @@ train: build
 format-check: setup
 	$(VENV)/bin/ruff check recops tests benchmarks setup.py
 	$(VENV)/bin/ruff format --check recops tests benchmarks setup.py
-	clang-format --dry-run --Werror $$(find csrc -name '*.h' -o -name '*.cpp' -o -name '*.cu')
+	clang-format --dry-run --Werror $$(find csrc tests/cpp -name '*.h' -o -name '*.cpp' -o -name '*.cu')
 
 format: setup
 	$(VENV)/bin/ruff check --fix recops tests benchmarks setup.py
 	$(VENV)/bin/ruff format recops tests benchmarks setup.py
-	clang-format -i $$(find csrc -name '*.h' -o -name '*.cpp' -o -name '*.cu')
+	clang-format -i $$(find csrc tests/cpp -name '*.h' -o -name '*.cpp' -o -name '*.cu')
 
-test: build format-check
+# The kernel wall, the C++ tests, then the Python suite.
+test: build format-check check-kernel-wall test-cpp
 	$(PY) -m pytest -q tests
+
+# Fails when a file under csrc/recops/*/kernels, or a recops header one reaches, includes ATen,
+# torch or c10 (tests/cpp/check_kernel_wall.py).
+check-kernel-wall: setup
+	$(PY) tests/cpp/check_kernel_wall.py $(KERNEL_WALL_PENDING)
+
+# The torch-free kernels' GoogleTest suite (tests/cpp; GoogleTest from Debian's libgtest-dev).
+test-cpp:
+	cmake -S tests/cpp -B $(CPP_TEST_BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(CPP_TEST_BUILD) -j $${MAX_JOBS:-2}
+	$(CPP_TEST_BUILD)/recops_cpp_tests
 
 # recops built against the oldest supported torch (requirements-compat.txt) and its suite run
 # without FBGEMM, in a copy of the tree.

@@ -1,25 +1,17 @@
-// Row-major float / double tile products (gemm_nn) on oneDNN's batch-reduce GEMM micro-kernel
-// that PyTorch exports, or on the BLAS that PyTorch ships (MKL or OpenBLAS export the Fortran
-// `sgemm_` symbol from libtorch_cpu). Called from inside at::parallel_for tasks, where the BLAS
-// runs single-threaded.
+// The matrix products kernels use, torch-free. The backend is linked in once per binary:
+// blas_aten.cpp in the extension (oneDNN's batch-reduce GEMM micro-kernel as PyTorch exports it,
+// and the BLAS PyTorch ships) and tests/cpp's plain loops (C++ tests). Products are called from
+// inside parallel tasks, where the BLAS runs single-threaded (SingleThreadedBlas).
+//
+// Layouts: row-major, with leading dimensions (elements between consecutive rows). gemm_bf16's B
+// is in VNNI layout: a [K, N] matrix stored as [K / 2, N, 2], the two values of each pair of rows
+// side by side (element (k, n) at ((k / 2) * ldb + n) * 2 + k % 2).
 #pragma once
-
-#include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
-extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
-                       const int* k, const float* alpha, const float* a, const int* lda,
-                       const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
-extern "C" void dgemm_(const char* transa, const char* transb, const int* m, const int* n,
-                       const int* k, const double* alpha, const double* a, const int* lda,
-                       const double* b, const int* ldb, const double* beta, double* c,
-                       const int* ldc);
-
-// MKL's per-thread thread count, when the BLAS is MKL (weak: absent from other BLAS builds).
-extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+#include "recops/common/half_bits.h"
 
 namespace recops {
 
@@ -27,69 +19,47 @@ namespace recops {
 // parallel regions, where BLAS threads would only oversubscribe the cores.
 class SingleThreadedBlas {
  public:
-  SingleThreadedBlas()
-      : previous_(MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0) {}
-  ~SingleThreadedBlas() {
-    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(previous_);
-  }
+  SingleThreadedBlas();
+  ~SingleThreadedBlas();
   SingleThreadedBlas(const SingleThreadedBlas&) = delete;
   SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 
  private:
-  int previous_;
+  int previous_;  // the thread's BLAS thread count before, restored on destruction
 };
-
-// C[m, n] = A[m, k] B[k, n] (+ C when accumulate) on the Fortran BLAS, row-major with leading
-// dimensions lda / ldb / ldc.
-template <typename T>
-void blas_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-                  T* c, int64_t ldc, bool accumulate) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm: float or double");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (accumulate) return;
-    for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, T(0));
-    return;
-  }
-  // Row-major C = A B is column-major C^T = B^T A^T: pass the operands swapped.
-  const char no_transpose = 'N';
-  const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);
-  const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda),
-            ildc = static_cast<int>(ldc);
-  const T one = 1, beta = accumulate ? 1 : 0;
-  if constexpr (std::is_same_v<T, float>) {
-    sgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
-  } else {
-    dgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
-  }
-}
 
 // Dimensions and leading dimensions of the products that go to the brgemm micro-kernel are
 // multiples of this (see gemm_nn).
 constexpr int64_t kBrgemmGranule = 16;
 
-// C[m, n] = A[m, k] B[k, n] (+ C when accumulate), row-major with leading dimensions. float goes
-// through oneDNN's brgemm micro-kernel (code generated for the running CPU: AVX-512 where present;
-// PyTorch falls back to sgemm where oneDNN has no kernel). On AMD Zen 5, MKL's sgemm takes its AVX2
-// path and reaches about 100 GFLOP/s a core at attention tile sizes; brgemm reaches 230-260. The
-// micro-kernel has no transposes and no alpha: callers lay out transposed (and pre-scaled)
-// operands themselves. oneDNN generates (about 60 us) and keeps (about 24 KB) one kernel per
-// shape, leading dimensions included, and thread; only products whose sizes and leading
-// dimensions are all multiples of kBrgemmGranule take it, which bounds that set by the lengths
-// a model sees divided by the granule. The rest (ragged tails) go to sgemm.
-template <typename T>
-void gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-             T* c, int64_t ldc, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<T, float>) {
-    const bool regular = (m | n | k | lda | ldb | ldc) % kBrgemmGranule == 0;
-    if (k > 0 && regular) {
-      at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c);
-      return;
-    }
-  }
-  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
-}
+// C[m, n] = A[m, k] B[k, n] (+ C when accumulate). k == 0 sets C to zero (leaves it when
+// accumulating). In the extension, float goes through oneDNN's brgemm micro-kernel (code
+// generated for the running CPU: AVX-512 where present; PyTorch falls back to sgemm where oneDNN
+// has no kernel). On AMD Zen 5, MKL's sgemm takes its AVX2 path and reaches about 100 GFLOP/s a
+// core at attention tile sizes; brgemm reaches 230-260. The micro-kernel has no transposes and no
+// alpha: callers lay out transposed (and pre-scaled) operands themselves. oneDNN generates
+// (about 60 us) and keeps (about 24 KB) one kernel per shape, leading dimensions included, and
+// thread; only products whose sizes and leading dimensions are all multiples of kBrgemmGranule
+// take it, which bounds that set by the lengths a model sees divided by the granule. The rest
+// (ragged tails) and double go to the BLAS.
+void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate);
+void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+             int64_t ldb, double* c, int64_t ldc, bool accumulate);
+
+// Whether gemm_bf16 may be called. In the extension: the CPU has AVX512_BF16 dot products and
+// oneDNN is enabled (torch.backends.mkldnn; PyTorch's kernel needs both); the C++ tests' loops
+// always run.
+bool gemm_bf16_available();
+
+// C[m, n] (+)= A[m, k] B[k, n] accumulated in fp32: A bf16 row-major (lda), B bf16 in VNNI layout
+// (ldb), C fp32 (ldc). Every dimension and leading dimension is a multiple of kBrgemmGranule.
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const Bf16* a, int64_t lda, const Bf16* b_vnni,
+               int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
+// Releases what gemm_bf16 set up on this thread (oneDNN's tile configuration); a thread calls it
+// once it is done with a series of bf16 products.
+void gemm_bf16_release();
 
 // dst[c * ld_dst + r] = scale * src[r * ld_src + c] (+= when accumulate) for r < rows, c < cols.
 // Square blocks keep both the reads and the writes within a few cache lines at a time.

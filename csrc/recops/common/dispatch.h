@@ -1,21 +1,93 @@
-// Dtype dispatch helpers. Copy-only kernels do not care what a value means, only how wide it is:
-// they are instantiated per element width, so one instantiation serves float, int32, ... alike.
+// The adapter side of the element kinds (common/kinds.h): tensor dtypes mapped to the kinds and
+// types kernels are instantiated for, with the checks that name a dtype no kernel takes. Kernels
+// never include this header (it needs ATen); they get raw pointers of the kernel types, reached
+// from a tensor with data_as / mutable_data_as.
 #pragma once
 
 #include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
 #include <type_traits>
 
+#include "recops/common/half_bits.h"
+#include "recops/common/kinds.h"
+
 namespace recops {
 
+static_assert(sizeof(Fp16) == sizeof(at::Half) && alignof(Fp16) == alignof(at::Half) &&
+                  sizeof(Bf16) == sizeof(at::BFloat16) && alignof(Bf16) == alignof(at::BFloat16),
+              "tensor data of dtype half / bfloat16 is read as Fp16 / Bf16: one uint16_t each");
+
+// The kernel type of a tensor element type: Fp16 / Bf16 for c10's Half / BFloat16 (same bits),
+// the type itself otherwise.
 template <typename T>
-struct TypeTag {
+struct KernelTypeOf {
   using type = T;
 };
+template <>
+struct KernelTypeOf<at::Half> {
+  using type = Fp16;
+};
+template <>
+struct KernelTypeOf<at::BFloat16> {
+  using type = Bf16;
+};
+template <typename T>
+using kernel_type_t = typename KernelTypeOf<T>::type;
 
-// Calls fn(TypeTag<uintN_t>{}) with the unsigned integer type as wide as one element.
+// The dtype whose elements a kernel reads as T.
+template <typename T>
+constexpr at::ScalarType scalar_type_of() {
+  if constexpr (std::is_same_v<T, Fp16>) {
+    return at::kHalf;
+  } else if constexpr (std::is_same_v<T, Bf16>) {
+    return at::kBFloat16;
+  } else {
+    return c10::CppTypeToScalarType<T>::value;
+  }
+}
+
+// t's data as kernel elements of type T (t has T's dtype).
+template <typename T>
+const T* data_as(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.scalar_type() == scalar_type_of<T>(), "data_as: dtype ", t.scalar_type());
+  return static_cast<const T*>(t.const_data_ptr());
+}
+
+template <typename T>
+T* mutable_data_as(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.scalar_type() == scalar_type_of<T>(), "mutable_data_as: dtype ",
+                        t.scalar_type());
+  return static_cast<T*>(t.mutable_data_ptr());
+}
+
+inline IndexKind index_kind(at::ScalarType dtype) {
+  if (dtype == at::kInt) return IndexKind::kInt32;
+  TORCH_CHECK(dtype == at::kLong, "index tensors must be int32 or int64, got ", dtype);
+  return IndexKind::kInt64;
+}
+
+// `name` names the tensor in the error for a dtype that is not floating.
+inline FloatKind float_kind(at::ScalarType dtype, const char* name) {
+  switch (dtype) {
+    case at::kFloat:
+      return FloatKind::kFloat;
+    case at::kDouble:
+      return FloatKind::kDouble;
+    case at::kHalf:
+      return FloatKind::kHalf;
+    case at::kBFloat16:
+      return FloatKind::kBFloat16;
+    default:
+      TORCH_CHECK(false, name, " must be float, double, half or bfloat16, got ", dtype);
+  }
+}
+
+// Calls fn(TypeTag<uintN_t>{}) with the unsigned integer type as wide as one element: copy-only
+// kernels do not care what a value means, only how wide it is, so one instantiation serves
+// float, int32, ... alike.
 template <typename Fn>
 decltype(auto) dispatch_element_width(int64_t element_size, Fn&& fn) {
   switch (element_size) {
@@ -32,30 +104,28 @@ decltype(auto) dispatch_element_width(int64_t element_size, Fn&& fn) {
   }
 }
 
-// Calls fn(TypeTag<int32_t>{}) or fn(TypeTag<int64_t>{}) for an index tensor's dtype.
-template <typename Fn>
-decltype(auto) dispatch_index_type(at::ScalarType dtype, Fn&& fn) {
-  if (dtype == at::kInt) return fn(TypeTag<int32_t>{});
-  TORCH_CHECK(dtype == at::kLong, "index tensors must be int32 or int64, got ", dtype);
-  return fn(TypeTag<int64_t>{});
-}
-
-// Calls fn(TypeTag<scalar_t>{}) for a floating dtype: float, double, half or bfloat16.
-template <typename Fn>
-decltype(auto) dispatch_floating_type(at::ScalarType dtype, const char* name, Fn&& fn) {
-  TORCH_CHECK(
-      dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
-      name, " must be float, double, half or bfloat16, got ", dtype);
-  return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "recops_floating",
-                                         [&] { return fn(TypeTag<scalar_t>{}); });
-}
-
 // Calls fn(TypeTag<T>{}) with the compute type of a floating dtype: float64 computes in double
 // (validation, gradcheck), float32 / bfloat16 / float16 in float.
 template <typename Fn>
 decltype(auto) dispatch_compute_type(at::ScalarType dtype, Fn&& fn) {
   if (dtype == at::kDouble) return fn(TypeTag<double>{});
   return fn(TypeTag<float>{});
+}
+
+// For adapters whose kernels still take c10's element types (attention's relative bias, until it
+// moves to Fp16 / Bf16): dispatch_float_kind with at::Half / at::BFloat16 for the 16-bit kinds.
+template <typename Fn>
+decltype(auto) dispatch_floating_type(at::ScalarType dtype, const char* name, Fn&& fn) {
+  return dispatch_float_kind(float_kind(dtype, name), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Fp16>) {
+      return fn(TypeTag<at::Half>{});
+    } else if constexpr (std::is_same_v<T, Bf16>) {
+      return fn(TypeTag<at::BFloat16>{});
+    } else {
+      return fn(TypeTag<T>{});
+    }
+  });
 }
 
 }  // namespace recops

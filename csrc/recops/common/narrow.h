@@ -4,18 +4,19 @@
 // again, to name the first offender.
 #pragma once
 
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
 
+#include "recops/common/parallel.h"
+
 namespace recops {
 
 // out[i] = in[i] for i in [0, n); returns whether every value fits in int32.
 inline bool narrow_to_int32(const int64_t* in, int32_t* out, int64_t n) {
-  return at::parallel_reduce(
+  return parallel_reduce(
       int64_t{0}, n, int64_t{1} << 16, true,
       [&](int64_t begin, int64_t end, bool fits) {
         uint32_t changed = 0;

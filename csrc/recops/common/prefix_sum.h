@@ -9,8 +9,6 @@
 // Reduce-then-scan, which reads everything twice, was 1.3x slower at 2 threads.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -65,8 +63,8 @@ acc_t prefix_sum_serial(const in_t* in, out_t* out, int64_t n, acc_t carry) {
 
 template <bool kInclusive, typename acc_t, typename in_t, typename out_t>
 void prefix_sum(const in_t* in, out_t* out, int64_t n) {
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), n / kParallelScanMinLength);
-  if (threads <= 1 || at::in_parallel_region()) {
+  const int64_t threads = std::min<int64_t>(max_threads(), n / kParallelScanMinLength);
+  if (threads <= 1 || in_parallel_region()) {
     prefix_sum_serial<kInclusive>(in, out, n, acc_t{0});
     return;
   }

@@ -132,7 +132,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   args.bags = batch.bags;
   args.grad_output = grad.const_data_ptr<float>();
   args.max_gradient = clip_bound(gradient_clipping, max_gradient);
-  args.weights_kind = float_kind(weights, "weights");
+  args.weights_kind = stored_float_kind(weights, "weights");
   args.weights = weights.mutable_data_ptr();
   const std::optional<at::Tensor>* buffers[kernels::kMaxStates][2] = {
       {&state.momentum1, &state.momentum1_offsets}, {&state.momentum2, &state.momentum2_offsets}};

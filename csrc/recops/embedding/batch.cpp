@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
 
 namespace recops::embedding {
 namespace {
@@ -50,17 +51,11 @@ void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* b
   }
 }
 
-kernels::FloatKind float_kind(const at::Tensor& t, const char* name) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return kernels::FloatKind::kFloat;
-    case at::kHalf:
-      return kernels::FloatKind::kHalf;
-    case at::kBFloat16:
-      return kernels::FloatKind::kBFloat16;
-    default:
-      TORCH_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
-  }
+FloatKind stored_float_kind(const at::Tensor& t, const char* name) {
+  const at::ScalarType dtype = t.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
+              " must be float32, float16 or bfloat16, got ", dtype);
+  return float_kind(dtype, name);
 }
 
 CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_offsets,
@@ -69,7 +64,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
                          const std::optional<at::Tensor>& indice_weights) {
   check_cpu(weights, "weights");
   check_dim(weights, 1, "weights");
-  float_kind(weights, "weights");
+  stored_float_kind(weights, "weights");
   TORCH_CHECK(pooling_mode >= 0 && pooling_mode <= 2,
               "pooling_mode must be 0 (SUM), 1 (MEAN) or 2 (NONE), got ", pooling_mode);
 
@@ -140,8 +135,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
   batch.layout.D_offsets = D_off;
   batch.layout.weights_offsets = w_off;
   batch.layout.rows = rows;
-  batch.bags.index_kind =
-      indices.scalar_type() == at::kInt ? kernels::IndexKind::kInt32 : kernels::IndexKind::kInt64;
+  batch.bags.index_kind = index_kind(indices.scalar_type());
   batch.bags.indices = batch.indices.const_data_ptr();
   batch.bags.offsets = batch.offsets.const_data_ptr();
   batch.bags.num_indices = num_indices;
@@ -154,7 +148,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
 
 at::Tensor checked_grad_output(const at::Tensor& grad_output, const CheckedBatch& batch) {
   check_cpu(grad_output, "grad_output");
-  float_kind(grad_output, "grad_output");
+  stored_float_kind(grad_output, "grad_output");
   const bool pooled = batch.bags.pooling != kernels::Pooling::kNone;
   const int64_t rows = pooled ? batch.layout.batch_size : batch.bags.num_indices;
   const int64_t cols = pooled ? batch.layout.total_D : batch.layout.max_D;

@@ -44,7 +44,9 @@ struct TableExtent {
 void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
                            const char* offsets_name);
 
-kernels::FloatKind float_kind(const at::Tensor& t, const char* name);
+// The kind of a table or output tensor: float32, float16 or bfloat16 (the dtypes TBE kernels
+// store in), else an error naming `name`.
+FloatKind stored_float_kind(const at::Tensor& t, const char* name);
 
 // grad_output as contiguous fp32 of the forward output's shape: [B, total_D] pooled, or
 // [num_indices, max_D] for PoolingMode.NONE.

@@ -40,25 +40,20 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
       indices.scalar_type() == at::kLong || num_indices <= std::numeric_limits<int32_t>::max(),
       "int32 offsets cannot address ", num_indices, " indices; use int64");
   // FBGEMM's rule: the last bag ends at the last index. FATAL raises otherwise; a repair moves the
-  // last offset there (before the bags are checked, as FBGEMM does).
+  // last offset there (the kernel does, before the bags are checked, as FBGEMM does).
   const bool fatal = bounds_check_mode == 0;
   const int64_t last = index_at(offsets, offsets.numel() - 1);
   TORCH_CHECK_VALUE(!fatal || last == num_indices, "offsets are malformed: offsets[-1] = ", last,
                     " must equal the number of indices, ", num_indices,
                     " (BoundsCheckMode.FATAL; WARNING and IGNORE set it so, like FBGEMM)");
-  if (last != num_indices) {
-    dispatch_index_type(offsets.scalar_type(), [&](auto tag) {
-      using index_t = typename decltype(tag)::type;
-      offsets.mutable_data_ptr<index_t>()[offsets.numel() - 1] = static_cast<index_t>(num_indices);
-    });
-  }
   const int64_t B = (offsets.numel() - 1) / T;
-  const kernels::BoundsReport report = dispatch_index_type(indices.scalar_type(), [&](auto tag) {
-    using index_t = typename decltype(tag)::type;
-    return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, B,
-                                 indices.mutable_data_ptr<index_t>(),
-                                 offsets.mutable_data_ptr<index_t>(), num_indices, !fatal);
-  });
+  const kernels::BoundsReport report =
+      dispatch_index_kind(index_kind(indices.scalar_type()), [&](auto tag) {
+        using index_t = typename decltype(tag)::type;
+        return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, B,
+                                     indices.mutable_data_ptr<index_t>(),
+                                     offsets.mutable_data_ptr<index_t>(), num_indices, !fatal);
+      });
   if (fatal) {
     const int64_t k = report.first_bad_bag;
     TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k % B, " of feature ", k / B,

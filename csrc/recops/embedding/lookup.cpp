@@ -51,9 +51,9 @@ at::Tensor split_embedding_codegen_forward(
   kernels::ForwardArgs args;
   args.layout = batch.layout;
   args.bags = batch.bags;
-  args.weights_kind = float_kind(weights_c, "weights");
+  args.weights_kind = stored_float_kind(weights_c, "weights");
   args.weights = weights_c.const_data_ptr();
-  args.out_kind = float_kind(out, "output");
+  args.out_kind = stored_float_kind(out, "output");
   args.out = out.mutable_data_ptr();
   const int64_t bad = kernels::tbe_kernels(cpu_isa()).forward(args);
   if (bad >= 0) raise_out_of_range(batch, bad);
@@ -83,7 +83,7 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
   kernels::SampleWeightsGradArgs args;
   args.layout = batch.layout;
   args.bags = batch.bags;
-  args.weights_kind = float_kind(weights_c, "weights");
+  args.weights_kind = stored_float_kind(weights_c, "weights");
   args.weights = weights_c.const_data_ptr();
   args.grad_output = grad.const_data_ptr<float>();
   args.max_gradient = clip_bound(gradient_clipping, max_gradient);

@@ -1,4 +1,3 @@
-#include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
 
 #include "recops/common/checks.h"
@@ -32,7 +31,7 @@ at::Tensor gather_for_rank1(const at::Tensor& x, const at::Tensor& index) {
   at::Tensor y = at::empty({index_c.numel()}, x_c.options());
   const int64_t bad = dispatch_element_width(x_c.element_size(), [&](auto value_tag) {
     using value_t = typename decltype(value_tag)::type;
-    return dispatch_index_type(index_c.scalar_type(), [&](auto index_tag) {
+    return dispatch_index_kind(index_kind(index_c.scalar_type()), [&](auto index_tag) {
       using index_t = typename decltype(index_tag)::type;
       return kernels::gather(static_cast<const value_t*>(x_c.const_data_ptr()), x_c.numel(),
                              index_c.const_data_ptr<index_t>(), index_c.numel(),
@@ -54,14 +53,15 @@ at::Tensor index_select_for_rank1_backward(const at::Tensor& grad, const at::Ten
   TORCH_CHECK(grad.numel() == index_c.numel(), "grad must have one entry per index entry (",
               index_c.numel(), "), got ", grad.numel());
   const at::Tensor grad_c = grad.contiguous();
+  const FloatKind kind = float_kind(grad_c.scalar_type(), "grad");
   at::Tensor out = at::empty({x.numel()}, grad_c.options());
-  const int64_t bad = dispatch_floating_type(grad_c.scalar_type(), "grad", [&](auto scalar_tag) {
+  const int64_t bad = dispatch_float_kind(kind, [&](auto scalar_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
-    return dispatch_index_type(index_c.scalar_type(), [&](auto index_tag) {
+    return dispatch_index_kind(index_kind(index_c.scalar_type()), [&](auto index_tag) {
       using index_t = typename decltype(index_tag)::type;
-      return kernels::scatter_add<at::opmath_type<scalar_t>>(
-          grad_c.const_data_ptr<scalar_t>(), index_c.const_data_ptr<index_t>(), index_c.numel(),
-          x.numel(), out.mutable_data_ptr<scalar_t>());
+      return kernels::scatter_add<accumulate_t<scalar_t>>(
+          data_as<scalar_t>(grad_c), index_c.const_data_ptr<index_t>(), index_c.numel(), x.numel(),
+          mutable_data_as<scalar_t>(out));
     });
   });
   check_kernel_result(bad, index_c, x.numel());

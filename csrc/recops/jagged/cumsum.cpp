@@ -1,5 +1,4 @@
 #include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
@@ -29,7 +28,8 @@ void dispatch_cumsum_dtype(const at::Tensor& t, Fn&& fn) {
                   t.scalar_type());
   }
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "recops_cumsum", [&] {
-    fn(TypeTag<scalar_t>{}, TypeTag<at::opmath_type<scalar_t>>{});
+    using kernel_t = kernel_type_t<scalar_t>;
+    fn(TypeTag<kernel_t>{}, TypeTag<accumulate_t<kernel_t>>{});
   });
 }
 
@@ -41,7 +41,7 @@ at::Tensor flat_cumsum(const at::Tensor& t_in) {
   dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
     using acc_t = typename decltype(acc_tag)::type;
-    prefix_sum<kInclusive, acc_t>(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+    prefix_sum<kInclusive, acc_t>(data_as<scalar_t>(in), mutable_data_as<scalar_t>(out),
                                   in.numel());
   });
   return out;
@@ -61,8 +61,8 @@ at::Tensor asynchronous_complete_cumsum(const at::Tensor& t_in) {
   dispatch_cumsum_dtype(in, [&](auto scalar_tag, auto acc_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
     using acc_t = typename decltype(acc_tag)::type;
-    kernels::complete_cumsum_rows<acc_t>(in.const_data_ptr<scalar_t>(),
-                                         out.mutable_data_ptr<scalar_t>(), rows, n);
+    kernels::complete_cumsum_rows<acc_t>(data_as<scalar_t>(in), mutable_data_as<scalar_t>(out),
+                                         rows, n);
   });
   return out;
 }

@@ -173,7 +173,7 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
   at::Tensor values = at::empty(out_shape, dense_c.options());
   advise_huge_pages(values.mutable_data_ptr(), values.nbytes());
   if (!runs_tile_output) values.zero_();
-  dispatch_index_type(checked.levels[0].scalar_type(), [&](auto index_tag) {
+  dispatch_index_kind(index_kind(checked.levels[0].scalar_type()), [&](auto index_tag) {
     using index_t = typename decltype(index_tag)::type;
     const auto layout = make_layout<index_t>(checked, max_lengths, inner);
     dispatch_element_width(dense_c.element_size(), [&](auto elem_tag) {
@@ -215,7 +215,7 @@ at::Tensor jagged_to_padded_dense_impl(const at::Tensor& values, at::TensorList 
   at::Tensor dense = at::empty(out_shape, values_c.options());
   advise_huge_pages(dense.mutable_data_ptr(), dense.nbytes());
 
-  dispatch_index_type(checked.levels[0].scalar_type(), [&](auto index_tag) {
+  dispatch_index_kind(index_kind(checked.levels[0].scalar_type()), [&](auto index_tag) {
     using index_t = typename decltype(index_tag)::type;
     const auto layout = make_layout<index_t>(checked, max_lengths, inner);
     dispatch_element_width(values_c.element_size(), [&](auto elem_tag) {

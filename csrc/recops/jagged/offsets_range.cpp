@@ -21,7 +21,7 @@ at::Tensor offsets_range(const at::Tensor& offsets, int64_t range_size) {
                 " must be <= range_size = ", range_size);
   }
   at::Tensor out = at::empty({range_size}, offsets_c.options());
-  dispatch_index_type(offsets_c.scalar_type(), [&](auto index_tag) {
+  dispatch_index_kind(index_kind(offsets_c.scalar_type()), [&](auto index_tag) {
     using index_t = typename decltype(index_tag)::type;
     kernels::offsets_range(offsets_c.const_data_ptr<index_t>(), num_segments, range_size,
                            out.mutable_data_ptr<index_t>());

@@ -6,7 +6,6 @@
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/memory.h"
-#include "recops/common/prefix_sum.h"
 #include "recops/sparse/kernels/invert.h"
 #include "recops/sparse/kernels/permute.h"
 #include "recops/sparse/ops.h"
@@ -15,33 +14,12 @@ namespace recops::sparse {
 namespace {
 
 void check_permute_entries(const at::Tensor& permute, int64_t num_segments) {
-  const int64_t bad = dispatch_index_type(permute.scalar_type(), [&](auto tag) {
+  const int64_t bad = dispatch_index_kind(index_kind(permute.scalar_type()), [&](auto tag) {
     using perm_t = typename decltype(tag)::type;
     return first_out_of_range(permute.const_data_ptr<perm_t>(), permute.numel(), num_segments);
   });
   TORCH_CHECK_VALUE(bad < 0, "permute entries must be in [0, ", num_segments, "), got permute[",
                     bad, "] = ", bad < 0 ? 0 : index_at(permute, bad));
-}
-
-// Row offsets of every segment (num_segments + 1 int64 entries): segment t is row t of lengths
-// viewed as [T, B]. Left uninitialised by the allocation: every entry is written here.
-at::Tensor segment_offsets(const at::Tensor& lengths_2d) {
-  const int64_t num_segments = lengths_2d.size(0);
-  at::Tensor offsets = at::empty({num_segments + 1}, lengths_2d.options().dtype(at::kLong));
-  int64_t* out = offsets.mutable_data_ptr<int64_t>();
-  dispatch_index_type(lengths_2d.scalar_type(), [&](auto tag) {
-    using index_t = typename decltype(tag)::type;
-    const index_t* lengths = lengths_2d.const_data_ptr<index_t>();
-    if (lengths_2d.size(1) == 1) {  // the 1-D form: one length per segment
-      out[0] = 0;
-      prefix_sum<true, int64_t>(lengths, out + 1, num_segments);
-      return;
-    }
-    out[0] = 0;
-    kernels::row_sums(lengths, num_segments, lengths_2d.size(1), out + 1);
-    for (int64_t t = 0; t < num_segments; ++t) out[t + 1] += out[t];
-  });
-  return offsets;
 }
 
 int64_t row_bytes(const at::Tensor& t) {
@@ -86,41 +64,35 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   }
 
   const int64_t num_out = permute_c.numel();
-  const at::Tensor src_offsets_t = segment_offsets(lengths_2d);
-  const int64_t* src_offsets = src_offsets_t.const_data_ptr<int64_t>();
-  const int64_t src_rows = src_offsets[lengths_2d.size(0)];
-  // The output's lengths first: its offsets are then a sequential pass over them, where looking
-  // each segment up in src_offsets would be a second random gather.
   at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
-  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
-    using perm_t = typename decltype(tag)::type;
-    kernels::permute_rows(permute_c.const_data_ptr<perm_t>(), num_out,
-                          static_cast<const char*>(lengths_2d.const_data_ptr()), lengths_2d.size(0),
-                          static_cast<char*>(permuted_lengths.mutable_data_ptr()),
-                          row_bytes(lengths_2d));
-  });
-  const at::Tensor dst_offsets_t = segment_offsets(permuted_lengths);
-  const int64_t* dst_offsets = dst_offsets_t.const_data_ptr<int64_t>();
-  const int64_t dst_rows = dst_offsets[num_out];
-  if (permuted_lengths_sum.has_value()) {
-    TORCH_CHECK(*permuted_lengths_sum == dst_rows, "permuted_lengths_sum = ", *permuted_lengths_sum,
-                " does not match the sum of the permuted lengths, ", dst_rows);
-  }
-
   at::Tensor values_c, permuted_values, weights_c, permuted_weights;
-  kernels::PermutedStream streams[kernels::kMaxStreams];
-  int num_streams = 0;
-  streams[num_streams++] =
-      permuted_stream(values, src_rows, dst_rows, "values", &values_c, &permuted_values);
-  if (weights.has_value()) {
-    check_cpu(*weights, "weights");
-    streams[num_streams++] =
-        permuted_stream(*weights, src_rows, dst_rows, "weights", &weights_c, &permuted_weights);
-  }
-  dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
-    using perm_t = typename decltype(tag)::type;
-    kernels::permute_segments(permute_c.const_data_ptr<perm_t>(), num_out, src_offsets, dst_offsets,
-                              streams, num_streams);
+  // Values and weights are checked against, and their outputs sized by, the row counts the
+  // kernel finds in the lengths.
+  const auto prepare = [&](const kernels::PermutedRows& rows, kernels::PermutedStream* streams) {
+    if (permuted_lengths_sum.has_value()) {
+      TORCH_CHECK(*permuted_lengths_sum == rows.dst_rows,
+                  "permuted_lengths_sum = ", *permuted_lengths_sum,
+                  " does not match the sum of the permuted lengths, ", rows.dst_rows);
+    }
+    int num_streams = 0;
+    streams[num_streams++] = permuted_stream(values, rows.src_rows, rows.dst_rows, "values",
+                                             &values_c, &permuted_values);
+    if (weights.has_value()) {
+      check_cpu(*weights, "weights");
+      streams[num_streams++] = permuted_stream(*weights, rows.src_rows, rows.dst_rows, "weights",
+                                               &weights_c, &permuted_weights);
+    }
+    return num_streams;
+  };
+  dispatch_index_kind(index_kind(permute_c.scalar_type()), [&](auto perm_tag) {
+    using perm_t = typename decltype(perm_tag)::type;
+    dispatch_index_kind(index_kind(lengths_2d.scalar_type()), [&](auto index_tag) {
+      using index_t = typename decltype(index_tag)::type;
+      kernels::permute_sparse(permute_c.const_data_ptr<perm_t>(), num_out,
+                              lengths_2d.const_data_ptr<index_t>(), lengths_2d.size(0),
+                              lengths_2d.size(1), permuted_lengths.mutable_data_ptr<index_t>(),
+                              prepare);
+    });
   });
   std::optional<at::Tensor> maybe_weights;
   if (weights.has_value()) maybe_weights = permuted_weights;
@@ -165,7 +137,7 @@ at::Tensor invert_permute(const at::Tensor& permute) {
                     "an int32 permute holds at most 2^31 entries, got ", n, "; use int64");
   at::Tensor inverse = at::empty_like(permute_c);
   // The kernel validates as it inverts; the checks below only name the offending entry.
-  const bool inverted = dispatch_index_type(permute_c.scalar_type(), [&](auto tag) {
+  const bool inverted = dispatch_index_kind(index_kind(permute_c.scalar_type()), [&](auto tag) {
     using perm_t = typename decltype(tag)::type;
     return kernels::invert_permutation(permute_c.const_data_ptr<perm_t>(), n,
                                        inverse.mutable_data_ptr<perm_t>());
@@ -173,13 +145,13 @@ at::Tensor invert_permute(const at::Tensor& permute) {
   if (inverted) return inverse;
   check_permute_entries(permute_c, n);
   // A repeated entry would leave some inverse slot unwritten.
-  std::vector<bool> seen(n, false);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t p = index_at(permute_c, i);
-    TORCH_CHECK_VALUE(!seen[p], "permute must be a permutation, but ", p,
-                      " appears twice (again at permute[", i, "])");
-    seen[p] = true;
-  }
+  const int64_t repeat = dispatch_index_kind(index_kind(permute_c.scalar_type()), [&](auto tag) {
+    using perm_t = typename decltype(tag)::type;
+    return kernels::first_repeated_entry(permute_c.const_data_ptr<perm_t>(), n);
+  });
+  TORCH_CHECK_VALUE(repeat < 0, "permute must be a permutation, but ",
+                    repeat < 0 ? 0 : index_at(permute_c, repeat),
+                    " appears twice (again at permute[", repeat, "])");
   TORCH_CHECK(false, "invert_permute: internal error, permute is a permutation but not inverted");
 }
 

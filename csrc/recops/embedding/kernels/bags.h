@@ -82,7 +82,7 @@ int64_t for_each_bag_chunk(const FeatureLayout& layout, int64_t num_indices,
   const int64_t chunks_per_feature = (B + bags_per_chunk - 1) / bags_per_chunk;
   const int64_t items = T * chunks_per_feature;
   std::vector<int64_t> first_bad(items, -1);
-  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
     ScratchRows scratch(2, layout.max_D);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / chunks_per_feature;

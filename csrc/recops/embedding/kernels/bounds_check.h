@@ -4,10 +4,10 @@
 // outside its table's rows becomes 0. Without repair nothing is written.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
+
+#include "recops/common/parallel.h"
 
 namespace recops::embedding::kernels {
 
@@ -29,14 +29,17 @@ inline IndexErrors combine(const IndexErrors& a, const IndexErrors& b) {
   return out;
 }
 
-// Offsets first (bags in order, so a repaired end is the next bag's start); indices are only
-// checked once every bag lies inside [0, N) in order, i.e. never after unrepaired bad offsets.
+// FBGEMM's rule first: the last bag ends at the last index, so a repair moves the last offset
+// there (the caller raises instead when not repairing). Then offsets (bags in order, so a
+// repaired end is the next bag's start); indices are only checked once every bag lies inside
+// [0, N) in order, i.e. never after unrepaired bad offsets.
 template <typename index_t>
 BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* indices,
                           index_t* offsets, int64_t num_indices, bool repair) {
   BoundsReport report;
   const int64_t bags = T * B;
   const auto n = static_cast<index_t>(num_indices);  // fits: the adapter checked
+  if (repair && offsets[bags] != n) offsets[bags] = n;
   for (int64_t k = 0; k < bags; ++k) {
     const index_t start = offsets[k];
     const index_t end = offsets[k + 1];
@@ -49,7 +52,7 @@ BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* in
   // One pass over all indices, in chunks that may span features (one parallel region).
   const int64_t first = bags > 0 ? offsets[0] : 0;
   const int64_t last = bags > 0 ? offsets[bags] : 0;
-  const IndexErrors errors = at::parallel_reduce(
+  const IndexErrors errors = parallel_reduce(
       first, last, int64_t{1} << 14, IndexErrors{},
       [&](int64_t p_begin, int64_t p_end, IndexErrors acc) {
         // The feature of p_begin: the last whose first index is at or before it.

@@ -1,8 +1,8 @@
 // Row conversions between the stored element types (fp32, fp16, bf16) and the fp32 the kernels
 // compute in, and the register-blocked row sums built on them. Compiled per instruction set
 // (RECOPS_ISA_NS / RECOPS_ISA_LEVEL, see variant.h): plain loops the compiler vectorises, plus F16C
-// instructions for fp16 from the AVX2 level up. Narrowing rounds to nearest even, as c10::Half /
-// c10::BFloat16 do.
+// instructions for fp16 from the AVX2 level up. Narrowing rounds to nearest even, as Fp16 / Bf16
+// (common/half_bits.h) do.
 #pragma once
 
 #ifndef RECOPS_ISA_NS
@@ -11,23 +11,23 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-inline void to_float(const c10::BFloat16* src, float* dst, int64_t n) {
+inline void to_float(const Bf16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(src[i].x) << 16;
+    const uint32_t bits = static_cast<uint32_t>(src[i].bits) << 16;
     std::memcpy(dst + i, &bits, sizeof(float));
   }
 }
 
-inline void from_float(const float* src, c10::BFloat16* dst, int64_t n) {
+inline void from_float(const float* src, Bf16* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, src + i, sizeof(float));
     const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    dst[i].x = static_cast<uint16_t>(src[i] != src[i] ? 0x7FC0u : rounded);  // NaN stays NaN
+    dst[i].bits = static_cast<uint16_t>(src[i] != src[i] ? 0x7FC0u : rounded);  // NaN stays NaN
   }
 }
 
-inline void to_float(const c10::Half* src, float* dst, int64_t n) {
+inline void to_float(const Fp16* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if RECOPS_ISA_LEVEL >= 1
   for (; i + 8 <= n; i += 8) {
@@ -38,7 +38,7 @@ inline void to_float(const c10::Half* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
-inline void from_float(const float* src, c10::Half* dst, int64_t n) {
+inline void from_float(const float* src, Fp16* dst, int64_t n) {
   int64_t i = 0;
 #if RECOPS_ISA_LEVEL >= 1
   for (; i + 8 <= n; i += 8) {
@@ -46,7 +46,7 @@ inline void from_float(const float* src, c10::Half* dst, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), half8);
   }
 #endif
-  for (; i < n; ++i) dst[i] = static_cast<c10::Half>(src[i]);
+  for (; i < n; ++i) dst[i] = static_cast<Fp16>(src[i]);
 }
 
 inline void from_float(const float* src, float* dst, int64_t n) {

@@ -90,14 +90,13 @@ key_t* radix_sort(key_t* keys, key_t* scratch, int64_t n, int low_bit, int num_b
   const int passes = (num_bits + kMaxDigitBits - 1) / kMaxDigitBits;
   const int digit_bits = (num_bits + passes - 1) / passes;
   const int64_t radix = int64_t{1} << digit_bits;
-  const int64_t chunks =
-      std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n / kMinSortChunk));
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(max_threads(), n / kMinSortChunk));
   const int64_t chunk_size = (n + chunks - 1) / chunks;
   std::vector<int64_t> counts(chunks * radix);
   for (int pass = 0; pass < passes; ++pass) {
     const int shift = low_bit + pass * digit_bits;
     const key_t mask = static_cast<key_t>(radix - 1);
-    at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+    parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
       for (int64_t c = c_begin; c < c_end; ++c) {
         int64_t* count = counts.data() + c * radix;
         std::fill(count, count + radix, 0);
@@ -114,7 +113,7 @@ key_t* radix_sort(key_t* keys, key_t* scratch, int64_t n, int low_bit, int num_b
         next += count;
       }
     }
-    at::parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
+    parallel_for(0, chunks, 1, [&](int64_t c_begin, int64_t c_end) {
       for (int64_t c = c_begin; c < c_end; ++c) {
         int64_t* slot = counts.data() + c * radix;
         for (int64_t i = c * chunk_size; i < std::min(n, (c + 1) * chunk_size); ++i) {
@@ -234,7 +233,7 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
   runs.tables.resize(num_tables);
   runs.source.reset(new int64_t[count]);
   if (scaled) runs.scale.reset(new float[count]);
-  at::parallel_for(0, num_tables, 1, [&](int64_t i_begin, int64_t i_end) {
+  parallel_for(0, num_tables, 1, [&](int64_t i_begin, int64_t i_end) {
     for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t begin = block_begin[i];
       const int64_t size = block_begin[i + 1] - begin;

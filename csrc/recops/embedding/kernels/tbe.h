@@ -7,10 +7,6 @@
 // them all before switching the instruction set (see common/cpu_isa.h).
 #pragma once
 
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +18,8 @@
 #include <vector>
 
 #include "recops/common/cpu_isa.h"
-#include "recops/common/dispatch.h"
+#include "recops/common/half_bits.h"
+#include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
 
 #if RECOPS_X86_VARIANTS
@@ -35,8 +32,6 @@ enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's Po
 enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
 enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam };
 constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
-enum class FloatKind { kFloat, kHalf, kBFloat16 };
-enum class IndexKind { kInt32, kInt64 };
 
 // Features (FBGEMM's T) and where each one's table lives. Features sharing a table have equal
 // weights_offsets (and equal D, rows and optimizer-state offsets).
@@ -133,24 +128,6 @@ namespace avx512 {
 extern const TbeKernels kTbeKernels;
 }
 #endif
-
-// Calls fn(TypeTag<T>{}) with the element type of a FloatKind / IndexKind.
-template <typename Fn>
-decltype(auto) dispatch_float_kind(FloatKind kind, Fn&& fn) {
-  switch (kind) {
-    case FloatKind::kHalf:
-      return fn(TypeTag<c10::Half>{});
-    case FloatKind::kBFloat16:
-      return fn(TypeTag<c10::BFloat16>{});
-    default:
-      return fn(TypeTag<float>{});
-  }
-}
-
-template <typename Fn>
-decltype(auto) dispatch_index_kind(IndexKind kind, Fn&& fn) {
-  return kind == IndexKind::kInt32 ? fn(TypeTag<int32_t>{}) : fn(TypeTag<int64_t>{});
-}
 
 inline const TbeKernels& tbe_kernels(CpuIsa isa) {
 #if RECOPS_X86_VARIANTS

@@ -53,7 +53,7 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
   const int64_t occurrences = runs.tables.empty() ? 0 : runs.tables.back().begin.back();
   // A unique row reads and writes its weights and reads at least one gradient row.
   const int64_t grain = grain_for_bytes(3 * max_D * static_cast<int64_t>(sizeof(float)));
-  at::parallel_for(0, num_runs, grain, [&](int64_t u_begin, int64_t u_end) {
+  parallel_for(0, num_runs, grain, [&](int64_t u_begin, int64_t u_end) {
     ScratchRows scratch(2, max_D);
     float* g = scratch.row(0);
     float* converted = scratch.row(1);

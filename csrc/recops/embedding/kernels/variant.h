@@ -31,8 +31,8 @@ decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
 
 inline int64_t forward_entry(const ForwardArgs& args) {
   return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
-    return dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
-      return dispatch_float_kind(args.out_kind, [&](auto out_tag) {
+    return dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
+      return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
         return forward<typename decltype(weight_tag)::type, typename decltype(out_tag)::type,
                        typename decltype(index_tag)::type>(args);
       });
@@ -42,7 +42,7 @@ inline int64_t forward_entry(const ForwardArgs& args) {
 
 inline int64_t sample_weights_grad_entry(const SampleWeightsGradArgs& args) {
   return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
-    return dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
+    return dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
       return sample_weights_grad<typename decltype(weight_tag)::type,
                                  typename decltype(index_tag)::type>(args);
     });
@@ -57,7 +57,7 @@ inline int64_t exact_update_entry(const UpdateArgs& args) {
   });
   if (bad >= 0) return bad;
   dispatch_optimizer(args.optimizer, [&](auto optimizer_tag) {
-    dispatch_float_kind(args.weights_kind, [&](auto weight_tag) {
+    dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
       apply_updates<typename decltype(optimizer_tag)::type, typename decltype(weight_tag)::type>(
           args, tables, runs);
     });

@@ -14,8 +14,6 @@
 // Either way each slot's sum is formed in a fixed order for a given thread count.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -82,16 +80,15 @@ int64_t scatter_add_partials(const scalar_t* grad, const index_t* index, int64_t
   });
   const int64_t first_bad = first_reported(bad);
   if (first_bad >= 0) return first_bad;
-  at::parallel_for(0, n, grain_for_bytes(chunks * kLanes * sizeof(acc_t)),
-                   [&](int64_t k0, int64_t k1) {
-                     for (int64_t k = k0; k < k1; ++k) {
-                       acc_t sum = 0;
-                       for (int64_t c = 0; c < chunks; ++c) {
-                         sum += sum_lanes<kLanes>(partials.get() + c * stride, k);
-                       }
-                       out[k] = static_cast<scalar_t>(sum);
-                     }
-                   });
+  parallel_for(0, n, grain_for_bytes(chunks * kLanes * sizeof(acc_t)), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      acc_t sum = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        sum += sum_lanes<kLanes>(partials.get() + c * stride, k);
+      }
+      out[k] = static_cast<scalar_t>(sum);
+    }
+  });
   return -1;
 }
 
@@ -167,7 +164,7 @@ int64_t scatter_add_owned_ranges(const scalar_t* grad, const index_t* index, int
   });
 
   // Pass 3: each range is summed by one thread, in position order.
-  at::parallel_for(0, ranges, 1, [&](int64_t r0, int64_t r1) {
+  parallel_for(0, ranges, 1, [&](int64_t r0, int64_t r1) {
     std::vector<acc_t> acc(range_size);
     for (int64_t r = r0; r < r1; ++r) {
       sum_range(sorted_grad.get(), sorted_index.get(), range_begin[r], range_begin[r + 1],

@@ -2,8 +2,6 @@
 // are common/prefix_sum.h's.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -20,7 +18,7 @@ void complete_cumsum_rows(const scalar_t* in, scalar_t* out, int64_t rows, int64
     return;
   }
   const int64_t grain = std::max<int64_t>(1, kParallelScanMinLength / std::max<int64_t>(1, n));
-  at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       scalar_t* row_out = out + r * (n + 1);
       row_out[0] = scalar_t(0);

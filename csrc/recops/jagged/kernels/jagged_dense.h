@@ -3,8 +3,6 @@
 // parallel. Kernels are instantiated per element width (elem_t = uintN_t), not per dtype.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -38,18 +36,18 @@ void jagged_to_dense(const JaggedLayout<index_t>& layout, const elem_t* values, 
   const int64_t max_length = layout.innermost_max_length();
   const int64_t inner = layout.inner;
   const bool streaming = should_stream(layout.num_slabs() * slab_numel * sizeof(elem_t));
-  at::parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
-                   [&](int64_t slab_begin, int64_t slab_end) {
-                     for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
-                       elem_t* out = dense + slab * slab_numel;
-                       int64_t begin = 0, length = 0;
-                       const bool present = layout.segment_of_slab(slab, &begin, &length);
-                       const int64_t copied = present ? std::min(length, max_length) * inner : 0;
-                       copy_bytes(out, values + begin * inner, copied * sizeof(elem_t), streaming);
-                       fill_elements(out + copied, out + slab_numel, padding, streaming);
-                     }
-                     store_fence();
-                   });
+  parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
+               [&](int64_t slab_begin, int64_t slab_end) {
+                 for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
+                   elem_t* out = dense + slab * slab_numel;
+                   int64_t begin = 0, length = 0;
+                   const bool present = layout.segment_of_slab(slab, &begin, &length);
+                   const int64_t copied = present ? std::min(length, max_length) * inner : 0;
+                   copy_bytes(out, values + begin * inner, copied * sizeof(elem_t), streaming);
+                   fill_elements(out + copied, out + slab_numel, padding, streaming);
+                 }
+                 store_fence();
+               });
 }
 
 // values[run] = dense[slab] for the rows inside the dense extent; rows of a run that the dense
@@ -62,19 +60,18 @@ void dense_to_jagged(const JaggedLayout<index_t>& layout, const elem_t* dense, e
   const int64_t inner = layout.inner;
   // The dense input's size stands for the output's: the op's traffic is beyond the cache.
   const bool streaming = should_stream(layout.num_slabs() * slab_numel * sizeof(elem_t));
-  at::parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
-                   [&](int64_t slab_begin, int64_t slab_end) {
-                     for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
-                       int64_t begin = 0, length = 0;
-                       if (!layout.segment_of_slab(slab, &begin, &length)) continue;
-                       const int64_t copied = std::min(length, max_length) * inner;
-                       elem_t* out = values + begin * inner;
-                       copy_bytes(out, dense + slab * slab_numel, copied * sizeof(elem_t),
-                                  streaming);
-                       fill_elements(out + copied, out + length * inner, elem_t{0}, streaming);
-                     }
-                     store_fence();
-                   });
+  parallel_for(0, layout.num_slabs(), grain_for_bytes(slab_numel * sizeof(elem_t)),
+               [&](int64_t slab_begin, int64_t slab_end) {
+                 for (int64_t slab = slab_begin; slab < slab_end; ++slab) {
+                   int64_t begin = 0, length = 0;
+                   if (!layout.segment_of_slab(slab, &begin, &length)) continue;
+                   const int64_t copied = std::min(length, max_length) * inner;
+                   elem_t* out = values + begin * inner;
+                   copy_bytes(out, dense + slab * slab_numel, copied * sizeof(elem_t), streaming);
+                   fill_elements(out + copied, out + length * inner, elem_t{0}, streaming);
+                 }
+                 store_fence();
+               });
 }
 
 }  // namespace recops::jagged::kernels

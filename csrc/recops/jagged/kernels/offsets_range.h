@@ -1,8 +1,6 @@
 // offsets_range: position of every element inside its segment, segments given by offsets.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -35,7 +33,7 @@ void offsets_range(const index_t* offsets, int64_t num_segments, int64_t range_s
     return s + 1 < num_segments ? static_cast<int64_t>(offsets[s + 1]) : range_size;
   };
   const int64_t avg_bytes = range_size * static_cast<int64_t>(sizeof(index_t)) / num_segments;
-  at::parallel_for(0, num_segments, grain_for_bytes(avg_bytes), [&](int64_t s0, int64_t s1) {
+  parallel_for(0, num_segments, grain_for_bytes(avg_bytes), [&](int64_t s0, int64_t s1) {
     // Segments tile [offsets[s0], task_end) in order, so a short segment may write the whole
     // table: the excess lands on this task's later segments, which are written afterwards.
     const int64_t task_end = segment_end(s1 - 1);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "recops/common/cpu_isa.h"
 #include "recops/common/parallel.h"
@@ -78,9 +79,9 @@ bool invert_by_entry_slices(const perm_t* permute, int64_t n, perm_t* inverse) {
 // the three passes need no barrier between them and the slice stays in the thread's cache.
 template <typename perm_t>
 bool invert_by_owned_slices(const perm_t* permute, int64_t n, perm_t* inverse) {
-  const int64_t owners = std::clamp<int64_t>(n / kMinEntriesPerOwner, 1, at::get_num_threads());
+  const int64_t owners = std::clamp<int64_t>(n / kMinEntriesPerOwner, 1, max_threads());
   std::atomic<bool> ok{true};
-  at::parallel_for(0, owners, 1, [&](int64_t o0, int64_t o1) {
+  parallel_for(0, owners, 1, [&](int64_t o0, int64_t o1) {
     for (int64_t owner = o0; owner < o1; ++owner) {
       const int64_t lo = n * owner / owners, hi = n * (owner + 1) / owners;
       std::fill(inverse + lo, inverse + hi, perm_t{-1});
@@ -102,6 +103,19 @@ bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
   if (cpu_isa() == CpuIsa::kAvx512) return invert_by_owned_slices(permute, n, inverse);
 #endif
   return invert_by_entry_slices(permute, n, inverse);
+}
+
+// The first position i whose entry permute[i] appeared before it, or -1; every entry is in
+// [0, n). Names the fault once invert_permutation has refused permute (entries out of range are
+// the other fault, found by first_out_of_range).
+template <typename perm_t>
+int64_t first_repeated_entry(const perm_t* permute, int64_t n) {
+  std::vector<bool> seen(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    if (seen[permute[i]]) return i;
+    seen[permute[i]] = true;
+  }
+  return -1;
 }
 
 }  // namespace recops::sparse::kernels

@@ -1,15 +1,18 @@
 // Segment permutation on raw bytes: output segment i is a copy of input segment permute[i].
 // Segments are contiguous runs of rows, so each one moves with a single copy whatever the dtype
 // (a fixed-size one for short runs); segments are independent and copied in parallel.
+// permute_sparse is the whole of permute_1D / permute_2D_sparse_data: lengths, offsets, then the
+// values and weights.
 #pragma once
-
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
+#include "recops/common/function_ref.h"
 #include "recops/common/parallel.h"
+#include "recops/common/prefix_sum.h"
 #include "recops/common/streaming.h"
 
 namespace recops::sparse::kernels {
@@ -70,7 +73,7 @@ void permute_segments(const perm_t* permute, int64_t num_out, const int64_t* src
   for (int s = 0; s < num_streams; ++s) total_row_bytes += streams[s].row_bytes;
   const int64_t avg_bytes = num_out > 0 ? dst_offsets[num_out] * total_row_bytes / num_out : 0;
   const bool streaming = should_stream(dst_offsets[num_out] * total_row_bytes);
-  at::parallel_for(0, num_out, grain_for_bytes(avg_bytes + 16), [&](int64_t i0, int64_t i1) {
+  parallel_for(0, num_out, grain_for_bytes(avg_bytes + 16), [&](int64_t i0, int64_t i1) {
     const char* dst_limits[kMaxStreams];  // end of this task's output, per stream
     for (int s = 0; s < num_streams; ++s) {
       dst_limits[s] = streams[s].dst + dst_offsets[i1] * streams[s].row_bytes;
@@ -124,7 +127,7 @@ void gather_word_range(const perm_t* permute, int64_t i0, int64_t i1, const char
 // dst[i] = src[permute[i]] for rows of one word_t.
 template <typename word_t, typename perm_t>
 void gather_words(const perm_t* permute, int64_t num_out, const char* src, char* dst) {
-  at::parallel_for(0, num_out, grain_for_bytes(2 * sizeof(word_t)), [&](int64_t i0, int64_t i1) {
+  parallel_for(0, num_out, grain_for_bytes(2 * sizeof(word_t)), [&](int64_t i0, int64_t i1) {
     gather_word_range<word_t>(permute, i0, i1, src, dst);
   });
 }
@@ -135,7 +138,7 @@ void permute_rows(const perm_t* permute, int64_t num_out, const char* src, int64
                   char* dst, int64_t row_bytes) {
   if (row_bytes == sizeof(uint32_t)) return gather_words<uint32_t>(permute, num_out, src, dst);
   if (row_bytes == sizeof(uint64_t)) return gather_words<uint64_t>(permute, num_out, src, dst);
-  at::parallel_for(0, num_out, grain_for_bytes(row_bytes + 8), [&](int64_t i0, int64_t i1) {
+  parallel_for(0, num_out, grain_for_bytes(row_bytes + 8), [&](int64_t i0, int64_t i1) {
     const char* dst_limit = dst + i1 * row_bytes;
     const char* src_limit = src + num_src * row_bytes;
     for (int64_t i = i0; i < i1; ++i) {
@@ -148,13 +151,61 @@ void permute_rows(const perm_t* permute, int64_t num_out, const char* src, int64
 // sums[r] = sum of row r of a [rows, cols] matrix of non-negative lengths.
 template <typename index_t>
 void row_sums(const index_t* lengths, int64_t rows, int64_t cols, int64_t* sums) {
-  at::parallel_for(0, rows, grain_for_bytes(cols * sizeof(index_t)), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, rows, grain_for_bytes(cols * sizeof(index_t)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t sum = 0;
       for (int64_t c = 0; c < cols; ++c) sum += lengths[r * cols + c];
       sums[r] = sum;
     }
   });
+}
+
+// offsets[0] = 0, offsets[r + 1] = offsets[r] + the sum of row r of lengths [rows, cols].
+template <typename index_t>
+void segment_offsets(const index_t* lengths, int64_t rows, int64_t cols, int64_t* offsets) {
+  offsets[0] = 0;
+  if (cols == 1) {  // the 1-D form: one length per segment
+    prefix_sum<true, int64_t>(lengths, offsets + 1, rows);
+    return;
+  }
+  row_sums(lengths, rows, cols, offsets + 1);
+  for (int64_t r = 0; r < rows; ++r) offsets[r + 1] += offsets[r];
+}
+
+// The rows a segment permutation reads from its streams' sources and writes to their outputs.
+struct PermutedRows {
+  int64_t src_rows = 0;
+  int64_t dst_rows = 0;
+};
+
+// Called by permute_sparse once the rows are known: checks the sources hold src_rows rows,
+// allocates outputs of dst_rows rows and describes at most kMaxStreams streams in `streams`;
+// returns their number. (It may throw: nothing runs in parallel then, and nothing is written.)
+using PrepareStreams = FunctionRef<int(const PermutedRows& rows, PermutedStream* streams)>;
+
+// Permutes sparse features: segment t is row t of lengths [num_segments, cols] (cols = B bags of
+// one feature, contiguous in the values; cols = 1 for single-entry segments). Writes
+// permuted_lengths [num_out, cols] (row i = lengths row permute[i]), then has prepare() set up the
+// streams and moves segment permute[i] of every stream to output segment i. permute's entries
+// are in [0, num_segments) and the lengths non-negative (checked by the caller).
+template <typename perm_t, typename index_t>
+void permute_sparse(const perm_t* permute, int64_t num_out, const index_t* lengths,
+                    int64_t num_segments, int64_t cols, index_t* permuted_lengths,
+                    PrepareStreams prepare) {
+  // The output's lengths first: its offsets are then a sequential pass over them, where looking
+  // each segment up in src_offsets would be a second random gather. (Offsets are not zeroed:
+  // every entry is written.)
+  std::unique_ptr<int64_t[]> src_offsets(new int64_t[num_segments + 1]);
+  segment_offsets(lengths, num_segments, cols, src_offsets.get());
+  const int64_t row_bytes = num_segments == 0 ? 0 : cols * static_cast<int64_t>(sizeof(index_t));
+  permute_rows(permute, num_out, reinterpret_cast<const char*>(lengths), num_segments,
+               reinterpret_cast<char*>(permuted_lengths), row_bytes);
+  std::unique_ptr<int64_t[]> dst_offsets(new int64_t[num_out + 1]);
+  segment_offsets(permuted_lengths, num_out, cols, dst_offsets.get());
+
+  PermutedStream streams[kMaxStreams];
+  const int num_streams = prepare({src_offsets[num_segments], dst_offsets[num_out]}, streams);
+  permute_segments(permute, num_out, src_offsets.get(), dst_offsets.get(), streams, num_streams);
 }
 
 }  // namespace recops::sparse::kernels

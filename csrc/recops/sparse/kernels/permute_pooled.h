@@ -3,8 +3,6 @@
 // one contiguous copy per row. Offsets and sources are validated by the adapter.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <cstdint>
 
 #include "recops/common/parallel.h"
@@ -17,7 +15,7 @@ inline void permute_column_blocks(const char* in, char* out, int64_t rows, int64
                                   const int64_t* out_offsets, const int64_t* source,
                                   int64_t blocks) {
   const int64_t row_bytes = width * element_size;
-  at::parallel_for(0, rows, grain_for_bytes(2 * row_bytes), [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, grain_for_bytes(2 * row_bytes), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const char* in_row = in + r * row_bytes;
       char* out_row = out + r * row_bytes;

@@ -1,4 +1,4 @@
-// AVX-512 scan of invert_permute's owned-slice kernel (kernels/invert.h): compare every entry of
+// AVX-512 scan of invert_permute's owned-slice kernel (invert.h): compare every entry of
 // permute with the slice, compress the ones that land in it (and their positions) into a small
 // buffer, then store the buffer. The stores then run as a fixed-count loop; a branch per entry
 // would mispredict on half of them.

@@ -1,0 +1,174 @@
+// The shared kernel interfaces (csrc/recops/common/) on the test backends: parallel loops, their
+// helpers, the reference matrix products and the 16-bit float types.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "recops/common/blas.h"
+#include "recops/common/half_bits.h"
+#include "recops/common/kinds.h"
+#include "recops/common/parallel.h"
+
+namespace recops {
+namespace {
+
+TEST(Parallel, ParallelForCoversTheRangeOnce) {
+  for (const int64_t grain : {1, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(513);
+    parallel_for(3, 516, grain, [&](int64_t begin, int64_t end) {
+      EXPECT_TRUE(in_parallel_region());
+      for (int64_t i = begin; i < end; ++i) hits[i - 3]++;
+    });
+    for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+  parallel_for(5, 5, 1, [&](int64_t, int64_t) { ADD_FAILURE() << "empty range ran"; });
+  EXPECT_FALSE(in_parallel_region());
+}
+
+TEST(Parallel, NestedRegionRunsInline) {
+  std::atomic<int> inner_calls{0};
+  parallel_for(0, max_threads(), 1, [&](int64_t, int64_t) {
+    parallel_for(0, 1000, 1, [&](int64_t begin, int64_t end) {
+      EXPECT_EQ(begin, 0);
+      EXPECT_EQ(end, 1000);
+      inner_calls++;
+    });
+  });
+  EXPECT_EQ(inner_calls.load(), max_threads());
+}
+
+TEST(Parallel, DynamicSlotsAreDistinctAndBelowMaxThreads) {
+  std::vector<std::atomic<int>> slots(max_threads());
+  std::vector<std::atomic<int>> items(100);
+  parallel_for_dynamic(
+      100,
+      [&](int64_t slot) {
+        EXPECT_LT(slot, max_threads());
+        slots[slot]++;
+        return slot;
+      },
+      [&](int64_t, int64_t item) { items[item]++; });
+  for (const auto& s : slots) EXPECT_LE(s.load(), 1);
+  for (const auto& i : items) EXPECT_EQ(i.load(), 1);
+}
+
+TEST(Parallel, PhasesSeeThePreviousPhaseComplete) {
+  const int64_t n = 10000;
+  std::vector<int> data(n, 0);
+  std::atomic<bool> ok{true};
+  parallel_phases<2>(n, 64, [&](int phase, int64_t begin, int64_t end) {
+    if (phase == 0) {
+      for (int64_t i = begin; i < end; ++i) data[i] = 1;
+      return;
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      if (data[n - 1 - i] != 1) ok = false;
+    }
+  });
+  EXPECT_TRUE(ok.load());
+}
+
+TEST(Parallel, ReduceAndChunks) {
+  const int64_t sum = parallel_reduce(
+      int64_t{0}, int64_t{100000}, int64_t{1000}, int64_t{0},
+      [](int64_t begin, int64_t end, int64_t acc) {
+        for (int64_t i = begin; i < end; ++i) acc += i;
+        return acc;
+      },
+      [](int64_t a, int64_t b) { return a + b; });
+  EXPECT_EQ(sum, int64_t{100000} * 99999 / 2);
+  EXPECT_EQ(num_chunks(10, 100), 1);
+  EXPECT_LE(num_chunks(1 << 20, 1), max_threads());
+  std::vector<int64_t> bounds(5, -1);
+  for_each_chunk(10, 4, [&](int64_t c, int64_t begin, int64_t end) {
+    bounds[c] = begin;
+    if (c == 3) bounds[4] = end;
+  });
+  EXPECT_EQ(bounds, (std::vector<int64_t>{0, 2, 5, 7, 10}));
+}
+
+TEST(Blas, ReferenceGemmHonoursLeadingDimensionsAndAccumulate) {
+  // A [2, 3] in a row stride of 4, B [3, 2] in a row stride of 3, C [2, 2] in a row stride of 5.
+  const float a[] = {1, 2, 3, -1, 4, 5, 6, -1};
+  const float b[] = {1, 0, -1, 0, 1, -1, 2, 2, -1};
+  float c[10] = {};
+  gemm_nn(2, 2, 3, a, 4, b, 3, c, 5, false);
+  EXPECT_EQ(c[0], 1 + 0 + 6);
+  EXPECT_EQ(c[1], 0 + 2 + 6);
+  EXPECT_EQ(c[5], 4 + 0 + 12);
+  EXPECT_EQ(c[6], 0 + 5 + 12);
+  gemm_nn(2, 2, 3, a, 4, b, 3, c, 5, true);
+  EXPECT_EQ(c[6], 2 * (0 + 5 + 12));
+  gemm_nn(2, 2, 0, a, 4, b, 3, c, 5, true);  // k == 0 accumulating leaves C
+  EXPECT_EQ(c[6], 2 * (0 + 5 + 12));
+  gemm_nn(2, 2, 0, a, 4, b, 3, c, 5, false);  // k == 0 overwriting zeroes C
+  EXPECT_EQ(c[0], 0);
+  EXPECT_EQ(c[6], 0);
+}
+
+TEST(Blas, Bf16GemmReadsBInVnniLayout) {
+  constexpr int64_t kN = kBrgemmGranule;
+  std::vector<Bf16> a(kN * kN), b_vnni(kN * kN);
+  std::vector<float> a_f(kN * kN), b_f(kN * kN);
+  for (int64_t i = 0; i < kN * kN; ++i) {
+    a_f[i] = static_cast<float>(i % 7) - 3;
+    a[i] = Bf16(a_f[i]);
+  }
+  for (int64_t k = 0; k < kN; ++k) {
+    for (int64_t n = 0; n < kN; ++n) {
+      b_f[k * kN + n] = static_cast<float>((k * 3 + n) % 5) - 2;
+      b_vnni[((k / 2) * kN + n) * 2 + k % 2] = Bf16(b_f[k * kN + n]);
+    }
+  }
+  std::vector<float> c(kN * kN), expected(kN * kN);
+  ASSERT_TRUE(gemm_bf16_available());
+  gemm_bf16(kN, kN, kN, a.data(), kN, b_vnni.data(), kN, c.data(), kN, false);
+  gemm_nn(kN, kN, kN, a_f.data(), kN, b_f.data(), kN, expected.data(), kN, false);
+  EXPECT_EQ(c, expected);  // small integers: exact either way
+}
+
+TEST(HalfBits, RoundToNearestEvenAndSpecialValues) {
+  EXPECT_EQ(Fp16(1.0f).bits, 0x3C00);
+  EXPECT_EQ(Fp16(65504.0f).bits, 0x7BFF);
+  EXPECT_EQ(Fp16(65519.0f).bits, 0x7BFF);
+  EXPECT_EQ(Fp16(65520.0f).bits, 0x7C00);  // halfway to the next step: even is infinity
+  EXPECT_EQ(Fp16(-std::numeric_limits<float>::infinity()).bits, 0xFC00);
+  EXPECT_EQ(Fp16(std::nanf("")).bits & 0x7FFF, 0x7E00);
+  EXPECT_EQ(Fp16(0x1p-24f).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(Fp16(0x1p-25f).bits, 0x0000);  // half of it rounds to even 0
+  EXPECT_EQ(Fp16(0x3p-25f).bits, 0x0002);  // 1.5 steps round to even 2
+  EXPECT_EQ(static_cast<float>(Fp16(0.1f)), 0.0999755859375f);
+  EXPECT_EQ(Bf16(1.0f).bits, 0x3F80);
+  EXPECT_EQ(Bf16(std::nanf("")).bits, 0x7FC0);
+  EXPECT_EQ(Bf16(1.00390625f).bits, 0x3F80);  // halfway: rounds to even
+  EXPECT_EQ(static_cast<float>(Bf16(3.0f)), 3.0f);
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every finite fp16 survives a round trip
+    Fp16 x;
+    x.bits = static_cast<uint16_t>(h);
+    if ((h & 0x7C00) != 0x7C00) {
+      EXPECT_EQ(Fp16(static_cast<float>(x)).bits, h);
+    }
+  }
+}
+
+TEST(Kinds, DispatchPicksTheKernelType) {
+  EXPECT_EQ(dispatch_index_kind(IndexKind::kInt32,
+                                [](auto tag) { return sizeof(typename decltype(tag)::type); }),
+            4u);
+  EXPECT_EQ(dispatch_index_kind(IndexKind::kInt64,
+                                [](auto tag) { return sizeof(typename decltype(tag)::type); }),
+            8u);
+  const auto width = [](FloatKind kind) {
+    return dispatch_float_kind(kind, [](auto tag) { return sizeof(typename decltype(tag)::type); });
+  };
+  EXPECT_EQ(width(FloatKind::kFloat), 4u);
+  EXPECT_EQ(width(FloatKind::kDouble), 8u);
+  EXPECT_EQ(width(FloatKind::kHalf), 2u);
+  EXPECT_EQ(width(FloatKind::kBFloat16), 2u);
+}
+
+}  // namespace
+}  // namespace recops
