@@ -1,4 +1,3 @@
-#include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
 
 #include <cmath>
@@ -199,12 +198,12 @@ std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_forward(
     using bin_t = typename decltype(bin_tag)::type;
     compute_bucket_matrix(seqs, nb, bucket_divisor, query_time_shift,
                           index.mutable_data_ptr<bin_t>());
-    dispatch_floating_type(ts_w_c.scalar_type(), "ts_w", [&](auto scalar_tag) {
+    dispatch_float_kind(float_kind(ts_w_c.scalar_type(), "ts_w"), [&](auto scalar_tag) {
       using scalar_t = typename decltype(scalar_tag)::type;
-      kernels::lookup<at::opmath_type<scalar_t>>(
-          index.const_data_ptr<bin_t>(), seqs.lengths(), ts_w_c.const_data_ptr<scalar_t>(),
-          pos_w_c.defined() ? pos_w_c.const_data_ptr<scalar_t>() : nullptr, shape,
-          out.mutable_data_ptr<scalar_t>());
+      kernels::lookup<accumulate_t<scalar_t>>(
+          index.const_data_ptr<bin_t>(), seqs.lengths(), data_as<scalar_t>(ts_w_c),
+          pos_w_c.defined() ? data_as<scalar_t>(pos_w_c) : nullptr, shape,
+          mutable_data_as<scalar_t>(out));
     });
   });
   return {out, index};
@@ -220,10 +219,10 @@ at::Tensor relative_attn_bias_pos(const at::Tensor& pos_w, std::optional<int64_t
   std::vector<int64_t> out_shape = {1, seq_len, seq_len};
   if (pos_w.dim() == 2) out_shape.insert(out_shape.begin(), layers);
   at::Tensor out = at::empty(out_shape, pos_w_c.options());
-  dispatch_floating_type(pos_w_c.scalar_type(), "pos_w", [&](auto scalar_tag) {
+  dispatch_float_kind(float_kind(pos_w_c.scalar_type(), "pos_w"), [&](auto scalar_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
-    kernels::position_bias(pos_w_c.const_data_ptr<scalar_t>(), layers, seq_len,
-                           out.mutable_data_ptr<scalar_t>());
+    kernels::position_bias(data_as<scalar_t>(pos_w_c), layers, seq_len,
+                           mutable_data_as<scalar_t>(out));
   });
   return out;
 }
@@ -283,12 +282,12 @@ std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_b
   }
   int64_t bad = -1;
   const auto accumulate = [&](const auto* buckets) {
-    bad = dispatch_floating_type(grad_c.scalar_type(), "grad_bias", [&](auto tag) {
+    bad = dispatch_float_kind(float_kind(grad_c.scalar_type(), "grad_bias"), [&](auto tag) {
       using scalar_t = typename decltype(tag)::type;
-      return kernels::relative_bias_backward<at::opmath_type<scalar_t>>(
-          grad_c.const_data_ptr<scalar_t>(), shape, seqs.lengths(), buckets,
-          time_grad ? grad_ts->mutable_data_ptr<scalar_t>() : nullptr,
-          pos_grad ? grad_pos->mutable_data_ptr<scalar_t>() : nullptr);
+      return kernels::relative_bias_backward<accumulate_t<scalar_t>>(
+          data_as<scalar_t>(grad_c), shape, seqs.lengths(), buckets,
+          time_grad ? mutable_data_as<scalar_t>(*grad_ts) : nullptr,
+          pos_grad ? mutable_data_as<scalar_t>(*grad_pos) : nullptr);
     });
   };
   if (timestamps.has_value()) {

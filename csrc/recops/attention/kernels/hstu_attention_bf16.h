@@ -35,7 +35,7 @@ struct Bf16Scratch {
         bf16(new uint16_t[bf16_tiles * tile_size + kQueryBlock * ops.dqk_pad()]),
         product(new float[kQueryBlock * std::max(ops.dqk_pad(), ops.dv_pad())]) {}
   uint16_t* tile(int index) { return bf16.get() + index * tile_size; }
-  ~Bf16Scratch() { at::native::cpublas::brgemm_release(); }
+  ~Bf16Scratch() { gemm_bf16_release(); }
   Bf16Scratch(const Bf16Scratch&) = delete;
   Bf16Scratch& operator=(const Bf16Scratch&) = delete;
 

@@ -15,8 +15,6 @@
 // backward reuses.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -156,7 +154,7 @@ void compute_buckets(const ts_t* timestamps, const Lengths& lengths, int64_t bat
                                         lengths.valid(b), n, query_time_shift, bucketizer,
                                         buckets + b * n * n);
   };
-  at::parallel_for(0, batch * tiles, 1, [&](int64_t w0, int64_t w1) {
+  parallel_for(0, batch * tiles, 1, [&](int64_t w0, int64_t w1) {
     std::vector<bin_t> tile(std::max(kBucketTile * kBucketTile, n));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / tiles;
@@ -193,7 +191,7 @@ void lookup(const bin_t* buckets, const Lengths& lengths, const scalar_t* ts_w,
             const scalar_t* pos_w, const BiasShape& shape, scalar_t* out) {
   const int64_t n = shape.seq_len;
   const int64_t row_bytes = n * shape.layers * static_cast<int64_t>(sizeof(scalar_t));
-  at::parallel_for(0, shape.batch * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, shape.batch * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / n;
       const int64_t i = r % n;
@@ -213,7 +211,7 @@ void lookup(const bin_t* buckets, const Lengths& lengths, const scalar_t* ts_w,
 template <typename scalar_t>
 void position_bias(const scalar_t* pos_w, int64_t layers, int64_t n, scalar_t* out) {
   const int64_t row_bytes = n * static_cast<int64_t>(sizeof(scalar_t));
-  at::parallel_for(0, layers * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, layers * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t l = r / n;
       const int64_t i = r % n;
@@ -289,16 +287,16 @@ int64_t relative_bias_backward(const scalar_t* grad, const BiasShape& shape, con
     }
     if (grad_pos) {
       const int64_t total = shape.layers * positions;
-      at::parallel_for(0, total, grain_for_bytes(chunks * static_cast<int64_t>(sizeof(acc_t))),
-                       [&](int64_t p0, int64_t p1) {
-                         for (int64_t p = p0; p < p1; ++p) {
-                           acc_t sum = 0;
-                           for (int64_t c = 0; c < chunks; ++c) {
-                             sum += partials[c * per_chunk + hist_size + p];
-                           }
-                           grad_pos[p] = static_cast<scalar_t>(sum);
-                         }
-                       });
+      parallel_for(0, total, grain_for_bytes(chunks * static_cast<int64_t>(sizeof(acc_t))),
+                   [&](int64_t p0, int64_t p1) {
+                     for (int64_t p = p0; p < p1; ++p) {
+                       acc_t sum = 0;
+                       for (int64_t c = 0; c < chunks; ++c) {
+                         sum += partials[c * per_chunk + hist_size + p];
+                       }
+                       grad_pos[p] = static_cast<scalar_t>(sum);
+                     }
+                   });
     }
     return -1;
   });

@@ -58,7 +58,9 @@ void add_into(T* acc, const T* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
 }
 
-// The bf16 bit pattern nearest to x (ties to even; NaN stays NaN), as c10::BFloat16 rounds.
+// The bf16 bit pattern nearest to x (ties to even; NaN stays NaN): common/half_bits.h's
+// bf16_bits_from_float, with the NaN case as a select so that the tile loops calling it vectorise
+// (always inlined into each instruction-set variant).
 RECOPS_ALWAYS_INLINE uint16_t bf16_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
