@@ -114,6 +114,14 @@ TEST_P(BucketMatrix, LookupAndGradientsMatchScalarLoops) {
             -1);
   for (size_t i = 0; i < gts.size(); ++i) ASSERT_NEAR(gts[i], dts[i], 1e-9) << i;
   for (size_t i = 0; i < gpos.size(); ++i) ASSERT_NEAR(gpos[i], dpos[i], 1e-9) << i;
+  // Both passes from the timestamps (uint8 scratch buckets here, int32 past 255 buckets).
+  std::vector<double> gts2(ts_w.size()), gpos2(pos_w.size());
+  ASSERT_EQ(
+      relative_bias_backward_from_timestamps<double>(grad.data(), shape, lengths, seqs.ts.data(),
+                                                     shift, bucketizer, gts2.data(), gpos2.data()),
+      -1);
+  EXPECT_EQ(gts2, gts);
+  EXPECT_EQ(gpos2, gpos);
 
   // Bf16 tables: lookups add in float and round once; gradients accumulate in float.
   std::vector<Bf16> ts_b, pos_b;

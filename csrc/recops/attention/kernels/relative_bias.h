@@ -23,11 +23,17 @@
 
 #include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/common/histogram.h"
+#include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
 
 constexpr int64_t kBucketTile = 64;  // query/key tile edge of compute_buckets
+
+// Whether a uint8 bucket matrix holds num_buckets (the narrowest bucket type; int32 otherwise).
+inline bool buckets_fit_uint8(int64_t num_buckets) {
+  return num_buckets <= 255;
+}
 
 // Sequence lengths: dense (offsets == nullptr, every sequence seq_len long) or jagged, sequence b
 // spanning [offsets[b], offsets[b + 1]). Positions i, j < valid(b) exist; the others are padding
@@ -300,6 +306,25 @@ int64_t relative_bias_backward(const scalar_t* grad, const BiasShape& shape, con
     }
     return -1;
   });
+}
+
+// relative_bias_backward with the bucket matrix computed first from the timestamps
+// (compute_buckets, into scratch of the narrowest bucket type): both passes of the gradient when
+// the caller kept no bucket index.
+template <typename acc_t, typename scalar_t, typename ts_t>
+int64_t relative_bias_backward_from_timestamps(const scalar_t* grad, const BiasShape& shape,
+                                               const Lengths& lengths, const ts_t* timestamps,
+                                               bool query_time_shift,
+                                               const LogBucketizer& bucketizer, scalar_t* grad_ts,
+                                               scalar_t* grad_pos) {
+  const auto run = [&](auto bin_tag) {
+    using bin_t = typename decltype(bin_tag)::type;
+    // Uninitialised: compute_buckets writes every entry.
+    std::unique_ptr<bin_t[]> buckets(new bin_t[shape.batch * shape.seq_len * shape.seq_len]);
+    compute_buckets(timestamps, lengths, shape.batch, query_time_shift, bucketizer, buckets.get());
+    return relative_bias_backward<acc_t>(grad, shape, lengths, buckets.get(), grad_ts, grad_pos);
+  };
+  return buckets_fit_uint8(shape.num_buckets) ? run(TypeTag<uint8_t>{}) : run(TypeTag<int32_t>{});
 }
 
 }  // namespace recops::attention::kernels
