@@ -110,6 +110,15 @@ std::vector<double> sum_parts(const std::vector<double>& parts, int64_t n) {
   return out;
 }
 
+TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {
+  const Batch batch;
+  std::vector<double> shifted(batch.rows, -1.0), unshifted(batch.rows, -1.0);
+  query_times(batch.sequences(), batch.key_time.data(), true, shifted.data());
+  query_times(batch.sequences(), batch.key_time.data(), false, unshifted.data());
+  EXPECT_EQ(shifted, batch.query_time);
+  EXPECT_EQ(unshifted, batch.key_time);
+}
+
 class HstuKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
