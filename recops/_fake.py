@@ -45,7 +45,9 @@ def register_fake(qualname):
             check_one_device(schema, args, kwargs)
             return fake(*args, **kwargs)
 
-        torch.library.register_fake(qualname)(checked)
+        # Registered as if by the module that applies this decorator, which the op's C++
+        # m.set_python_module names (torch checks that the two agree).
+        torch.library.register_fake(qualname, checked, _stacklevel=2)
         return fake
 
     return decorator

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.library import register_autograd
 
-from recops._autograd import input_grads
+from recops._autograd import grads_by_name, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
@@ -32,57 +32,39 @@ def _pos_att_spec(pos_att_type: str | Sequence[str]) -> str:
 _DEFAULT_SPEC = "c2p|p2c"
 
 
+_FORWARD = ops.disentangled_attention.default
+_BACKWARD = ops.disentangled_attention_backward.default
+# The backward's arguments that come from the forward's call rather than from its results.
+_FORWARD_NAMES = {a.name for a in _FORWARD._schema.arguments}
+_FORWARD_INPUTS = tuple(a.name for a in _BACKWARD._schema.arguments if a.name in _FORWARD_NAMES)
+
+
 @register_fake("recops::disentangled_attention")
-def _forward_fake(
-    q,
-    k,
-    v,
-    pos_key,
-    pos_query,
-    attention_mask=None,
-    pos_att_type=_DEFAULT_SPEC,
-    position_buckets=256,
-    max_relative_positions=512,
-    scale=None,
-    dropout_p=0.0,
-    seed=0,
-    return_probs=False,
-):
+def _forward_fake(*args, **kwargs):
+    a = named_arguments(_FORWARD, args, kwargs)
+    q, k, v = a["q"], a["k"], a["v"]
     batch, heads, q_len, _ = q.shape
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = q.new_empty((batch, heads, q_len, v.shape[-1]))
     lse = q.new_empty((batch, heads, q_len), dtype=lse_dtype)
-    probs = q.new_empty((batch, heads, q_len, k.shape[2])) if return_probs else None
+    probs = q.new_empty((batch, heads, q_len, k.shape[2])) if a["return_probs"] else None
     return out, lse, probs
 
 
 @register_fake("recops::disentangled_attention_backward")
-def _backward_fake(
-    grad_output,
-    grad_probs,
-    q,
-    k,
-    v,
-    pos_key,
-    pos_query,
-    attention_mask,
-    output,
-    softmax_lse,
-    probs,
-    pos_att_type=_DEFAULT_SPEC,
-    *options,
-):
-    terms = _terms(pos_att_type)
+def _backward_fake(*args, **kwargs):
+    a = named_arguments(_BACKWARD, args, kwargs)
+    terms = _terms(a["pos_att_type"])
 
     def like(t):
         return torch.empty_like(t, memory_format=torch.contiguous_format)
 
     return (
-        like(q),
-        like(k),
-        like(v),
-        like(pos_key) if "c2p" in terms else None,
-        like(pos_query) if "p2c" in terms else None,
+        like(a["q"]),
+        like(a["k"]),
+        like(a["v"]),
+        like(a["pos_key"]) if "c2p" in terms else None,
+        like(a["pos_query"]) if "p2c" in terms else None,
     )
 
 
@@ -91,28 +73,32 @@ def _log_bucket_position_fake(relative_pos, bucket_size, max_position):
     return torch.empty_like(relative_pos, dtype=torch.int64, memory_format=torch.contiguous_format)
 
 
-# Positions in disentangled_attention's argument list (after the dispatcher's defaults are
-# filled back in): 6 tensors, then the options shared with the backward, then return_probs.
-_NUM_TENSORS, _NUM_OPTIONS = 6, 6
-
-
 def _setup_context(ctx, inputs, output):
+    arguments = named_arguments(_FORWARD, inputs)
     out, lse, probs = output
-    ctx.save_for_backward(*inputs[:_NUM_TENSORS], out, lse, probs)
-    ctx.options = inputs[_NUM_TENSORS : _NUM_TENSORS + _NUM_OPTIONS]
+    ctx.tensor_names = [n for n in _FORWARD_INPUTS if isinstance(arguments[n], torch.Tensor)]
+    ctx.save_for_backward(*(arguments[n] for n in ctx.tensor_names), out, lse, probs)
+    ctx.options = {
+        n: arguments[n] for n in _FORWARD_INPUTS if not isinstance(arguments[n], torch.Tensor)
+    }
     ctx.mark_non_differentiable(lse)
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_out, grad_lse, grad_probs):
-    q, k, v, pos_key, pos_query, mask, out, lse, probs = ctx.saved_tensors
+    *tensors, out, lse, probs = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv, d_pos_key, d_pos_query = ops.disentangled_attention_backward(
-        grad_out, grad_probs, q, k, v, pos_key, pos_query, mask, out, lse, probs, *ctx.options
+    results = _BACKWARD(
+        grad_out,
+        grad_probs,
+        output=out,
+        softmax_lse=lse,
+        probs=probs,
+        **dict(zip(ctx.tensor_names, tensors, strict=True)),
+        **ctx.options,
     )
-    grads = [dq, dk, dv, d_pos_key, d_pos_query] + [None] * (1 + _NUM_OPTIONS + 1)
-    return input_grads(ctx, *grads)
+    return grads_by_name(ctx, _FORWARD, _BACKWARD, results)
 
 
 register_autograd("recops::disentangled_attention", _backward, setup_context=_setup_context)

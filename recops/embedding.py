@@ -9,7 +9,6 @@ the autograd formula of the ``split_embedding_codegen_lookup_<optimizer>_functio
 
 import enum
 import itertools
-import warnings
 
 import torch
 from torch import nn
@@ -494,7 +493,6 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         buffer("weights_offsets", [table_offsets[t] for t in ftm], torch.int64)
         buffer("hash_size_cumsum", [*(row_offsets[t] for t in ftm), row_offsets[-1]], torch.int64)
         buffer("bounds_check_warning", [0], torch.int64)
-        self._warn_on_repair = self.bounds_check_mode == BoundsCheckMode.WARNING
 
         dtype = self.weights_precision.as_dtype()
         self.weights_host = nn.Parameter(ops.embedding_host_zeros(table_offsets[-1], dtype))
@@ -557,14 +555,6 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 int(self.bounds_check_mode),
                 self.bounds_check_warning,
             )
-            if self._warn_on_repair and self.bounds_check_warning.item() > 0:
-                self._warn_on_repair = False
-                warnings.warn(
-                    "SplitTableBatchedEmbeddingBagsCodegen: out-of-range indices were set to 0 "
-                    "and malformed offsets clamped into range (BoundsCheckMode.WARNING warns "
-                    "once; bounds_check_warning counts the repaired batches)",
-                    stacklevel=2,
-                )
         suffix, state_layouts = _OPTIMIZERS[self.optimizer]
         state = {}
         for k in range(1, len(state_layouts) + 1):

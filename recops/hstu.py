@@ -1,54 +1,54 @@
 """HSTU attention: Python entry point, fake kernels and autograd
-(kernels: csrc/recops/attention/kernels/hstu_attention.h)."""
+(kernels: csrc/recops/attention/kernels/hstu_attention.h). The op's arguments are declared once,
+in its schema (csrc/recops/attention/hstu_options.h): the code here reads them by name."""
 
 from __future__ import annotations
 
 import torch
 from torch.library import register_autograd
 
-from recops._autograd import input_grads
+from recops._autograd import grads_by_name, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
+_FORWARD, _BACKWARD = ops.hstu_dense_forward.default, ops.hstu_dense_backward.default
+# The differentiable optional inputs, in the backward's result order after grad_q, grad_k, grad_v.
+_BIAS_INPUTS = ("attn_bias", "ts_w", "pos_w")
 
-# Positions of the differentiable optional inputs in hstu_dense_forward's argument list.
-_ATTN_BIAS, _TS_W, _POS_W = 14, 16, 17
+
+def contiguous_like(t):
+    return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
 @register_fake("recops::hstu_dense_forward")
-def _hstu_forward_fake(q, k, v, seq_offsets, seq_lengths, *options):
+def _hstu_forward_fake(q, k, v, *args, **kwargs):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
 @register_fake("recops::hstu_dense_backward")
-def _hstu_backward_fake(grad_output, *forward_args):
-    # hstu_dense_backward takes grad_output followed by hstu_dense_forward's arguments.
-    q, k, v = forward_args[:3]
-    attn_bias, ts_w, pos_w = (forward_args[i] for i in (_ATTN_BIAS, _TS_W, _POS_W))
-    return (
-        torch.empty_like(q, memory_format=torch.contiguous_format),
-        torch.empty_like(k, memory_format=torch.contiguous_format),
-        torch.empty_like(v, memory_format=torch.contiguous_format),
-        *(
-            None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
-            for t in (attn_bias, ts_w, pos_w)
-        ),
-    )
+def _hstu_backward_fake(*args, **kwargs):
+    a = named_arguments(_BACKWARD, args, kwargs)
+    return tuple(contiguous_like(a[name]) for name in ("q", "k", "v", *_BIAS_INPUTS))
+
+
+def save_attention_inputs(ctx, forward, inputs):
+    """Keeps q, k, v for the backward as saved tensors and the other arguments by name."""
+    ctx.arguments = named_arguments(forward, inputs)
+    ctx.save_for_backward(*(ctx.arguments.pop(name) for name in ("q", "k", "v")))
+
+
+def attention_backward(ctx, forward, backward, grad_output):
+    q, k, v = ctx.saved_tensors
+    results = backward(grad_output.contiguous(), q=q, k=k, v=v, **ctx.arguments)
+    return grads_by_name(ctx, forward, backward, results)
 
 
 def _hstu_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:3])
-    ctx.others = inputs[3:]
+    save_attention_inputs(ctx, _FORWARD, inputs)
 
 
 def _hstu_backward(ctx, grad_output):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv, d_bias, d_ts_w, d_pos_w = ops.hstu_dense_backward(
-        grad_output.contiguous(), q, k, v, *ctx.others
-    )
-    grads = [dq, dk, dv] + [None] * len(ctx.others)
-    grads[_ATTN_BIAS], grads[_TS_W], grads[_POS_W] = d_bias, d_ts_w, d_pos_w
-    return input_grads(ctx, *grads)
+    return attention_backward(ctx, _FORWARD, _BACKWARD, grad_output)
 
 
 register_autograd("recops::hstu_dense_forward", _hstu_backward, setup_context=_hstu_setup)
@@ -85,14 +85,9 @@ class SequenceLayout:
         return out.reshape(*self.dense_shape, *out.shape[1:])
 
 
-def call_arguments(q, k, v, seq_offsets, max_seq_len, mask, silu_scale):
-    """What the HSTU-family wrappers pass on: the SequenceLayout, (mask_type, custom_mask) from a
-    mask name or a custom mask tensor, and silu_scale (default 1 / max_seq_len)."""
-    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
-    mask_type, custom_mask = ("custom", mask) if isinstance(mask, torch.Tensor) else (mask, None)
-    if silu_scale is None:
-        silu_scale = 1.0 / max(int(layout.max_seq_len), 1)
-    return layout, mask_type, custom_mask, silu_scale
+def split_mask(mask):
+    """(mask_type, custom_mask) of the HSTU-family ops from a mask name or a mask tensor."""
+    return ("custom", mask) if isinstance(mask, torch.Tensor) else (mask, None)
 
 
 def hstu_attention(
@@ -103,19 +98,8 @@ def hstu_attention(
     max_seq_len: int | None = None,
     *,
     lengths: torch.Tensor | None = None,
-    alpha: float = 1.0,
-    silu_scale: float | None = None,
     mask: str | torch.Tensor = "causal",
-    contextual_seq_len: int = 0,
-    num_targets: torch.Tensor | None = None,
-    target_group_size: int = 1,
-    max_attn_len: int = 0,
-    attn_bias: torch.Tensor | None = None,
-    timestamps: torch.Tensor | None = None,
-    ts_w: torch.Tensor | None = None,
-    pos_w: torch.Tensor | None = None,
-    query_time_shift: bool = True,
-    bucket_divisor: float = 0.301,
+    **options,
 ) -> torch.Tensor:
     """HSTU attention (docs/ops.md section 4): ``O_i = sum_j silu(alpha q_i.k_j + bias_ij) *
     silu_scale * M_ij * v_j``, fused and tiled; differentiable in q, k, v, attn_bias, ts_w, pos_w.
@@ -124,32 +108,24 @@ def hstu_attention(
     ``max_seq_len``; or dense ``[B, N, H, D]`` with optional ``lengths [B]`` (positions past a
     length are ignored and give zero output). ``mask``: "causal" (default; with
     ``contextual_seq_len``, ``num_targets``, ``target_group_size``, ``max_attn_len``), "none"
-    (two-sided), or a tensor ``[B|1, H|1, N, N]`` (bool or multiplicative float). Bias: a dense
-    ``attn_bias`` broadcastable to ``[B, H, N, N]``, or the fused relative time + position bias
-    from ``timestamps`` ([B, N], or [L] jagged), ``ts_w [num_buckets + 1]`` and
-    ``pos_w [2 N - 1]``. ``silu_scale`` defaults to ``1 / max_seq_len``.
+    (two-sided), or a tensor ``[B|1, H|1, N, N]`` (bool or multiplicative float).
+
+    ``options`` go to ``torch.ops.recops.hstu_dense_forward`` by name; its schema declares them
+    with their defaults: ``alpha=1.0``, ``silu_scale`` (default ``1 / max_seq_len``),
+    ``contextual_seq_len=0``, ``num_targets``, ``target_group_size=1``, ``max_attn_len=0``, a
+    dense ``attn_bias`` broadcastable to ``[B, H, N, N]``, or the fused relative time + position
+    bias from ``timestamps`` ([B, N], or [L] jagged), ``ts_w [num_buckets + 1]`` and
+    ``pos_w [2 N - 1]`` with ``query_time_shift=True`` and ``bucket_divisor=0.301``.
     """
-    layout, mask_type, custom_mask, silu_scale = call_arguments(
-        q, k, v, seq_offsets, max_seq_len, mask, silu_scale
-    )
+    layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
+    mask_type, custom_mask = split_mask(mask)
     out = ops.hstu_dense_forward(
         *layout.qkv,
         layout.seq_offsets,
         lengths,
         layout.max_seq_len,
-        alpha,
-        silu_scale,
-        mask_type,
-        contextual_seq_len,
-        num_targets,
-        target_group_size,
-        max_attn_len,
-        custom_mask,
-        attn_bias,
-        timestamps,
-        ts_w,
-        pos_w,
-        query_time_shift,
-        bucket_divisor,
+        mask_type=mask_type,
+        custom_mask=custom_mask,
+        **options,
     )
     return layout.restore(out)

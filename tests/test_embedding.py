@@ -571,29 +571,48 @@ def test_fatal_raises_and_leaves_state_untouched(optimizer, case):
 
 
 @pytest.mark.parametrize("mode", [BoundsCheckMode.WARNING, BoundsCheckMode.IGNORE], ids=str)
-def test_warning_and_ignore_repair_input(mode):
+def test_warning_and_ignore_repair_input(mode, capfd):
+    """The repair warning comes from the C++ check, as FBGEMM's does (so the module never reads
+    the counter back): on stderr, once per module, in WARNING mode only."""
     module = make_module(
         [(10, 8), (10, 4)], [0, 1], OptimType.EXACT_SGD, PoolingMode.SUM, bounds_check_mode=mode
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _, indices, offsets, _ in bad_inputs():
-            indices, offsets = indices.clone(), offsets.clone()
-            out = module(indices, offsets)
-            # The repaired input (bad indices -> 0, offsets clamped in order) is what was used.
-            assert torch.all((indices >= 0) & (indices < 10))
-            assert torch.all(torch.diff(offsets) >= 0) and offsets[-1] <= indices.numel()
-            torch.testing.assert_close(
-                out,
-                Reference(module)
-                .forward(
-                    indices, offsets, None, [w.double() for w in module.split_embedding_weights()]
-                )
-                .float(),
-            )
-    tbe_warnings = [w for w in caught if "out-of-range indices were set to 0" in str(w.message)]
-    assert len(tbe_warnings) == (1 if mode == BoundsCheckMode.WARNING else 0)
+    for _, indices, offsets, _ in bad_inputs():
+        indices, offsets = indices.clone(), offsets.clone()
+        out = module(indices, offsets)
+        # The repaired input (bad indices -> 0, offsets clamped in order) is what was used.
+        assert torch.all((indices >= 0) & (indices < 10))
+        assert torch.all(torch.diff(offsets) >= 0) and offsets[-1] <= indices.numel()
+        torch.testing.assert_close(
+            out,
+            Reference(module)
+            .forward(indices, offsets, None, [w.double() for w in module.split_embedding_weights()])
+            .float(),
+        )
+    stderr = capfd.readouterr().err
+    assert stderr.count("out-of-range indices were set to 0") == (
+        1 if mode == BoundsCheckMode.WARNING else 0
+    )
     assert module.bounds_check_warning.item() == len(bad_inputs())
+
+
+def test_warning_mode_forward_compiles_as_one_graph():
+    """WARNING (FBGEMM's default mode) checks and repairs inside the op: the module reads nothing
+    back per step, so a forward compiles with fullgraph=True and repairs as in eager."""
+    module = make_module(
+        [(10, 8), (10, 4)],
+        [0, 1],
+        OptimType.EXACT_SGD,
+        PoolingMode.SUM,
+        bounds_check_mode=BoundsCheckMode.WARNING,
+    )
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    indices, offsets = torch.tensor([1, 12, 3]), torch.tensor([0, 2, 2, 3, 3])
+    with torch.no_grad():
+        got = compiled(indices.clone(), offsets.clone())
+        want = module(torch.tensor([1, 0, 3]), offsets.clone())
+    torch.testing.assert_close(got, want)
+    assert module.bounds_check_warning.item() == 1
 
 
 def test_none_mode_still_rejects_out_of_range_indices():

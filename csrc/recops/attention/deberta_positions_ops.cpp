@@ -6,6 +6,7 @@
 #include "recops/attention/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.deberta");  // where the fake kernel is registered
   m.def(
       "deberta_log_bucket_position(Tensor relative_pos, int bucket_size, int max_position) -> "
       "Tensor",

@@ -1,91 +1,77 @@
-// Schemas and kernel registrations of DeBERTa disentangled attention in torch.ops.recops.
-// Fake kernels, autograd, the Python entry and the module live in recops/deberta.py.
+// Schemas and kernel registrations of DeBERTa disentangled attention in torch.ops.recops. The
+// options are declared once, in disentangled_options.h; the kernels read arguments by name. Fake
+// kernels, autograd, the Python entry and the module live in recops/deberta.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+
+#include <string>
 
 #include "recops/attention/ops.h"
 
 namespace recops::attention {
 namespace {
 
-#define RECOPS_DISENTANGLED_OPTION_ARGS                                                      \
-  "str pos_att_type=\"c2p|p2c\", int position_buckets=256, int max_relative_positions=512, " \
-  "float? scale=None, float dropout_p=0.0, int seed=0"
+std::string forward_schema(const char* name) {
+  return std::string(name) +
+         "(Tensor q, Tensor k, Tensor v, Tensor? pos_key, Tensor? pos_query, "
+         "Tensor? attention_mask=None, " +
+         kDisentangledOptionArguments +
+         ", bool return_probs=False) -> (Tensor output, Tensor softmax_lse, Tensor? probs)";
+}
 
-#define RECOPS_DISENTANGLED_SIGNATURE                                   \
-  "(Tensor q, Tensor k, Tensor v, Tensor? pos_key, Tensor? pos_query, " \
-  "Tensor? attention_mask=None, " RECOPS_DISENTANGLED_OPTION_ARGS       \
-  ", bool return_probs=False) -> (Tensor, Tensor, Tensor?)"
-
-using DisentangledResult = std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>>;
-
-DisentangledResult disentangled_forward_op(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const std::optional<at::Tensor>& pos_key, const std::optional<at::Tensor>& pos_query,
-    const std::optional<at::Tensor>& attention_mask, c10::string_view pos_att_type,
-    int64_t position_buckets, int64_t max_relative_positions, std::optional<double> scale,
-    double dropout_p, int64_t seed, bool return_probs) {
-  return disentangled_attention_forward(
-      q, k, v, pos_key, pos_query, attention_mask,
-      DisentangledOptions{std::string(pos_att_type), position_buckets, max_relative_positions,
-                          scale, dropout_p, seed},
-      return_probs);
+void disentangled_forward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  auto results = disentangled_attention_forward(
+      args.tensor("q"), args.tensor("k"), args.tensor("v"), args.optional_tensor("pos_key"),
+      args.optional_tensor("pos_query"), args.optional_tensor("attention_mask"),
+      read_disentangled_options(args), args.flag("return_probs"));
+  return_result(op, stack, std::move(results));
 }
 
 // The seed's spelling: the same op through the dispatcher (so autograd, fake and compile see
-// disentangled_attention).
-DisentangledResult disetangle_alias_op(const at::Tensor& q, const at::Tensor& k,
-                                       const at::Tensor& v,
-                                       const std::optional<at::Tensor>& pos_key,
-                                       const std::optional<at::Tensor>& pos_query,
-                                       const std::optional<at::Tensor>& attention_mask,
-                                       c10::string_view pos_att_type, int64_t position_buckets,
-                                       int64_t max_relative_positions, std::optional<double> scale,
-                                       double dropout_p, int64_t seed, bool return_probs) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("recops::disentangled_attention", "")
-                             .typed<decltype(disentangled_forward_op)>();
-  return op.call(q, k, v, pos_key, pos_query, attention_mask, pos_att_type, position_buckets,
-                 max_relative_positions, scale, dropout_p, seed, return_probs);
+// disentangled_attention), with the same arguments on the stack.
+void disetangle_alias_kernel(const c10::OperatorHandle& /*alias*/, torch::jit::Stack* stack) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("recops::disentangled_attention", "");
+  op.callBoxed(stack);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>>
-disentangled_backward_op(const at::Tensor& grad_output, const std::optional<at::Tensor>& grad_probs,
-                         const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const std::optional<at::Tensor>& pos_key,
-                         const std::optional<at::Tensor>& pos_query,
-                         const std::optional<at::Tensor>& attention_mask, const at::Tensor& output,
-                         const at::Tensor& softmax_lse, const std::optional<at::Tensor>& probs,
-                         c10::string_view pos_att_type, int64_t position_buckets,
-                         int64_t max_relative_positions, std::optional<double> scale,
-                         double dropout_p, int64_t seed) {
-  return disentangled_attention_backward(
-      grad_output, grad_probs, q, k, v, pos_key, pos_query, attention_mask, output, softmax_lse,
-      probs,
-      DisentangledOptions{std::string(pos_att_type), position_buckets, max_relative_positions,
-                          scale, dropout_p, seed});
+void disentangled_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  auto grads = disentangled_attention_backward(
+      args.tensor("grad_output"), args.optional_tensor("grad_probs"), args.tensor("q"),
+      args.tensor("k"), args.tensor("v"), args.optional_tensor("pos_key"),
+      args.optional_tensor("pos_query"), args.optional_tensor("attention_mask"),
+      args.tensor("output"), args.tensor("softmax_lse"), args.optional_tensor("probs"),
+      read_disentangled_options(args));
+  return_result(op, stack, std::move(grads));
 }
 
 }  // namespace
 }  // namespace recops::attention
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.deberta");  // where the fake kernels and autograd are registered
+  using namespace recops::attention;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
-  m.def("disentangled_attention" RECOPS_DISENTANGLED_SIGNATURE, pt2);
-  m.def("disetangle_attention" RECOPS_DISENTANGLED_SIGNATURE, pt2);
-  m.def(
-      "disentangled_attention_backward(Tensor grad_output, Tensor? grad_probs, Tensor q, "
-      "Tensor k, Tensor v, Tensor? pos_key, Tensor? pos_query, Tensor? attention_mask, "
-      "Tensor output, Tensor softmax_lse, Tensor? probs, " RECOPS_DISENTANGLED_OPTION_ARGS
-      ") -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)",
-      pt2);
+  m.def(forward_schema("disentangled_attention").c_str(), pt2);
+  m.def(forward_schema("disetangle_attention").c_str(), pt2);
+  m.def((std::string("disentangled_attention_backward(Tensor grad_output, Tensor? grad_probs, "
+                     "Tensor q, Tensor k, Tensor v, Tensor? pos_key, Tensor? pos_query, "
+                     "Tensor? attention_mask, Tensor output, Tensor softmax_lse, Tensor? probs, ") +
+         kDisentangledOptionArguments +
+         ") -> (Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_pos_key, "
+         "Tensor? grad_pos_query)")
+            .c_str(),
+        pt2);
 }
 
 TORCH_LIBRARY_IMPL(recops, CompositeImplicitAutograd, m) {
-  m.impl("disetangle_attention", TORCH_FN(recops::attention::disetangle_alias_op));
+  m.impl("disetangle_attention", recops::boxed<&recops::attention::disetangle_alias_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
-  m.impl("disentangled_attention", TORCH_FN(recops::attention::disentangled_forward_op));
-  m.impl("disentangled_attention_backward", TORCH_FN(recops::attention::disentangled_backward_op));
+  using namespace recops::attention;
+  m.impl("disentangled_attention", recops::boxed<&disentangled_forward_kernel>());
+  m.impl("disentangled_attention_backward", recops::boxed<&disentangled_backward_kernel>());
 }

@@ -8,6 +8,9 @@
 #include <string>
 #include <tuple>
 
+#include "recops/attention/disentangled_options.h"
+#include "recops/attention/hstu_options.h"
+
 namespace recops::attention {
 
 // float64 inputs compute in float64; every other floating dtype computes in fp32.
@@ -35,19 +38,6 @@ std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_b
     const std::optional<at::Tensor>& bucket_index, const std::optional<at::Tensor>& seq_offsets,
     int64_t num_buckets, double bucket_divisor, bool query_time_shift, bool pos_grad);
 
-// Options shared by the HSTU forward and backward (see the schema in ops.cpp).
-struct HstuOptions {
-  int64_t max_seq_len;
-  double alpha, silu_scale;
-  std::string mask_type;
-  int64_t contextual_seq_len;
-  std::optional<at::Tensor> num_targets;
-  int64_t target_group_size, max_attn_len;
-  std::optional<at::Tensor> custom_mask, attn_bias, timestamps, ts_w, pos_w;
-  bool query_time_shift;
-  double bucket_divisor;
-};
-
 at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& seq_offsets,
                               const std::optional<at::Tensor>& seq_lengths,
@@ -58,13 +48,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::o
 hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
                     const at::Tensor& v, const at::Tensor& seq_offsets,
                     const std::optional<at::Tensor>& seq_lengths, const HstuOptions& options);
-
-// FuXi-alpha: HSTU's options (attn_bias unused) plus the two bias channels and the layout.
-struct FuxiOptions {
-  HstuOptions base;
-  std::optional<at::Tensor> ts_bias, pos_bias;  // dense [B, N, N] / [1, N, N]
-  bool reference_layout;  // per head [position, time, semantic] instead of channel-major
-};
 
 at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& seq_offsets,
@@ -80,15 +63,6 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
 // HF's make_log_bucket_position of integer relative positions, int64 (kernels/deberta_positions.h).
 at::Tensor deberta_log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
                                        int64_t max_position);
-
-// Options shared by the disentangled-attention forward and backward (schema in ops.cpp).
-struct DisentangledOptions {
-  std::string pos_att_type;  // "c2p|p2c", any subset, "" for none
-  int64_t position_buckets, max_relative_positions;
-  std::optional<double> scale;
-  double dropout_p;
-  int64_t seed;
-};
 
 // Returns (output [B, H, Sq, Dv], softmax log-sum-exp [B, H, Sq] in the compute type,
 // probabilities [B, H, Sq, Sk] after dropout when return_probs).

@@ -51,6 +51,8 @@ std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_with_index(
 }  // namespace recops::attention
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module(
+      "recops.relative_bias");  // where the fake kernels and autograd are registered
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(
       "relative_attn_bias_time(Tensor timestamps, Tensor ts_w, Tensor? pos_w=None, "

@@ -67,7 +67,16 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
     return;
   }
   if (last != num_indices || report.bad_bags > 0 || report.bad_indices > 0) {
-    warning.mutable_data_ptr<int64_t>()[0] += 1;
+    int64_t& repaired_batches = warning.mutable_data_ptr<int64_t>()[0];
+    // WARNING warns at the first repair its counter sees (the module's counter: once per module),
+    // here rather than in Python, which would have to read the counter back every step.
+    if (bounds_check_mode == 1 && repaired_batches == 0) {
+      TORCH_WARN(
+          "SplitTableBatchedEmbeddingBagsCodegen: out-of-range indices were set to 0 and "
+          "malformed offsets clamped into range (BoundsCheckMode.WARNING warns once; "
+          "bounds_check_warning counts the repaired batches)");
+    }
+    repaired_batches += 1;
   }
 }
 

@@ -22,8 +22,8 @@ at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
 // BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
 // malformed offsets, including a last offset other than the number of indices, FBGEMM's rule)
 // and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0, offsets clamped into
-// range, the last one set to the number of indices) and count repaired batches in `warning` (the
-// module warns once); NONE 3 does nothing.
+// range, the last one set to the number of indices) and count repaired batches in `warning`;
+// WARNING also warns when it repairs while the count is 0 (once per module); NONE 3 does nothing.
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
                           const at::Tensor& warning);

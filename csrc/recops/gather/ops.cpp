@@ -5,6 +5,7 @@
 #include "recops/gather/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.gather");  // where the fake kernels and autograd are registered
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("gather_for_rank1(Tensor x, Tensor index) -> Tensor", pt2);
   m.def("index_select_for_rank1_backward(Tensor grad, Tensor x, Tensor index) -> Tensor", pt2);

@@ -38,6 +38,7 @@ template std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged<kFbgemm
 }  // namespace recops::jagged
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.jagged");  // where the fake kernels and autograd are registered
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("asynchronous_complete_cumsum(Tensor t_in) -> Tensor", pt2);
   m.def("asynchronous_exclusive_cumsum(Tensor t_in) -> Tensor", pt2);

@@ -17,6 +17,7 @@ constexpr const char* kPermutePooledEmbs[] = {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.sparse");  // where the fake kernels and autograd are registered
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(
       "permute_2D_sparse_data(Tensor permute, Tensor lengths, Tensor values, "

@@ -1,0 +1,102 @@
+"""How ops are declared and registered (docs/design.md, "One rule each"): arguments are found by
+schema name, never by position; every op names the Python module that holds its fake kernel and
+autograd; options pass through the Python entry points by name."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import recops
+from recops._autograd import _grad_positions
+
+ops = torch.ops.recops
+
+# (forward, backward) of the ops whose autograd calls a backward op.
+AUTOGRAD_PAIRS = [
+    ("hstu_dense_forward", "hstu_dense_backward"),
+    ("hstu_dense_forward_fuxi", "hstu_dense_backward_fuxi"),
+    ("disentangled_attention", "disentangled_attention_backward"),
+]
+
+
+def recops_op_names():
+    return sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("recops::"))
+
+
+@pytest.mark.parametrize("forward,backward", AUTOGRAD_PAIRS)
+def test_backward_results_are_named_after_forward_inputs(forward, backward):
+    fwd, bwd = getattr(ops, forward).default, getattr(ops, backward).default
+    names = [a.name for a in fwd._schema.arguments]
+    positions = _grad_positions(fwd, bwd)
+    for result, position in zip(bwd._schema.returns, positions, strict=True):
+        assert result.name == f"grad_{names[position]}"
+        assert fwd._schema.arguments[position].type.isSubtypeOf(torch._C.OptionalType.ofTensor())
+    # Every forward argument the backward shares has the same type there.
+    shared = {a.name: a for a in bwd._schema.arguments}
+    for a in fwd._schema.arguments:
+        if a.name in shared:
+            assert str(shared[a.name].type) == str(a.type), a.name
+
+
+def test_every_op_names_its_python_module():
+    """m.set_python_module in each registration file: an op used without `import recops` (its
+    fake kernel missing) tells which module to import."""
+    for name in recops_op_names():
+        if name == "recops::_route_fbgemm_op":  # private, no tensors, no fake kernel
+            continue
+        stub = torch._C._dispatch_pystub(name, "")
+        assert stub is not None, name
+        assert stub[0].startswith("recops."), (name, stub)
+        __import__(stub[0])
+
+
+def test_library_alone_points_fake_users_to_the_module():
+    library = recops._library.load()
+    script = textwrap.dedent(
+        f"""
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        torch.ops.load_library({library!r})
+        q = torch.randn(4, 1, 8)
+        args = (q, q, q, torch.tensor([0, 4]), None, 4)
+        def fake(mode, args):
+            return [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with FakeTensorMode() as mode:
+                torch.ops.recops.hstu_dense_forward(*fake(mode, args))
+            raise SystemExit("no error without the fake kernel")
+        except SystemExit:
+            raise
+        except Exception as e:
+            assert "recops.hstu" in str(e), str(e)
+        import recops.hstu  # noqa: F401
+        with FakeTensorMode() as mode:
+            out = torch.ops.recops.hstu_dense_forward(*fake(mode, args))
+        assert out.shape == (4, 1, 8)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def jagged_qkv():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(7, 2, 8, dtype=torch.float64) for _ in range(3))
+    return q, k, v, torch.tensor([0, 3, 7]), 4
+
+
+def test_options_pass_through_by_name():
+    q, k, v, offsets, n = jagged_qkv()
+    default = recops.hstu_attention(q, k, v, offsets, n, alpha=0.5)
+    explicit = recops.hstu_attention(q, k, v, offsets, n, alpha=0.5, silu_scale=1.0 / n)
+    torch.testing.assert_close(default, explicit, rtol=0, atol=0)
+    scaled = recops.hstu_attention(q, k, v, offsets, n, alpha=0.5, silu_scale=2.0 / n)
+    torch.testing.assert_close(scaled, 2 * default)
+    for fn in (recops.hstu_attention, recops.fuxi_attention):
+        with pytest.raises(Exception, match="no_such_option"):
+            fn(q, k, v, offsets, n, no_such_option=1)
