@@ -1,11 +1,13 @@
 """Builds recops' operator library (recops/_C.so) against the installed PyTorch.
 
-CPU sources (csrc/recops/**/*.cpp) are always compiled. CUDA sources (csrc/recops/**/*.cu, next to
-their family's CPU kernels) are added when torch is a CUDA build, nvcc is found and its major
-version matches torch's; RECOPS_CUDA=0 forces a CPU-only build, RECOPS_CUDA=1 makes a missing
-toolchain an error. RECOPS_SANITIZE=address,undefined builds with those sanitizers (CPU only;
-`make test-asan`). The C++ standard is the one torch's cpp_extension picks for the torch being
-built against (C++17 up to torch 2.12, C++20 from 2.13, whose headers need it).
+CPU sources (csrc/recops/**/*.cpp) are always compiled, among them the ATen backends of the
+kernels' torch-free interfaces (csrc/recops/common/*_aten.cpp; tests/cpp links others). CUDA
+sources (csrc/recops/**/*.cu, next to their family's CPU kernels) are added when torch is a CUDA
+build, nvcc is found and its major version matches torch's; RECOPS_CUDA=0 forces a CPU-only build,
+RECOPS_CUDA=1 makes a missing toolchain an error. RECOPS_SANITIZE=address,undefined builds with
+those sanitizers (CPU only; `make test-asan`). The C++ standard is the one torch's cpp_extension
+picks for the torch being built against (C++17 up to torch 2.12, C++20 from 2.13, whose headers
+need it).
 
 The extension is bound to the ABI of the torch it was compiled with, so the package requires that
 torch's major.minor release (``torch==X.Y.*``).

@@ -37,6 +37,7 @@ FBGEMM_OPS = (
     "permute_2D_sparse_data",
     "permute_1D_sparse_data",
     "invert_permute",
+    "block_bucketize_sparse_features",
     "offsets_range",
     "permute_pooled_embs",
     "permute_pooled_embs_split",

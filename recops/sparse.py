@@ -4,7 +4,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.library import register_autograd
 
-from recops._autograd import input_grads
+from recops._autograd import input_grads, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
@@ -36,6 +36,23 @@ def _permute_1d_fake(permute, lengths, values, weights=None, permuted_lengths_su
 @register_fake("recops::invert_permute")
 def _invert_permute_fake(permute):
     return torch.empty_like(permute, memory_format=torch.contiguous_format)
+
+
+@register_fake("recops::block_bucketize_sparse_features")
+def _block_bucketize_fake(*args, **kwargs):
+    a = named_arguments(ops.block_bucketize_sparse_features.default, args, kwargs)
+    ids, weights = a["indices"], a["weights"]
+
+    def like(t, wanted=True):
+        return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted else None
+
+    return (
+        a["lengths"].new_empty((a["my_size"] * a["lengths"].shape[0],)),
+        like(ids),
+        like(weights, weights is not None),
+        like(ids, a["bucketize_pos"]),
+        like(ids, a["sequence"]),
+    )
 
 
 def _permute_setup(ctx, inputs, output):

@@ -36,6 +36,7 @@ SIZE_ARGUMENTS = (
     "max_seq_len",
     "permuted_lengths_sum",
     "num_buckets",
+    "my_size",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

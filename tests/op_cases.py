@@ -427,6 +427,139 @@ def ref_invert(a):
     return out
 
 
+def make_block_bucketize(d):
+    """A row-wise sharding input distribution: T features of B bags (or per-feature batch sizes),
+    ids mostly inside the blocks, some beyond them and some negative."""
+    gen = d.generator()
+    index_dtype = d.choice(INDEX_DTYPES)
+    features, my_size = d.int(1, 3), d.int(1, 4)
+    variable = d.bool()
+    batch = [d.int(0, 3) for _ in range(features)] if variable else [d.int(0, 3)] * features
+    lengths = torch.randint(0, 4, (sum(batch),), generator=gen).to(d.choice(INDEX_DTYPES))
+    block_sizes = torch.randint(0, 5, (features,), generator=gen).to(index_dtype)
+    num_ids = int(lengths.sum())
+    ids = torch.randint(-3, 5 * 4 * my_size + 3, (num_ids,), generator=gen).to(index_dtype)
+    args = {
+        "lengths": lengths,
+        "indices": ids,
+        "bucketize_pos": d.bool(),
+        "sequence": d.bool(),
+        "block_sizes": block_sizes,
+        "my_size": my_size,
+        "weights": torch.rand(num_ids, generator=gen).to(d.choice((F32, F64)))
+        if d.bool()
+        else None,
+        "batch_size_per_feature": torch.tensor(batch, dtype=lengths.dtype) if variable else None,
+        "max_B": max(batch),
+        "keep_orig_idx": d.bool(),
+    }
+    rule = d.int(0, 2)
+    if rule == 1:  # explicit bounds: my_size + 1 cumulative row counts from 0
+        args["block_bucketize_pos"] = [
+            torch.tensor([0, *itertools.accumulate(d.int(0, 6) for _ in range(my_size))]).to(
+                index_dtype
+            )
+            for _ in range(features)
+        ]
+    elif rule == 2:
+        args["total_num_blocks"] = torch.tensor(
+            [my_size * d.int(1, 3) for _ in range(features)], dtype=index_dtype
+        )
+    if d.bool():
+        args["keep_orig_idx_per_feature"] = torch.tensor([d.bool() for _ in range(features)])
+    return args
+
+
+def block_bucketize_rules(a):
+    """Checks a call against the contract; returns (T, bags of each feature, per-feature rules)."""
+    lengths = tensor(a, "lengths", INDEX_DTYPES, (1,))
+    ids = tensor(a, "indices", INDEX_DTYPES, (1,))
+    block_sizes = tensor(a, "block_sizes", (ids.dtype,), (1,))
+    my_size = a["my_size"]
+    require(my_size >= 1, "my_size >= 1")
+    T = block_sizes.numel()
+    require(T >= 1, "a feature")
+    require(all(x >= 0 for x in ints(lengths)), "lengths >= 0")
+    require(sum(ints(lengths)) == ids.numel(), "lengths sum to the ids")
+    sizes = optional_tensor(a, "batch_size_per_feature", INDEX_DTYPES, (1,))
+    if sizes is None:
+        require(lengths.numel() % T == 0, "lengths a multiple of T")
+        batch = [lengths.numel() // T] * T
+    else:
+        batch = ints(sizes)
+        require(len(batch) == T and all(b >= 0 for b in batch), "batch sizes")
+        require(sum(batch) == lengths.numel(), "batch sizes sum to lengths")
+    bounds = a.get("block_bucketize_pos") or []
+    require(len(bounds) in (0, T), "one bounds tensor per feature")
+    total = optional_tensor(a, "total_num_blocks", (ids.dtype,), (1,))
+    require(total is None or total.numel() == T, "one total per feature")
+    keep = optional_tensor(a, "keep_orig_idx_per_feature", (torch.bool,))
+    require(keep is None or keep.numel() == T, "one keep flag per feature")
+    weights = optional_tensor(a, "weights", (F32, F64), (1,))
+    require(weights is None or weights.numel() == ids.numel(), "one weight per id")
+    top = torch.iinfo(ids.dtype).max
+    rules = []
+    for t in range(T):
+        block = ints(block_sizes)[t]
+        require(block >= 0, "block_sizes >= 0")
+        glob = my_size if total is None else ints(total)[t]
+        require(glob > 0 and glob % my_size == 0, "total_num_blocks multiples of my_size")
+        require(glob <= top and block * glob <= top, "blocks fit the ids' dtype")
+        b = None
+        if bounds:
+            bt = tensor({"b": bounds[t]}, "b", (ids.dtype,), (1,))
+            b = ints(bt)
+            require(len(b) >= 1 and b[0] == 0, "bounds start at 0")
+            require(all(y >= x for x, y in itertools.pairwise(b)), "bounds non-decreasing")
+        kept = bool(keep[t]) if keep is not None else a.get("keep_orig_idx", False)
+        rules.append((block, glob, glob // my_size if total is not None else 1, b, kept))
+    return batch, rules
+
+
+def ref_block_bucketize(a):
+    batch, rules = block_bucketize_rules(a)
+    ids, lengths, my_size = a["indices"], a["lengths"], a["my_size"]
+    bits = torch.iinfo(ids.dtype).bits
+    mask = (1 << bits) - 1
+    weights = a.get("weights")
+    bags = [[[] for _ in range(lengths.numel())] for _ in range(my_size)]
+    feature_of = [t for t, n in enumerate(batch) for _ in range(n)]
+    starts = [0, *itertools.accumulate(ints(lengths))]
+    for j, t in enumerate(feature_of):
+        block, glob, local, b, kept = rules[t]
+        for i in range(starts[j], starts[j + 1]):
+            u = int(ids[i]) & mask  # ids are read unsigned
+            if b is not None:
+                probe = (((u % glob) * b[-1]) & mask) // glob if block == 0 else u
+                lb = sum(1 for x in b if x <= probe) - 1
+                p = lb if lb < my_size else u % my_size
+                if kept:
+                    new = u
+                elif block == 0:
+                    new = u // glob
+                else:
+                    new = u - b[lb] if lb < my_size else u // my_size
+            else:
+                inside = u < block * glob
+                p = u // (block * local) if inside else (u % glob) // local
+                new = u if kept else (u % (block * local) if inside else u // glob)
+            new = new - (1 << bits) if new >= 1 << (bits - 1) else new
+            bags[p][j].append((new, i, i - starts[j]))
+    entries = [e for bucket in bags for bag in bucket for e in bag]
+    new_lengths = torch.tensor([len(bag) for bucket in bags for bag in bucket], dtype=lengths.dtype)
+    new_ids = torch.tensor([e[0] for e in entries], dtype=ids.dtype)
+    source = torch.tensor([e[1] for e in entries], dtype=torch.long)
+    unbucketize = torch.empty_like(ids)
+    unbucketize[source] = torch.arange(len(entries), dtype=ids.dtype)
+    return (
+        new_lengths,
+        new_ids,
+        None if weights is None else weights[source],
+        torch.tensor([e[2] for e in entries], dtype=ids.dtype) if a["bucketize_pos"] else None,
+        unbucketize if a["sequence"] else None,
+    )
+
+
 def make_permute_pooled(d):
     gen = d.generator()
     features = d.int(0, 4)
@@ -1206,6 +1339,7 @@ CASES = [
     case("permute_1D_sparse_data", make_permute(True), ref_permute(True)),
     case("permute_2D_sparse_data", make_permute(False), ref_permute(False)),
     case("invert_permute", make_invert, ref_invert),
+    case("block_bucketize_sparse_features", make_block_bucketize, ref_block_bucketize),
     *(
         case(name, make_permute_pooled, ref_permute_pooled)
         for name in (

@@ -101,6 +101,8 @@ def test_sharded_kernels_are_recops(results, sharding, world):
         if rank["tbe_modules"]:
             assert "recops::backward_codegen_adagrad_unweighted_exact" in rank["ops"]
         assert not [op for op in rank["ops"] if op.startswith("fbgemm::split_embedding")]
+    if sharding == "row_wise":  # the input distribution runs recops' kernel too
+        assert any("recops::block_bucketize_sparse_features" in rank["ops"] for rank in ranks)
     for rank in results[(sharding, "fbgemm", world)]:
         fbgemm = "fbgemm_gpu.split_table_batched_embeddings_ops_training"
         assert set(rank["tbe_modules"]) <= {fbgemm}

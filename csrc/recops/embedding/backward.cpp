@@ -15,28 +15,12 @@ namespace {
 
 using kernels::Optimizer;
 
-// Elements per row of state buffer k (0: momentum1, 1: momentum2); 0 where unused.
-int64_t state_size(Optimizer optimizer, int k, int64_t D) {
-  switch (optimizer) {
-    case Optimizer::kAdagrad:
-      return k == 0 ? D : 0;
-    case Optimizer::kRowwiseAdagrad:
-      return k == 0 ? 1 : 0;
-    case Optimizer::kAdam:
-      return D;
-    case Optimizer::kPartialRowwiseAdam:
-      return k == 0 ? D : 1;
-    default:
-      return 0;
-  }
-}
-
 bool is_adam(Optimizer optimizer) {
   return optimizer == Optimizer::kAdam || optimizer == Optimizer::kPartialRowwiseAdam;
 }
 
 // State buffer k (`name`, e.g. momentum1) must hold every feature's table state (rows x
-// state_size elements) at <name>_offsets[t]; features sharing a table share its state.
+// optimizer_state_size elements) at <name>_offsets[t]; features sharing a table share its state.
 at::Tensor checked_state_offsets(Optimizer optimizer, int k, const CheckedBatch& batch,
                                  const std::optional<at::Tensor>& state,
                                  const std::optional<at::Tensor>& state_offsets) {
@@ -62,7 +46,7 @@ at::Tensor checked_state_offsets(Optimizer optimizer, int k, const CheckedBatch&
   std::map<int64_t, int64_t> table_state;  // weights offset of a non-empty table -> state offset
   for (int64_t t = 0; t < T; ++t) {
     const int64_t D = batch.layout.D_offsets[t + 1] - batch.layout.D_offsets[t];
-    const int64_t per_row = state_size(optimizer, k, D);
+    const int64_t per_row = kernels::optimizer_state_size(optimizer, k, D);
     const int64_t rows = batch.layout.rows[t];
     TORCH_CHECK(state_off[t] >= 0 && rows <= (momentum.numel() - state_off[t]) / per_row,
                 "feature ", t, "'s optimizer state (", rows, " x ", per_row, " at ", offsets_name,
@@ -138,7 +122,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
       {&state.momentum1, &state.momentum1_offsets}, {&state.momentum2, &state.momentum2_offsets}};
   at::Tensor state_offsets[kernels::kMaxStates];
   for (int k = 0; k < kernels::kMaxStates; ++k) {
-    if (state_size(optimizer, k, 1) == 0) continue;
+    if (kernels::optimizer_state_size(optimizer, k, 1) == 0) continue;
     state_offsets[k] = checked_state_offsets(optimizer, k, batch, *buffers[k][0], *buffers[k][1]);
     args.state[k] = (*buffers[k][0])->mutable_data_ptr<float>();
     args.state_offsets[k] = state_offsets[k].const_data_ptr<int64_t>();

@@ -28,6 +28,13 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "Tensor? weights=None, SymInt? permuted_lengths_sum=None) -> (Tensor, Tensor, Tensor?)",
       pt2);
   m.def("invert_permute(Tensor permute) -> Tensor", pt2);
+  m.def(
+      "block_bucketize_sparse_features(Tensor lengths, Tensor indices, bool bucketize_pos, "
+      "bool sequence, Tensor block_sizes, SymInt my_size, Tensor? weights=None, "
+      "Tensor? batch_size_per_feature=None, SymInt max_B=-1, Tensor[]? block_bucketize_pos=None, "
+      "bool keep_orig_idx=False, Tensor? total_num_blocks=None, "
+      "Tensor? keep_orig_idx_per_feature=None) -> (Tensor, Tensor, Tensor?, Tensor?, Tensor?)",
+      pt2);
   for (const char* name : kPermutePooledEmbs) {
     m.def((std::string(name) + "(Tensor pooled_embs, Tensor offset_dim_list, Tensor permute_list, "
                                "Tensor inv_offset_dim_list, Tensor inv_permute_list) -> Tensor")
@@ -41,5 +48,6 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("permute_2D_sparse_data", TORCH_FN(permute_2D_sparse_data));
   m.impl("permute_1D_sparse_data", TORCH_FN(permute_1D_sparse_data));
   m.impl("invert_permute", TORCH_FN(invert_permute));
+  m.impl("block_bucketize_sparse_features", TORCH_FN(block_bucketize_sparse_features));
   for (const char* name : kPermutePooledEmbs) m.impl(name, TORCH_FN(permute_pooled_embs));
 }

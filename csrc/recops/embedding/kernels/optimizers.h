@@ -11,12 +11,12 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-// Each policy names the size per row of its state buffers (state_size(k, D) elements of buffer
-// k; 0 for a buffer it does not use) and steps one row: `s[k]` is the row's state in buffer k.
+// Each policy names its Optimizer (whose state buffers hold optimizer_state_size(kKind, k, D)
+// elements per row of buffer k, tbe.h) and steps one row: `s[k]` is the row's state in buffer k.
 
 // w = keep * w - lr * g
 struct ExactSgd {
-  static constexpr int64_t state_size(int /*k*/, int64_t /*D*/) { return 0; }
+  static constexpr Optimizer kKind = Optimizer::kSgd;
   static void step(float* __restrict w, float* const* /*s*/, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - p.learning_rate * g[d];
@@ -25,7 +25,7 @@ struct ExactSgd {
 
 // m += g^2; w = keep * w - lr * g / (sqrt(m) + eps), elementwise.
 struct ExactAdagrad {
-  static constexpr int64_t state_size(int k, int64_t D) { return k == 0 ? D : 0; }
+  static constexpr Optimizer kKind = Optimizer::kAdagrad;
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     float* __restrict m = s[0];
@@ -46,7 +46,7 @@ inline float mean_square(const float* __restrict g, int64_t D) {
 
 // m += mean_d(g^2); w = keep * w - lr / (sqrt(m) + eps) * g, one m per row.
 struct ExactRowwiseAdagrad {
-  static constexpr int64_t state_size(int k, int64_t /*D*/) { return k == 0 ? 1 : 0; }
+  static constexpr Optimizer kKind = Optimizer::kRowwiseAdagrad;
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     const float sum = s[0][0] + mean_square(g, D);
@@ -59,7 +59,7 @@ struct ExactRowwiseAdagrad {
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // w = keep * w - lr * (m / c1) / (sqrt(v / c2) + eps), elementwise, c = 1 - b^iter (FBGEMM's).
 struct Adam {
-  static constexpr int64_t state_size(int /*k*/, int64_t D) { return D; }
+  static constexpr Optimizer kKind = Optimizer::kAdam;
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     float* __restrict m = s[0];
@@ -75,7 +75,7 @@ struct Adam {
 
 // Adam with one second moment per row: v = b2 v + (1 - b2) mean_d(g^2), m elementwise.
 struct PartialRowwiseAdam {
-  static constexpr int64_t state_size(int k, int64_t D) { return k == 0 ? D : 1; }
+  static constexpr Optimizer kKind = Optimizer::kPartialRowwiseAdam;
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     float* __restrict m = s[0];

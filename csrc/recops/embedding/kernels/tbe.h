@@ -33,6 +33,23 @@ enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGE
 enum class Optimizer { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam };
 constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
 
+// Elements per row of D in optimizer-state buffer k (0: momentum1, 1: momentum2); 0 for a buffer
+// the optimizer does not use.
+constexpr int64_t optimizer_state_size(Optimizer optimizer, int k, int64_t D) {
+  switch (optimizer) {
+    case Optimizer::kAdagrad:
+      return k == 0 ? D : 0;
+    case Optimizer::kRowwiseAdagrad:
+      return k == 0 ? 1 : 0;
+    case Optimizer::kAdam:
+      return D;
+    case Optimizer::kPartialRowwiseAdam:
+      return k == 0 ? D : 1;
+    default:
+      return 0;
+  }
+}
+
 // Features (FBGEMM's T) and where each one's table lives. Features sharing a table have equal
 // weights_offsets (and equal D, rows and optimizer-state offsets).
 struct FeatureLayout {

@@ -67,7 +67,7 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       const int64_t D = table.D;
       // Row `row`'s elements in state buffer k (null when the optimizer does not use it).
       const auto state_row = [&](int k, int64_t row) -> float* {
-        const int64_t size = Opt::state_size(k, D);
+        const int64_t size = optimizer_state_size(Opt::kKind, k, D);
         return size > 0 ? args.state[k] + table.state_offset[k] + row * size : nullptr;
       };
       if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
@@ -76,7 +76,8 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
                           D * static_cast<int64_t>(sizeof(weight_t)));
         for (int k = 0; k < kMaxStates; ++k) {
           if (float* s = state_row(k, ahead)) {
-            prefetch_bytes<1>(s, Opt::state_size(k, D) * static_cast<int64_t>(sizeof(float)));
+            prefetch_bytes<1>(
+                s, optimizer_state_size(Opt::kKind, k, D) * static_cast<int64_t>(sizeof(float)));
           }
         }
       }

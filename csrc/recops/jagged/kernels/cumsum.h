@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "recops/common/parallel.h"
 #include "recops/common/prefix_sum.h"
 
 namespace recops::jagged::kernels {
