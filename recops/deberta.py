@@ -4,6 +4,7 @@ and a drop-in for HuggingFace's DebertaV2 ``DisentangledSelfAttention``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -65,6 +66,11 @@ def _backward_fake(*args, **kwargs):
         like(a["pos_key"]) if "c2p" in terms else None,
         like(a["pos_query"]) if "p2c" in terms else None,
     )
+
+
+@register_fake("recops::deberta_log_bucket_position")
+def _log_bucket_position_fake(relative_pos, bucket_size, max_position):
+    return torch.empty_like(relative_pos, dtype=torch.int64, memory_format=torch.contiguous_format)
 
 
 def _setup_context(ctx, inputs, output):
@@ -158,21 +164,11 @@ def disentangled_attention(
 
 
 def make_log_bucket_position(relative_pos, bucket_size: int, max_position: int) -> torch.Tensor:
-    """HuggingFace's log bucketing of relative positions (float result, as HF returns it)."""
-    sign = torch.sign(relative_pos)
-    mid = bucket_size // 2
-    abs_pos = torch.where(
-        (relative_pos < mid) & (relative_pos > -mid),
-        torch.tensor(mid - 1).type_as(relative_pos),
-        torch.abs(relative_pos),
-    )
-    log_pos = (
-        torch.ceil(
-            torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)
-        )
-        + mid
-    )
-    return torch.where(abs_pos <= mid, relative_pos.type_as(log_pos), log_pos * sign)
+    """HuggingFace's log bucketing of integer relative positions (float result, as HF returns
+    it), computed by the kernel the fused attention uses
+    (``torch.ops.recops.deberta_log_bucket_position``, float32 as HF under the default dtype)."""
+    buckets = ops.deberta_log_bucket_position(relative_pos, bucket_size, max_position)
+    return buckets.to(torch.get_default_dtype())
 
 
 def build_relative_position(
@@ -182,8 +178,17 @@ def build_relative_position(
     log-bucketed when ``bucket_size > 0 and max_position > 0``."""
     rel = torch.arange(query_size)[:, None] - torch.arange(key_size)[None, :]
     if bucket_size > 0 and max_position > 0:
-        rel = make_log_bucket_position(rel, bucket_size, max_position)
-    return rel.to(torch.long).unsqueeze(0)
+        rel = ops.deberta_log_bucket_position(rel, bucket_size, max_position)
+    return rel.unsqueeze(0)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_relative_position(
+    query_size: int, key_size: int, bucket_size: int, max_position: int, device: torch.device
+) -> torch.Tensor:
+    """build_relative_position on ``device``, built once per shape and device: the module checks
+    every ``relative_pos`` it is given against it."""
+    return build_relative_position(query_size, key_size, bucket_size, max_position).to(device)
 
 
 def _config_pos_att_type(config) -> list[str]:
@@ -280,8 +285,10 @@ class DisentangledSelfAttention(nn.Module):
         if terms:
             buckets, max_positions = self.position_buckets, self.max_relative_positions
             if relative_pos is not None:
-                expected = build_relative_position(q.shape[2], k.shape[2], buckets, max_positions)
-                if not torch.equal(relative_pos.reshape(expected.shape).cpu(), expected):
+                expected = _default_relative_position(
+                    q.shape[2], k.shape[2], buckets, max_positions, relative_pos.device
+                )
+                if not torch.equal(relative_pos.reshape(expected.shape), expected):
                     raise ValueError(
                         "relative_pos differs from build_relative_position(...) of this layer; "
                         "the fused kernel supports only HF's default relative positions"

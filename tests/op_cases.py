@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 from hstu_reference import hstu_mask, hstu_reference
-from test_deberta import hf_attention
+from test_deberta import hf_attention, make_log_bucket_position
 from test_relative_bias import reference_pos_bias, reference_time_buckets
 
 ops = torch.ops.recops
@@ -1158,6 +1158,23 @@ def ref_deberta_forward(a):
 UNCHECKED = object()  # a result the reference does not model (DeBERTa's saved log-sum-exp)
 
 
+def make_log_buckets(d):
+    bucket_size = d.choice((2, 8, 16))
+    return {
+        "relative_pos": torch.randint(-60, 61, (d.int(0, 4), d.int(0, 5)), generator=d.generator()),
+        "bucket_size": bucket_size,
+        "max_position": bucket_size // 2 + d.int(2, 40),
+    }
+
+
+def ref_log_buckets(a):
+    rel = tensor(a, "relative_pos", INDEX_DTYPES)
+    bucket_size, max_position = a["bucket_size"], a["max_position"]
+    # HF's bucket divides by log((max_position - 1) / (bucket_size // 2)), which must be > 0.
+    require(bucket_size >= 2 and max_position - 1 > bucket_size // 2, "log buckets defined")
+    return make_log_bucket_position(rel.long(), bucket_size, max_position).long()
+
+
 def make_deberta_backward(d):
     args = make_deberta(d)
     args.pop("return_probs")
@@ -1346,6 +1363,7 @@ CASES = [
         ref_fuxi_backward,
     ),
     case("disentangled_attention", make_deberta, ref_deberta_forward),
+    case("deberta_log_bucket_position", make_log_buckets, ref_log_buckets),
     # The backward reads the forward's output and log-sum-exp as given, computed from the other
     # arguments; the reference recomputes them, so it follows a change of grad_output only.
     case(

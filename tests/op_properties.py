@@ -32,7 +32,7 @@ FAMILIES = {
     "relative_bias": ("relative_attn_bias",),
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),
-    "deberta": ("disentangled",),
+    "deberta": ("disentangled", "deberta_"),
 }
 SETTINGS = dict(
     deadline=None,

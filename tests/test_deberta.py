@@ -482,6 +482,63 @@ def test_alias_matches():
     assert_close_all(ga, gb, 0)
 
 
+# --------------------------------------------------------------------------- log buckets
+# Power-of-two bucket sizes with max_position 2 or 4 times the bucket size, 512 or 1024 (HF's
+# default (256, 512) among them): the op's correctly rounded float32 logarithms and torch's give
+# the same buckets on every distance below 2^14 (kernels/deberta_positions.h).
+LOG_BUCKET_CONFIGS = [
+    (bucket, max_position)
+    for bucket in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    for max_position in sorted({2 * bucket, 4 * bucket, 512, 1024})
+    if max_position - 1 > bucket // 2
+]
+
+
+@pytest.mark.parametrize("bucket_size, max_position", LOG_BUCKET_CONFIGS)
+def test_log_bucket_position_matches_hf(bucket_size, max_position):
+    rel = torch.arange(-(2**14), 2**14 + 1)
+    want = make_log_bucket_position(rel, bucket_size, max_position).to(torch.long)
+    got = ops.deberta_log_bucket_position(rel, bucket_size, max_position)
+    assert got.dtype == torch.long
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    # int32 input, any shape; the Python helper returns HF's float result.
+    rel2 = rel[:1000].view(10, 100).to(torch.int32)
+    torch.testing.assert_close(
+        ops.deberta_log_bucket_position(rel2, bucket_size, max_position), want[:1000].view(10, 100)
+    )
+    torch.testing.assert_close(
+        recops.deberta.make_log_bucket_position(rel2, bucket_size, max_position),
+        make_log_bucket_position(rel2.long(), bucket_size, max_position),
+        atol=0,
+        rtol=0,
+    )
+
+
+def test_log_bucket_position_op_registration():
+    rel = torch.arange(-40, 41).view(9, 9)
+    torch.library.opcheck(ops.deberta_log_bucket_position, (rel, 8, 24))
+    meta = ops.deberta_log_bucket_position(rel.to("meta", torch.int32), 8, 24)
+    assert meta.shape == rel.shape and meta.dtype == torch.long
+    assert ops.deberta_log_bucket_position(torch.empty(0, 3, dtype=torch.long), 8, 24).shape == (
+        0,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    "rel, bucket_size, max_position, error, match",
+    [
+        (torch.arange(4.0), 8, 24, RuntimeError, r"relative_pos must be int32 or int64"),
+        (torch.arange(4), 1, 24, ValueError, r"bucket_size >= 2"),
+        (torch.arange(4), 8, 5, ValueError, r"max_position > bucket_size / 2 \+ 1, got 8 and 5"),
+        (torch.arange(4), 0, 0, ValueError, r"got 0 and 0"),
+    ],
+)
+def test_log_bucket_position_bad_input(rel, bucket_size, max_position, error, match):
+    with pytest.raises(error, match=match):
+        ops.deberta_log_bucket_position(rel, bucket_size, max_position)
+
+
 # --------------------------------------------------------------------------- bad input
 def bad_input_cases():
     def base():

@@ -219,17 +219,9 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
                   out + seqs.row_begin[b]);
     }
   }
-  // Query times: the next item's time (HSTU / FuXi-alpha), the last position its own.
   p.query_time = p.key_time.clone();
-  if (query_time_shift) {
-    double* tq = p.query_time.mutable_data_ptr<double>();
-    const double* t = p.key_time.const_data_ptr<double>();
-    for (int64_t b = 0; b < seqs.count; ++b) {
-      for (int64_t i = 0; i + 1 < seqs.length[b]; ++i) {
-        tq[seqs.row_begin[b] + i] = t[seqs.row_begin[b] + i + 1];
-      }
-    }
-  }
+  query_times(seqs, p.key_time.const_data_ptr<double>(), query_time_shift,
+              p.query_time.mutable_data_ptr<double>());
   return p;
 }
 

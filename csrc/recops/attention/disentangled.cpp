@@ -3,16 +3,9 @@
 // in double) and the per-chunk / per-thread partial gradients of the kernel.
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/abs.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/ceil.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/log.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/sign.h>
 #include <ATen/ops/sum.h>
-#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -21,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "recops/attention/kernels/deberta_positions.h"
 #include "recops/attention/kernels/disentangled_attention.h"
 #include "recops/attention/ops.h"
 #include "recops/common/checks.h"
@@ -58,6 +52,15 @@ void parse_pos_att_type(const std::string& spec, Geometry* g) {
     }
     begin = end + 1;
   }
+}
+
+// HF's bucket of a distance beyond bucket_size / 2 divides by
+// log((max_position - 1) / (bucket_size / 2)): zero or negative otherwise.
+void check_log_buckets(int64_t bucket_size, int64_t max_position, const char* bucket_name,
+                       const char* max_name) {
+  TORCH_CHECK_VALUE(bucket_size >= 2 && max_position > bucket_size / 2 + 1,
+                    "log-bucketed positions need ", bucket_name, " >= 2 and ", max_name, " > ",
+                    bucket_name, " / 2 + 1, got ", bucket_size, " and ", max_position);
 }
 
 void check_position_table(const std::optional<at::Tensor>& table, const char* name,
@@ -104,12 +107,7 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     "position terms need position_buckets > 0 or max_relative_positions > 0, got ",
                     buckets, " and ", max_pos);
   if (buckets > 0 && max_pos > 0) {
-    // HF's bucket of a distance beyond position_buckets / 2 divides by
-    // log((max_relative_positions - 1) / (position_buckets / 2)): zero or negative otherwise.
-    TORCH_CHECK_VALUE(buckets >= 2 && max_pos - 1 > buckets / 2,
-                      "log-bucketed positions need position_buckets >= 2 and "
-                      "max_relative_positions > position_buckets / 2 + 1, got ",
-                      buckets, " and ", max_pos);
+    check_log_buckets(buckets, max_pos, "position_buckets", "max_relative_positions");
   }
   TORCH_CHECK_VALUE(g.span < std::numeric_limits<int32_t>::max() / (2 * kKeyTile),
                     "position_buckets / max_relative_positions give a span of ", g.span,
@@ -117,30 +115,6 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   if (g.c2p) check_position_table(pos_key, "pos_key", "c2p", g, q);
   if (g.p2c) check_position_table(pos_query, "pos_query", "p2c", g, q);
   return g;
-}
-
-// HF's make_log_bucket_position, op for op (float32 log / ceil as torch computes them).
-at::Tensor log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
-                               int64_t max_position) {
-  const at::Tensor sign = at::sign(relative_pos);
-  const int64_t mid = bucket_size / 2;
-  const at::Tensor abs_pos =
-      at::where((relative_pos < mid) & (relative_pos > -mid),
-                at::scalar_tensor(mid - 1, relative_pos.options()), at::abs(relative_pos));
-  const at::Tensor denominator =
-      at::log(at::scalar_tensor(double(max_position - 1) / double(mid), at::kFloat));
-  const at::Tensor log_pos = at::ceil(at::log(abs_pos / mid) / denominator * (mid - 1)) + mid;
-  return at::where(abs_pos <= mid, relative_pos.to(log_pos.scalar_type()), log_pos * sign);
-}
-
-// delta[q_len - 1 - i + j] = clamp(bucket(i - j) + span, 0, 2 span - 1), int32.
-at::Tensor relative_index_table(const Geometry& g, const DisentangledOptions& o) {
-  if (g.q_len == 0 || g.k_len == 0) return at::empty({0}, at::kInt);
-  at::Tensor rel = at::arange(g.q_len - 1, -g.k_len, -1, at::kLong);
-  if (o.position_buckets > 0 && o.max_relative_positions > 0) {
-    rel = log_bucket_position(rel, o.position_buckets, o.max_relative_positions).to(at::kLong);
-  }
-  return (rel + g.span).clamp(0, 2 * g.span - 1).to(at::kInt).contiguous();
 }
 
 struct PreparedMask {
@@ -210,7 +184,8 @@ PreparedMask prepare_mask(const std::optional<at::Tensor>& mask, const Geometry&
 // Inputs in the compute type with the kernel's view of them.
 template <typename T>
 struct Prepared {
-  at::Tensor q, k, v, pos_key, pos_query, delta;
+  at::Tensor q, k, v, pos_key, pos_query;
+  std::vector<int32_t> delta;  // kernels::relative_position_index
   PreparedMask mask;
   DisentangledProblem<T> problem;
 };
@@ -240,9 +215,11 @@ void prepare(Prepared<T>& p, const Geometry& g, const at::Tensor& q, const at::T
     p.pos_query = pos_query->to(compute).contiguous();
     d.pos_query = p.pos_query.template const_data_ptr<T>();
   }
-  if (g.c2p || g.p2c) {
-    p.delta = relative_index_table(g, o);
-    d.delta = p.delta.template const_data_ptr<int32_t>();
+  if ((g.c2p || g.p2c) && g.q_len > 0 && g.k_len > 0) {
+    p.delta.resize(g.q_len + g.k_len - 1);
+    relative_position_index(g.q_len, g.k_len, o.position_buckets, o.max_relative_positions, g.span,
+                            p.delta.data());
+    d.delta = p.delta.data();
   }
   d.mask = p.mask.view;
   d.dropout_p = static_cast<T>(o.dropout_p);
@@ -255,6 +232,18 @@ at::Tensor sum_partials(const at::Tensor& partials, at::ScalarType dtype) {
 }
 
 }  // namespace
+
+at::Tensor deberta_log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
+                                       int64_t max_position) {
+  check_cpu(relative_pos, "relative_pos");
+  check_index_dtype(relative_pos, "relative_pos");
+  check_log_buckets(bucket_size, max_position, "bucket_size", "max_position");
+  const at::Tensor rel = relative_pos.to(at::kLong).contiguous();
+  at::Tensor out = at::empty(rel.sizes(), rel.options());
+  log_bucket_positions(rel.const_data_ptr<int64_t>(), rel.numel(), bucket_size, max_position,
+                       out.mutable_data_ptr<int64_t>());
+  return out;
+}
 
 std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_attention_forward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -60,6 +60,10 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
 
+// HF's make_log_bucket_position of integer relative positions, int64 (kernels/deberta_positions.h).
+at::Tensor deberta_log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
+                                       int64_t max_position);
+
 // Returns (output [B, H, Sq, Dv], softmax log-sum-exp [B, H, Sq] in the compute type,
 // probabilities [B, H, Sq, Sk] after dropout when return_probs).
 std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_attention_forward(

@@ -1,4 +1,3 @@
-#include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
 
 #include <cmath>
@@ -78,22 +77,6 @@ void compute_bucket_matrix(const CheckedSequences& seqs, int32_t num_buckets, do
   });
 }
 
-// Computes the bucket matrix into a scratch tensor of the narrowest type that holds num_buckets
-// and calls fn(const bin_t* buckets).
-template <typename Fn>
-void with_bucket_matrix(const CheckedSequences& seqs, int32_t num_buckets, double bucket_divisor,
-                        bool query_time_shift, Fn&& fn) {
-  const at::ScalarType dtype = compact_bucket_type(num_buckets);
-  at::Tensor buckets =
-      at::empty({seqs.batch, seqs.seq_len, seqs.seq_len}, seqs.timestamps.options().dtype(dtype));
-  dispatch_bucket_type(dtype, "buckets", [&](auto bin_tag) {
-    using bin_t = typename decltype(bin_tag)::type;
-    compute_bucket_matrix(seqs, num_buckets, bucket_divisor, query_time_shift,
-                          buckets.mutable_data_ptr<bin_t>());
-    fn(buckets.const_data_ptr<bin_t>());
-  });
-}
-
 void check_offsets(const at::Tensor& seq_offsets, CheckedSequences& seqs) {
   check_cpu(seq_offsets, "seq_offsets");
   check_dim(seq_offsets, 1, "seq_offsets");
@@ -154,7 +137,7 @@ void check_position_table(const at::Tensor& pos_w, int64_t seq_len) {
 }  // namespace
 
 at::ScalarType compact_bucket_type(int64_t num_buckets) {
-  return num_buckets <= std::numeric_limits<uint8_t>::max() ? at::kByte : at::kInt;
+  return kernels::buckets_fit_uint8(num_buckets) ? at::kByte : at::kInt;
 }
 
 int32_t checked_num_buckets(int64_t num_buckets) {
@@ -178,7 +161,7 @@ std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_forward(
   TORCH_CHECK(ts_w.size(-1) >= 1, "ts_w must have num_buckets + 1 >= 1 entries, got none");
   const BiasShape shape{layers, seqs.batch, seqs.seq_len, ts_w.size(-1) - 1};
   const int32_t nb = checked_num_buckets(shape.num_buckets);
-  TORCH_CHECK(index_dtype != at::kByte || nb <= std::numeric_limits<uint8_t>::max(),
+  TORCH_CHECK(index_dtype != at::kByte || kernels::buckets_fit_uint8(nb),
               "a uint8 bucket index holds at most 255 buckets, got num_buckets = ", nb);
   const at::Tensor ts_w_c = ts_w.contiguous();
   at::Tensor pos_w_c;
@@ -199,12 +182,12 @@ std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_forward(
     using bin_t = typename decltype(bin_tag)::type;
     compute_bucket_matrix(seqs, nb, bucket_divisor, query_time_shift,
                           index.mutable_data_ptr<bin_t>());
-    dispatch_floating_type(ts_w_c.scalar_type(), "ts_w", [&](auto scalar_tag) {
+    dispatch_float_kind(float_kind(ts_w_c.scalar_type(), "ts_w"), [&](auto scalar_tag) {
       using scalar_t = typename decltype(scalar_tag)::type;
-      kernels::lookup<at::opmath_type<scalar_t>>(
-          index.const_data_ptr<bin_t>(), seqs.lengths(), ts_w_c.const_data_ptr<scalar_t>(),
-          pos_w_c.defined() ? pos_w_c.const_data_ptr<scalar_t>() : nullptr, shape,
-          out.mutable_data_ptr<scalar_t>());
+      kernels::lookup<accumulate_t<scalar_t>>(
+          index.const_data_ptr<bin_t>(), seqs.lengths(), data_as<scalar_t>(ts_w_c),
+          pos_w_c.defined() ? data_as<scalar_t>(pos_w_c) : nullptr, shape,
+          mutable_data_as<scalar_t>(out));
     });
   });
   return {out, index};
@@ -220,10 +203,10 @@ at::Tensor relative_attn_bias_pos(const at::Tensor& pos_w, std::optional<int64_t
   std::vector<int64_t> out_shape = {1, seq_len, seq_len};
   if (pos_w.dim() == 2) out_shape.insert(out_shape.begin(), layers);
   at::Tensor out = at::empty(out_shape, pos_w_c.options());
-  dispatch_floating_type(pos_w_c.scalar_type(), "pos_w", [&](auto scalar_tag) {
+  dispatch_float_kind(float_kind(pos_w_c.scalar_type(), "pos_w"), [&](auto scalar_tag) {
     using scalar_t = typename decltype(scalar_tag)::type;
-    kernels::position_bias(pos_w_c.const_data_ptr<scalar_t>(), layers, seq_len,
-                           out.mutable_data_ptr<scalar_t>());
+    kernels::position_bias(data_as<scalar_t>(pos_w_c), layers, seq_len,
+                           mutable_data_as<scalar_t>(out));
   });
   return out;
 }
@@ -282,25 +265,31 @@ std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_b
                        : at::empty({shape.position_entries()}, grad_c.options());
   }
   int64_t bad = -1;
-  const auto accumulate = [&](const auto* buckets) {
-    bad = dispatch_floating_type(grad_c.scalar_type(), "grad_bias", [&](auto tag) {
-      using scalar_t = typename decltype(tag)::type;
-      return kernels::relative_bias_backward<at::opmath_type<scalar_t>>(
-          grad_c.const_data_ptr<scalar_t>(), shape, seqs.lengths(), buckets,
-          time_grad ? grad_ts->mutable_data_ptr<scalar_t>() : nullptr,
-          pos_grad ? grad_pos->mutable_data_ptr<scalar_t>() : nullptr);
-    });
-  };
-  if (timestamps.has_value()) {
-    with_bucket_matrix(seqs, nb, bucket_divisor, query_time_shift, accumulate);
-  } else if (index.defined()) {
-    dispatch_bucket_type(index.scalar_type(), "bucket_index", [&](auto bin_tag) {
-      using bin_t = typename decltype(bin_tag)::type;
-      accumulate(index.const_data_ptr<bin_t>());
-    });
-  } else {
-    accumulate(static_cast<const uint8_t*>(nullptr));
-  }
+  dispatch_float_kind(float_kind(grad_c.scalar_type(), "grad_bias"), [&](auto tag) {
+    using scalar_t = typename decltype(tag)::type;
+    using acc_t = accumulate_t<scalar_t>;
+    const scalar_t* grad = data_as<scalar_t>(grad_c);
+    scalar_t* ts_sink = time_grad ? mutable_data_as<scalar_t>(*grad_ts) : nullptr;
+    scalar_t* pos_sink = pos_grad ? mutable_data_as<scalar_t>(*grad_pos) : nullptr;
+    if (timestamps.has_value()) {
+      const LogBucketizer bucketizer(bucket_divisor, nb);
+      dispatch_timestamp_type(seqs.timestamps.scalar_type(), [&](auto ts_tag) {
+        using ts_t = typename decltype(ts_tag)::type;
+        bad = kernels::relative_bias_backward_from_timestamps<acc_t>(
+            grad, shape, seqs.lengths(), seqs.timestamps.const_data_ptr<ts_t>(), query_time_shift,
+            bucketizer, ts_sink, pos_sink);
+      });
+    } else if (index.defined()) {
+      dispatch_bucket_type(index.scalar_type(), "bucket_index", [&](auto bin_tag) {
+        using bin_t = typename decltype(bin_tag)::type;
+        bad = kernels::relative_bias_backward<acc_t>(
+            grad, shape, seqs.lengths(), index.const_data_ptr<bin_t>(), ts_sink, pos_sink);
+      });
+    } else {
+      bad = kernels::relative_bias_backward<acc_t>(
+          grad, shape, seqs.lengths(), static_cast<const uint8_t*>(nullptr), ts_sink, pos_sink);
+    }
+  });
   TORCH_CHECK_VALUE(bad < 0, "bucket_index entries must be in [0, num_buckets] = [0, ", nb,
                     "], got bucket_index.flatten()[", bad,
                     "] = ", bad < 0 ? 0 : index.reshape(-1)[bad].item<int64_t>());

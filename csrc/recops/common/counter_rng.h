@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "recops/common/isa.h"
+#include "recops/common/cpu_isa.h"
 
 namespace recops {
 

@@ -29,6 +29,14 @@
 #define RECOPS_X86_VARIANTS 0
 #endif
 
+// Forces a generic body (shared header, compiled for the baseline instruction set) into each
+// instruction-set variant that calls it: an out-of-line copy would run the baseline code.
+#if defined(__GNUC__)
+#define RECOPS_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define RECOPS_ALWAYS_INLINE inline
+#endif
+
 namespace recops {
 
 enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };

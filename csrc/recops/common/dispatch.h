@@ -112,20 +112,4 @@ decltype(auto) dispatch_compute_type(at::ScalarType dtype, Fn&& fn) {
   return fn(TypeTag<float>{});
 }
 
-// For adapters whose kernels still take c10's element types (attention's relative bias, until it
-// moves to Fp16 / Bf16): dispatch_float_kind with at::Half / at::BFloat16 for the 16-bit kinds.
-template <typename Fn>
-decltype(auto) dispatch_floating_type(at::ScalarType dtype, const char* name, Fn&& fn) {
-  return dispatch_float_kind(float_kind(dtype, name), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, Fp16>) {
-      return fn(TypeTag<at::Half>{});
-    } else if constexpr (std::is_same_v<T, Bf16>) {
-      return fn(TypeTag<at::BFloat16>{});
-    } else {
-      return fn(TypeTag<T>{});
-    }
-  });
-}
-
 }  // namespace recops

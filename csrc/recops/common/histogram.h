@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-#include "recops/common/isa.h"
+#include "recops/common/cpu_isa.h"
 
 namespace recops {
 

@@ -14,7 +14,7 @@
 
 #include "recops/attention/kernels/hstu_mask.h"
 #include "recops/attention/kernels/relative_bias_math.h"
-#include "recops/attention/kernels/tile_ops.h"
+#include "recops/attention/kernels/tile_variants.h"
 #include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 
@@ -69,6 +69,20 @@ struct BiasSource {
 
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
+
+// The query time of every row of the sequences: the key time at query_time_index (the next
+// item's with the shift, as HSTU / FuXi-alpha; the last row its own). Other rows are left as
+// they are.
+inline void query_times(const Sequences& seqs, const double* key_time, bool query_time_shift,
+                        double* query_time) {
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    const double* t = key_time + seqs.row_begin[b];
+    double* tq = query_time + seqs.row_begin[b];
+    for (int64_t i = 0; i < seqs.length[b]; ++i) {
+      tq[i] = t[query_time_index(i, seqs.length[b], query_time_shift)];
+    }
+  }
+}
 
 // Gradient sinks for the bias: slices per thread slot, summed by the adapter. A dense bias with a
 // batch dim needs no per-thread copies (items of one sequence own disjoint query rows): its

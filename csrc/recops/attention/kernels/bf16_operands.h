@@ -1,12 +1,13 @@
-// bf16 operands of the HSTU-family tile products: oneDNN's bf16 batch-reduce GEMM micro-kernel as
-// PyTorch exports it (at::native::cpublas::brgemm on BFloat16, fp32 accumulation into an fp32
-// C), whose second operand is in VNNI layout: a [K, N] matrix stored as [K / 2, N, 2], the two
-// values of each pair of rows side by side (element (k, n) at ((k / 2) * ld + n) * 2 + k % 2).
+// bf16 operands of the HSTU-family tile products: common/blas.h's gemm_bf16 (in the extension
+// oneDNN's bf16 batch-reduce GEMM micro-kernel as PyTorch exports it, fp32 accumulation into an
+// fp32 C), whose second operand is in VNNI layout: a [K, N] matrix stored as [K / 2, N, 2], the
+// two values of each pair of rows side by side (element (k, n) at ((k / 2) * ld + n) * 2 + k % 2).
 //
 // Every dimension and leading dimension of these products is a multiple of kBf16Granule: tiles
 // are zero-padded to it (padded query rows and keys are masked out, padded head dims are zero),
 // which bounds the set of shapes oneDNN generates kernels for as blas.h's fp32 products do, and
-// keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t) in the kernels.
+// keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t) in the kernels,
+// passed to gemm_bf16 as the layout-identical Bf16 (common/half_bits.h).
 //
 //  * PackedOperands: per sequence and head, built once per call in parallel: K^T [Dqk, N] and
 //    (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
@@ -15,11 +16,6 @@
 //    (accumulated by dK^T += Q^T dS, dV^T += dO^T A) and the block's bf16 Q, Q^T, dO, dO^T.
 #pragma once
 
-#include <ATen/Context.h>
-#include <ATen/Parallel.h>
-#include <ATen/native/CPUBlas.h>
-#include <c10/util/BFloat16.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -27,35 +23,32 @@
 
 #include "recops/attention/kernels/attention_tiles.h"
 #include "recops/attention/kernels/tile_ops.h"
+#include "recops/common/blas.h"
 #include "recops/common/cpu_isa.h"
+#include "recops/common/half_bits.h"
+#include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
 
-constexpr int64_t kBf16Granule = 16;
+constexpr int64_t kBf16Granule = kBrgemmGranule;
 
 inline int64_t round_up(int64_t x, int64_t granule) {
   return (x + granule - 1) / granule * granule;
 }
 
-// Whether bf16 tiles run on the bf16 micro-kernel: the CPU has AVX512_BF16 dot products, the ISA
-// cap (RECOPS_CPU_ISA) allows AVX-512 and oneDNN is enabled (PyTorch's kernel needs all three).
-// Otherwise the adapters compute in fp32.
+// Whether bf16 tiles run on the bf16 micro-kernel: gemm_bf16_available() (in the extension: the
+// CPU has AVX512_BF16 dot products and oneDNN is enabled) and the ISA cap (RECOPS_CPU_ISA)
+// allows AVX-512. Otherwise the adapters compute in fp32.
 inline bool bf16_tiles_available() {
-#if RECOPS_X86_VARIANTS
-  static const bool cpu = __builtin_cpu_supports("avx512bf16");
-  return cpu && cpu_isa() == CpuIsa::kAvx512 && at::globalContext().userEnabledMkldnn();
-#else
-  return false;
-#endif
+  return cpu_isa() == CpuIsa::kAvx512 && gemm_bf16_available();
 }
 
-// C[m, n] (+)= A[m, k] B[k, n]: A row-major (lda), B in VNNI layout (ldb), C fp32 (ldc).
+// C[m, n] (+)= A[m, k] B[k, n]: A row-major (lda), B in VNNI layout (ldb), C fp32 (ldc), on bf16
+// bit patterns.
 inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                       const uint16_t* b_vnni, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  TORCH_INTERNAL_ASSERT((m | n | k | lda | ldb | ldc) % kBf16Granule == 0);
-  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate,
-                              reinterpret_cast<const at::BFloat16*>(a),
-                              reinterpret_cast<const at::BFloat16*>(b_vnni), c, /*is_vnni=*/true);
+  recops::gemm_bf16(m, n, k, reinterpret_cast<const Bf16*>(a), lda,
+                    reinterpret_cast<const Bf16*>(b_vnni), ldb, c, ldc, accumulate);
 }
 
 // dst [rows_pad, cols_pad] (row stride cols_pad) = src [rows, cols] (row stride ld_src), zero
@@ -149,7 +142,7 @@ class PackedOperands {
     if (which.k) k_.reset(new uint16_t[units * per_head_k]);
     if (which.v_t) v_t_.reset(new uint16_t[units * per_head_v]);
     if (which.v) v_.reset(new uint16_t[units * per_head_v]);
-    at::parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+    parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / heads, h = u % heads, len = seqs.length[b];
         const uint16_t* kh = k + (seqs.row_begin[b] * heads + h) * dqk;

@@ -31,7 +31,7 @@
 #include <limits>
 #include <vector>
 
-#include "recops/attention/kernels/softmax_tile_ops.h"
+#include "recops/attention/kernels/tile_variants.h"
 #include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 #include "recops/common/counter_rng.h"
@@ -181,36 +181,38 @@ inline int64_t tile_first_column(int64_t rows, int64_t kt0) {
 
 // Adds the (scaled) position terms to a [rows x n] tile of scaled q.k products.
 template <typename T>
-void add_position_terms(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
-                        int64_t rows, int64_t kt0, int64_t n, T* tile) {
+void add_position_terms(const TileOps<T>& passes, const DisentangledProblem<T>& p,
+                        SoftmaxScratch<T>& t, int64_t row0, int64_t rows, int64_t kt0, int64_t n,
+                        T* tile) {
   const DisentangledShape<T>& s = p.shape;
   const int32_t* delta = tile_delta(p, row0, rows, kt0);
   if (delta[0] == delta[n + rows - 2]) {  // one position index for the whole tile
-    add_uniform_position_terms(tile, rows, n,
-                               s.c2p ? t.c2p_t.data() + delta[0] * kQueryBlock : nullptr,
-                               s.p2c ? t.p2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
+    passes.add_uniform_position_terms(tile, rows, n,
+                                      s.c2p ? t.c2p_t.data() + delta[0] * kQueryBlock : nullptr,
+                                      s.p2c ? t.p2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
     return;
   }
-  expand_position_terms(t.diag.data(), rows, n, kQueryBlock, delta,
-                        s.c2p ? t.c2p_t.data() : nullptr, kQueryBlock,
-                        s.p2c ? t.p2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
-  unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
+  passes.expand_position_terms(
+      t.diag.data(), rows, n, kQueryBlock, delta, s.c2p ? t.c2p_t.data() : nullptr, kQueryBlock,
+      s.p2c ? t.p2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
+  passes.unshear_add(t.diag.data(), rows, n, kQueryBlock, tile);
 }
 
 // Adds the gradients of the position terms of a tile, from its score gradients.
 template <typename T>
-void add_position_grads(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, int64_t row0,
-                        int64_t rows, int64_t kt0, int64_t n, const T* dtile) {
+void add_position_grads(const TileOps<T>& passes, const DisentangledProblem<T>& p,
+                        SoftmaxScratch<T>& t, int64_t row0, int64_t rows, int64_t kt0, int64_t n,
+                        const T* dtile) {
   const DisentangledShape<T>& s = p.shape;
   const int32_t* delta = tile_delta(p, row0, rows, kt0);
   if (delta[0] == delta[n + rows - 2]) {
-    accumulate_uniform_position_grads(dtile, rows, n,
-                                      s.c2p ? t.dc2p_t.data() + delta[0] * kQueryBlock : nullptr,
-                                      s.p2c ? t.dp2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
+    passes.accumulate_uniform_position_grads(
+        dtile, rows, n, s.c2p ? t.dc2p_t.data() + delta[0] * kQueryBlock : nullptr,
+        s.p2c ? t.dp2c_t.data() + delta[0] * s.k_len + kt0 : nullptr);
     return;
   }
-  shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
-  accumulate_position_grads(
+  passes.shear_tile(dtile, rows, n, t.diag.data(), kQueryBlock);
+  passes.accumulate_position_grads(
       t.diag.data(), rows, n, kQueryBlock, delta, s.c2p ? t.dc2p_t.data() : nullptr, kQueryBlock,
       s.p2c ? t.dp2c_t.data() : nullptr, s.k_len, tile_first_column(rows, kt0));
 }
@@ -219,10 +221,10 @@ void add_position_grads(const DisentangledProblem<T>& p, SoftmaxScratch<T>& t, i
 // when the row sees none of these keys or they all score -inf, NaN when they score NaN (the max
 // skips NaN, which would then leave the row at zero where torch's softmax gives NaN).
 template <typename T>
-T score_row(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t i, int64_t kt0, int64_t n,
-            T* row) {
+T score_row(const TileOps<T>& passes, const DisentangledProblem<T>& p, const Unit<T>& unit,
+            int64_t i, int64_t kt0, int64_t n, T* row) {
   const DisentangledShape<T>& s = p.shape;
-  const T m = mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
+  const T m = passes.mask_row(row, n, p.mask.keep(unit.b, i, kt0, s.q_len, s.k_len));
   if (m != -std::numeric_limits<T>::infinity()) return m;
   const bool any_nan = std::any_of(row, row + n, [](T x) { return std::isnan(x); });
   return any_nan ? std::numeric_limits<T>::quiet_NaN() : m;
@@ -273,8 +275,9 @@ void block_c2p(const DisentangledShape<T>& s, const Unit<T>& unit, int64_t row0,
 }
 
 template <typename T>
-void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t row0, int64_t rows,
-                   SoftmaxScratch<T>& t, const DisentangledOutputs<T>& o) {
+void forward_block(const TileOps<T>& passes, const DisentangledProblem<T>& p, const Unit<T>& unit,
+                   int64_t row0, int64_t rows, SoftmaxScratch<T>& t,
+                   const DisentangledOutputs<T>& o) {
   const DisentangledShape<T>& s = p.shape;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T* q = unit.q + row0 * s.dqk;
@@ -289,7 +292,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
     const int64_t n = std::min(kKeyTile, unit.keys - kt0);
     T* tile = t.scores.data();
     gemm_nn(rows, n, s.dqk, q, s.dqk, t.k_t.data() + kt0, s.k_len, tile, n, false);
-    if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
+    if (p.delta != nullptr) add_position_terms(passes, p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
       T* row = tile + r * n;
@@ -297,7 +300,7 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
         std::fill(row, row + n, T(0));
         continue;
       }
-      const T tile_max = score_row(p, unit, i, kt0, n, row);
+      const T tile_max = score_row(passes, p, unit, i, kt0, n, row);
       const T m_new = std::isnan(tile_max) ? tile_max : std::max(m[r], tile_max);  // NaN sticks
       if (o.probs != nullptr) {
         std::memcpy(o.probs + (first_row + r) * s.k_len + kt0, row, n * sizeof(T));
@@ -307,12 +310,12 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
         continue;
       }
       const T correction = m[r] == kNegInf ? T(0) : std::exp(m[r] - m_new);
-      l[r] = l[r] * correction + exp_row(row, n, m_new);
+      l[r] = l[r] * correction + passes.exp_row(row, n, m_new);
       m[r] = m_new;
       if (correction != T(1)) {
         for (int64_t c = 0; c < s.dv; ++c) out[r * s.dv + c] *= correction;
       }
-      if (p.dropout_p > T(0)) dropout_row(row, n, row_dropout(p, unit.index, i), kt0);
+      if (p.dropout_p > T(0)) passes.dropout_row(row, n, row_dropout(p, unit.index, i), kt0);
     }
     gemm_nn(rows, s.dv, n, tile, n, unit.v + kt0 * s.dv, s.dv, out, s.dv, true);
   }
@@ -335,8 +338,10 @@ void forward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t
     const T lse = m[r] + std::log(l[r]);
     o.lse[first_row + r] = lse;
     if (prow == nullptr) continue;
-    exp_row(prow, unit.keys, lse);
-    if (p.dropout_p > T(0)) dropout_row(prow, unit.keys, row_dropout(p, unit.index, row0 + r), 0);
+    passes.exp_row(prow, unit.keys, lse);
+    if (p.dropout_p > T(0)) {
+      passes.dropout_row(prow, unit.keys, row_dropout(p, unit.index, row0 + r), 0);
+    }
   }
 }
 
@@ -355,6 +360,7 @@ void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
   const std::vector<int64_t> lengths = unit_lengths(p);
   const std::vector<WorkItem> items =
       make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
+  const TileOps<T>& passes = tile_ops<T>();
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) { return SoftmaxScratch<T>(p.shape, false, slot); },
@@ -364,7 +370,7 @@ void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
         unit_scaled_k_t(p.shape, unit, t);
         if (p.shape.p2c) unit_p2c(p.shape, unit, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          forward_block(p, unit, row0, rows, t, o);
+          forward_block(passes, p, unit, row0, rows, t, o);
         });
       });
 }
@@ -380,9 +386,9 @@ struct DisentangledBackwardInputs {
 };
 
 template <typename T>
-void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_t row0,
-                    int64_t rows, SoftmaxScratch<T>& t, const DisentangledBackwardInputs<T>& in,
-                    const DisentangledGrads<T>& g) {
+void backward_block(const TileOps<T>& passes, const DisentangledProblem<T>& p, const Unit<T>& unit,
+                    int64_t row0, int64_t rows, SoftmaxScratch<T>& t,
+                    const DisentangledBackwardInputs<T>& in, const DisentangledGrads<T>& g) {
   const DisentangledShape<T>& s = p.shape;
   const T* q = unit.q + row0 * s.dqk;
   const int64_t first_row = unit.index * s.q_len + row0;
@@ -400,7 +406,7 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
     T* dtile = t.grads.data();
     gemm_nn(rows, n, s.dqk, q, s.dqk, t.k_t.data() + kt0, s.k_len, tile, n, false);
     gemm_nn(rows, n, s.dv, go, s.dv, t.v_t.data() + kt0, s.k_len, dtile, n, false);
-    if (p.delta != nullptr) add_position_terms(p, t, row0, rows, kt0, n, tile);
+    if (p.delta != nullptr) add_position_terms(passes, p, t, row0, rows, kt0, n, tile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r;
       T* row = tile + r * n;
@@ -415,13 +421,13 @@ void backward_block(const DisentangledProblem<T>& p, const Unit<T>& unit, int64_
         const T* gp = in.grad_probs + (first_row + r) * s.k_len + kt0;
         for (int64_t j = 0; j < n; ++j) drow[j] += gp[j];
       }
-      score_row(p, unit, i, kt0, n, row);
+      score_row(passes, p, unit, i, kt0, n, row);
       const RowDropout<T> dropout = row_dropout(p, unit.index, i);
-      softmax_grad_row(row, drow, n, lse, in.d[first_row + r], s.scale,
-                       p.dropout_p > T(0) ? &dropout : nullptr, kt0);
+      passes.softmax_grad_row(row, drow, n, lse, in.d[first_row + r], s.scale,
+                              p.dropout_p > T(0) ? &dropout : nullptr, kt0);
     }
     if (p.delta != nullptr) {
-      add_position_grads(p, t, row0, rows, kt0, n, dtile);
+      add_position_grads(passes, p, t, row0, rows, kt0, n, dtile);
     }
     // dV^T += dO^T P, dQ += dS K, dK^T += Q^T dS.
     gemm_nn(s.dv, n, rows, t.go_t.data(), kQueryBlock, tile, n, t.dv_t.data() + kt0, s.k_len, true);
@@ -465,6 +471,7 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
   const std::vector<WorkItem> items =
       make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
   const int64_t units = s.batch * s.heads;
+  const TileOps<T>& passes = tile_ops<T>();
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) { return SoftmaxScratch<T>(s, true, slot); },
@@ -475,7 +482,7 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
         T* dv = g.dv + (item.chunk * units + unit.index) * s.k_len * s.dv;
         prepare_backward_item(s, unit, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          backward_block(p, unit, row0, rows, t, in, g);
+          backward_block(passes, p, unit, row0, rows, t, in, g);
         });
         if (s.p2c) {
           // dK^T += pos_query^T dP2C^T, d pos_query += dP2C^T K.

@@ -72,6 +72,7 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
   const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
+  const TileOps<T>& passes = tile_ops<T>();
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -88,8 +89,8 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                 T* s = t.tile(kFuxiScores);
                 gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
                         kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
-                silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                            blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+                passes.silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                                   blk.rows * blk.keys, shape.alpha, shape.silu_scale);
                 const std::pair<FuxiChannel, const T*> weights[3] = {
                     {FuxiChannel::kSemantic, s},
                     {FuxiChannel::kTime, t.tile(kFuxiTime)},
@@ -117,6 +118,7 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
                    const FuxiGrads<T>& grads) {
   const int64_t H = shape.heads, dv = shape.dv;
   const KeyValueTransposes<T> kv(seqs, H, shape.dqk, dv, in.k, in.v);
+  const TileOps<T>& passes = tile_ops<T>();
   for_each_backward_block(
       seqs, shape, mask, kFuxiBackwardTiles, time.kind == BiasKind::kRelative, chunks, grads.qkv,
       [&](TileArena<T>& t, TransposedGradients<T>& tg, const Block& blk, const StructuredMask& sm) {
@@ -131,7 +133,7 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
           build_fuxi_tiles(mask, time, position, seqs, blk, blk.rows, sm, h, layout, t);
           T* s = t.tile(kFuxiScores);
           // Semantic channel: as HSTU without bias.
-          silu_head_backward(shape, in, kv, seqs, blk, h,
+          silu_head_backward(passes, shape, in, kv, seqs, blk, h,
                              grad_out + layout.at(row0, h, FuxiChannel::kSemantic),
                              layout.row_stride, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
                              s, t.tile(kFuxiGrads), grads.qkv.dq, tg);

@@ -22,6 +22,7 @@ inline void fuxi_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true});
   const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
+  const TileKernels& passes = tile_kernels(cpu_isa());
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -44,23 +45,23 @@ inline void fuxi_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
                 if (build_fuxi_tiles(mask, time, position, seqs, blk, pb.rows_pad, sm, h, layout,
                                      t.fp32)) {
                   if (layout.has(FuxiChannel::kTime)) {
-                    to_bf16(t.fp32.tile(kFuxiTime), t.tile(kTimeA), tile, 1.0f);
+                    passes.to_bf16(t.fp32.tile(kFuxiTime), t.tile(kTimeA), tile, 1.0f);
                   }
                   if (layout.has(FuxiChannel::kPosition)) {
-                    to_bf16(t.fp32.tile(kFuxiPosition), t.tile(kPositionA), tile, 1.0f);
+                    passes.to_bf16(t.fp32.tile(kFuxiPosition), t.tile(kPositionA), tile, 1.0f);
                   }
                 }
                 copy_padded(in.q + (row0 * H + h) * dqk, blk.rows, dqk, H * dqk, q, pb.rows_pad,
                             dqk_pad);
                 gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0),
                           ops.n_pad(), s, ld, false);
-                silu_scores_to_bf16(s, nullptr, t.fp32.tile(kFuxiMask), tile, shape.alpha,
-                                    shape.silu_scale, t.tile(kSemanticA));
+                passes.silu_scores_to_bf16(s, nullptr, t.fp32.tile(kFuxiMask), tile, shape.alpha,
+                                           shape.silu_scale, t.tile(kSemanticA));
                 for (const auto& [channel, a] : weights) {
                   if (!layout.has(channel)) continue;
                   gemm_bf16(pb.rows_pad, dv_pad, ld, t.tile(a), ld, ops.v(blk.b, h, blk.key0),
                             dv_pad, t.product.get(), dv_pad, false);
-                  store_rows(t.product.get(), blk.rows, dv, dv_pad,
+                  store_rows(passes, t.product.get(), blk.rows, dv, dv_pad,
                              out + layout.at(row0, h, channel), layout.row_stride);
                 }
               }
@@ -78,6 +79,7 @@ inline void fuxi_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
   constexpr int kTimeVnni = kSiluBf16Tiles, kPositionVnni = kSiluBf16Tiles + 1;
   const int64_t H = shape.heads, dqk = shape.dqk;
   const PackedOperands ops(seqs, H, dqk, shape.dv, in.k, in.v, {true, true, true, false});
+  const TileKernels& passes = tile_kernels(cpu_isa());
   for_each_backward_block_bf16(
       seqs, shape, mask, ops, kFuxiBackwardTiles, kPositionVnni + 1,
       time.kind == BiasKind::kRelative, chunks, grads.qkv,
@@ -102,14 +104,15 @@ inline void fuxi_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
                                t.fp32)) {
             for (const auto& c : bias_channels) {
               if (!layout.has(c.channel)) continue;
-              to_bf16_vnni(t.fp32.tile(c.weight), pb.rows_pad, ld, t.tile(c.weight_vnni), 1.0f);
+              passes.to_bf16_vnni(t.fp32.tile(c.weight), pb.rows_pad, ld, t.tile(c.weight_vnni),
+                                  1.0f);
             }
           }
           // Semantic channel: as HSTU without bias.
           tg.load_block(in.q + (row0 * H + h) * dqk, H * dqk,
                         grad_out + layout.at(row0, h, FuxiChannel::kSemantic), layout.row_stride,
                         blk.rows, pb.rows_pad);
-          silu_head_backward_bf16(shape, ops, pb, h, nullptr, t.fp32.tile(kFuxiMask), s,
+          silu_head_backward_bf16(passes, shape, ops, pb, h, nullptr, t.fp32.tile(kFuxiMask), s,
                                   t.fp32.tile(kFuxiGrads), t, tg,
                                   grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
           // Bias channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).

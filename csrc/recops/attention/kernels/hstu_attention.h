@@ -44,6 +44,7 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
+  const TileOps<T>& passes = tile_ops<T>();
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -62,8 +63,9 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                 T* s = t.tile(kScores);
                 gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
                         kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
-                silu_scores(s, bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias),
-                            t.tile(kMask), blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+                passes.silu_scores(s, bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias),
+                                   t.tile(kMask), blk.rows * blk.keys, shape.alpha,
+                                   shape.silu_scale);
                 gemm_nn(blk.rows, dv, blk.keys, s, blk.keys, in.v + (key0 * H + h) * dv, H * dv,
                         out + (row0 * H + h) * dv, H * dv, false);
               }
@@ -110,10 +112,11 @@ void for_each_backward_block(const Sequences& seqs, const HstuShape<T>& shape,
 // optional bias tiles, then dQ = alpha dS K, dK^T += (alpha Q^T) dS, dV^T += dO^T A. `go` is the
 // head's dO with row stride ld_go.
 template <typename T>
-void silu_head_backward(const HstuShape<T>& shape, const HstuTensors<T>& in,
-                        const KeyValueTransposes<T>& kv, const Sequences& seqs, const Block& blk,
-                        int64_t h, const T* go, int64_t ld_go, const T* bias, const T* mask, T* s,
-                        T* ds, T* dq_rows, TransposedGradients<T>& tg) {
+void silu_head_backward(const TileOps<T>& passes, const HstuShape<T>& shape,
+                        const HstuTensors<T>& in, const KeyValueTransposes<T>& kv,
+                        const Sequences& seqs, const Block& blk, int64_t h, const T* go,
+                        int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq_rows,
+                        TransposedGradients<T>& tg) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
   const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
@@ -123,7 +126,7 @@ void silu_head_backward(const HstuShape<T>& shape, const HstuTensors<T>& in,
           false);
   gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv.v_t(blk.b, h, blk.key0), kv.ld(), ds, blk.keys,
           false);
-  silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+  passes.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape.alpha, shape.silu_scale);
   gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k + (key0 * H + h) * dqk, H * dqk, dq, H * dqk,
           false);
   scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
@@ -141,6 +144,7 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const bool has_bias = bias.kind != BiasKind::kNone;
   const bool shared_bias_grad = has_bias && !bias.per_head();
   const KeyValueTransposes<T> kv(seqs, H, shape.dqk, dv, in.k, in.v);
+  const TileOps<T>& passes = tile_ops<T>();
   for_each_backward_block(
       seqs, shape, mask, kBackwardTiles, bias.kind == BiasKind::kRelative, chunks, grads.qkv,
       [&](TileArena<T>& t, TransposedGradients<T>& tg, const Block& blk, const StructuredMask& sm) {
@@ -153,9 +157,9 @@ void hstu_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
             build_bias_tile(bias, seqs, blk, h, t.tile(kBias), t.buckets());
           }
           T* ds = t.tile(kGrads);
-          silu_head_backward(shape, in, kv, seqs, blk, h, grad_out + (row0 * H + h) * dv, H * dv,
-                             has_bias ? t.tile(kBias) : nullptr, t.tile(kMask), t.tile(kScores), ds,
-                             grads.qkv.dq, tg);
+          silu_head_backward(passes, shape, in, kv, seqs, blk, h, grad_out + (row0 * H + h) * dv,
+                             H * dv, has_bias ? t.tile(kBias) : nullptr, t.tile(kMask),
+                             t.tile(kScores), ds, grads.qkv.dq, tg);
           if (shared_bias_grad) {
             add_into(t.tile(kGradSum), ds, tile);
           } else if (has_bias) {

@@ -35,7 +35,7 @@ struct Bf16Scratch {
         bf16(new uint16_t[bf16_tiles * tile_size + kQueryBlock * ops.dqk_pad()]),
         product(new float[kQueryBlock * std::max(ops.dqk_pad(), ops.dv_pad())]) {}
   uint16_t* tile(int index) { return bf16.get() + index * tile_size; }
-  ~Bf16Scratch() { at::native::cpublas::brgemm_release(); }
+  ~Bf16Scratch() { gemm_bf16_release(); }
   Bf16Scratch(const Bf16Scratch&) = delete;
   Bf16Scratch& operator=(const Bf16Scratch&) = delete;
 
@@ -63,12 +63,12 @@ inline void build_padded_tiles(const MaskSource<float>& mask, const BiasSource<f
 
 // dst rows (row stride ld_dst) = the first rows x cols of an fp32 product tile (row stride
 // ld_src), as bf16 bits or fp32.
-inline void store_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_src, uint16_t* dst,
-                       int64_t ld_dst) {
-  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * ld_src, dst + r * ld_dst, cols, 1.0f);
+inline void store_rows(const TileKernels& passes, const float* src, int64_t rows, int64_t cols,
+                       int64_t ld_src, uint16_t* dst, int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r) passes.to_bf16(src + r * ld_src, dst + r * ld_dst, cols, 1.0f);
 }
-inline void store_rows(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
-                       int64_t ld_dst) {
+inline void store_rows(const TileKernels&, const float* src, int64_t rows, int64_t cols,
+                       int64_t ld_src, float* dst, int64_t ld_dst) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, cols * 4);
 }
 
@@ -82,6 +82,7 @@ inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
   const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true});
   const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
+  const TileKernels& passes = tile_kernels(cpu_isa());
   parallel_for_dynamic(
       static_cast<int64_t>(items.size()),
       [&](int64_t slot) {
@@ -104,11 +105,12 @@ inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
                             dqk_pad);
                 gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0),
                           ops.n_pad(), s, ld, false);
-                silu_scores_to_bf16(s, bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
-                                    t.fp32.tile(kM), tile, shape.alpha, shape.silu_scale, a);
+                passes.silu_scores_to_bf16(s,
+                                           bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
+                                           t.fp32.tile(kM), tile, shape.alpha, shape.silu_scale, a);
                 gemm_bf16(pb.rows_pad, dv_pad, ld, a, ld, ops.v(blk.b, h, blk.key0), dv_pad,
                           t.product.get(), dv_pad, false);
-                store_rows(t.product.get(), blk.rows, dv, dv_pad, out + (row0 * H + h) * dv,
+                store_rows(passes, t.product.get(), blk.rows, dv, dv_pad, out + (row0 * H + h) * dv,
                            H * dv);
               }
             });
@@ -156,10 +158,11 @@ enum SiluBf16Tile : int { kAVnni, kDsRows, kDsVnni, kSiluBf16Tiles };
 // semantic channel), after tg.load_block: S and dA, then A (in s) and dS (in ds, fp32, without
 // alpha) from the mask and optional bias tiles, dQ rows (fp32, written), dK^T and dV^T
 // (accumulated).
-inline void silu_head_backward_bf16(const HstuShape<float>& shape, const PackedOperands& ops,
-                                    const PaddedBlock& pb, int64_t h, const float* bias,
-                                    const float* mask, float* s, float* ds, Bf16Scratch& t,
-                                    Bf16Gradients& tg, float* dq_rows, int64_t ld_dq) {
+inline void silu_head_backward_bf16(const TileKernels& passes, const HstuShape<float>& shape,
+                                    const PackedOperands& ops, const PaddedBlock& pb, int64_t h,
+                                    const float* bias, const float* mask, float* s, float* ds,
+                                    Bf16Scratch& t, Bf16Gradients& tg, float* dq_rows,
+                                    int64_t ld_dq) {
   const Block& blk = pb.blk;
   const int64_t ld = blk.ld, rows_pad = pb.rows_pad, tile = rows_pad * ld;
   const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
@@ -167,12 +170,12 @@ inline void silu_head_backward_bf16(const HstuShape<float>& shape, const PackedO
             false);
   gemm_bf16(rows_pad, ld, dv_pad, tg.go(), dv_pad, ops.v_t(blk.b, h, blk.key0), ops.n_pad(), ds, ld,
             false);
-  silu_score_grads(s, ds, bias, mask, tile, shape.alpha, shape.silu_scale);
-  backward_operands_to_bf16(s, ds, rows_pad, ld, shape.alpha, t.tile(kAVnni), t.tile(kDsRows),
-                            t.tile(kDsVnni));
+  passes.fp32.silu_score_grads(s, ds, bias, mask, tile, shape.alpha, shape.silu_scale);
+  passes.backward_operands_to_bf16(s, ds, rows_pad, ld, shape.alpha, t.tile(kAVnni),
+                                   t.tile(kDsRows), t.tile(kDsVnni));
   gemm_bf16(rows_pad, dqk_pad, ld, t.tile(kDsRows), ld, ops.k(blk.b, h, blk.key0), dqk_pad,
             t.product.get(), dqk_pad, false);
-  store_rows(t.product.get(), blk.rows, shape.dqk, dqk_pad, dq_rows, ld_dq);
+  store_rows(passes, t.product.get(), blk.rows, shape.dqk, dqk_pad, dq_rows, ld_dq);
   gemm_bf16(dqk_pad, ld, rows_pad, tg.q_t(), rows_pad, t.tile(kDsVnni), ld, tg.dk_t(h, blk.key0),
             tg.ld(), true);
   gemm_bf16(dv_pad, ld, rows_pad, tg.go_t(), rows_pad, t.tile(kAVnni), ld, tg.dv_t(h, blk.key0),
@@ -188,6 +191,7 @@ inline void hstu_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
   const bool has_bias = bias.kind != BiasKind::kNone;
   const bool shared_bias_grad = has_bias && !bias.per_head();
   const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, true, true, false});
+  const TileKernels& passes = tile_kernels(cpu_isa());
   for_each_backward_block_bf16(
       seqs, shape, mask, ops, kBackwardTiles, kSiluBf16Tiles, bias.kind == BiasKind::kRelative,
       chunks, grads.qkv,
@@ -204,8 +208,9 @@ inline void hstu_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
           scratch.grads.load_block(in.q + (row0 * H + h) * dqk, H * dqk,
                                    grad_out + (row0 * H + h) * dv, H * dv, blk.rows, pb.rows_pad);
           float* ds = t.fp32.tile(kGrads);
-          silu_head_backward_bf16(shape, ops, pb, h, has_bias ? t.fp32.tile(kBias) : nullptr,
-                                  t.fp32.tile(kMask), t.fp32.tile(kScores), ds, t, scratch.grads,
+          silu_head_backward_bf16(passes, shape, ops, pb, h,
+                                  has_bias ? t.fp32.tile(kBias) : nullptr, t.fp32.tile(kMask),
+                                  t.fp32.tile(kScores), ds, t, scratch.grads,
                                   grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
           if (shared_bias_grad) {
             add_into(grad_sum, ds, tile);

@@ -15,8 +15,6 @@
 // backward reuses.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -25,11 +23,17 @@
 
 #include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/common/histogram.h"
+#include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
 
 constexpr int64_t kBucketTile = 64;  // query/key tile edge of compute_buckets
+
+// Whether a uint8 bucket matrix holds num_buckets (the narrowest bucket type; int32 otherwise).
+inline bool buckets_fit_uint8(int64_t num_buckets) {
+  return num_buckets <= 255;
+}
 
 // Sequence lengths: dense (offsets == nullptr, every sequence seq_len long) or jagged, sequence b
 // spanning [offsets[b], offsets[b + 1]). Positions i, j < valid(b) exist; the others are padding
@@ -156,7 +160,7 @@ void compute_buckets(const ts_t* timestamps, const Lengths& lengths, int64_t bat
                                         lengths.valid(b), n, query_time_shift, bucketizer,
                                         buckets + b * n * n);
   };
-  at::parallel_for(0, batch * tiles, 1, [&](int64_t w0, int64_t w1) {
+  parallel_for(0, batch * tiles, 1, [&](int64_t w0, int64_t w1) {
     std::vector<bin_t> tile(std::max(kBucketTile * kBucketTile, n));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t b = w / tiles;
@@ -193,7 +197,7 @@ void lookup(const bin_t* buckets, const Lengths& lengths, const scalar_t* ts_w,
             const scalar_t* pos_w, const BiasShape& shape, scalar_t* out) {
   const int64_t n = shape.seq_len;
   const int64_t row_bytes = n * shape.layers * static_cast<int64_t>(sizeof(scalar_t));
-  at::parallel_for(0, shape.batch * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, shape.batch * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / n;
       const int64_t i = r % n;
@@ -213,7 +217,7 @@ void lookup(const bin_t* buckets, const Lengths& lengths, const scalar_t* ts_w,
 template <typename scalar_t>
 void position_bias(const scalar_t* pos_w, int64_t layers, int64_t n, scalar_t* out) {
   const int64_t row_bytes = n * static_cast<int64_t>(sizeof(scalar_t));
-  at::parallel_for(0, layers * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, layers * n, grain_for_bytes(row_bytes), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t l = r / n;
       const int64_t i = r % n;
@@ -289,19 +293,38 @@ int64_t relative_bias_backward(const scalar_t* grad, const BiasShape& shape, con
     }
     if (grad_pos) {
       const int64_t total = shape.layers * positions;
-      at::parallel_for(0, total, grain_for_bytes(chunks * static_cast<int64_t>(sizeof(acc_t))),
-                       [&](int64_t p0, int64_t p1) {
-                         for (int64_t p = p0; p < p1; ++p) {
-                           acc_t sum = 0;
-                           for (int64_t c = 0; c < chunks; ++c) {
-                             sum += partials[c * per_chunk + hist_size + p];
-                           }
-                           grad_pos[p] = static_cast<scalar_t>(sum);
-                         }
-                       });
+      parallel_for(0, total, grain_for_bytes(chunks * static_cast<int64_t>(sizeof(acc_t))),
+                   [&](int64_t p0, int64_t p1) {
+                     for (int64_t p = p0; p < p1; ++p) {
+                       acc_t sum = 0;
+                       for (int64_t c = 0; c < chunks; ++c) {
+                         sum += partials[c * per_chunk + hist_size + p];
+                       }
+                       grad_pos[p] = static_cast<scalar_t>(sum);
+                     }
+                   });
     }
     return -1;
   });
+}
+
+// relative_bias_backward with the bucket matrix computed first from the timestamps
+// (compute_buckets, into scratch of the narrowest bucket type): both passes of the gradient when
+// the caller kept no bucket index.
+template <typename acc_t, typename scalar_t, typename ts_t>
+int64_t relative_bias_backward_from_timestamps(const scalar_t* grad, const BiasShape& shape,
+                                               const Lengths& lengths, const ts_t* timestamps,
+                                               bool query_time_shift,
+                                               const LogBucketizer& bucketizer, scalar_t* grad_ts,
+                                               scalar_t* grad_pos) {
+  const auto run = [&](auto bin_tag) {
+    using bin_t = typename decltype(bin_tag)::type;
+    // Uninitialised: compute_buckets writes every entry.
+    std::unique_ptr<bin_t[]> buckets(new bin_t[shape.batch * shape.seq_len * shape.seq_len]);
+    compute_buckets(timestamps, lengths, shape.batch, query_time_shift, bucketizer, buckets.get());
+    return relative_bias_backward<acc_t>(grad, shape, lengths, buckets.get(), grad_ts, grad_pos);
+  };
+  return buckets_fit_uint8(shape.num_buckets) ? run(TypeTag<uint8_t>{}) : run(TypeTag<int32_t>{});
 }
 
 }  // namespace recops::attention::kernels

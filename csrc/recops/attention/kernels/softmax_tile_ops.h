@@ -11,15 +11,16 @@
 // or written. Shearing a tile to or from that layout works on groups of 16
 // rows so that the lines in flight stay in L1.
 //
-// Plain loops that GCC vectorises; the fp32 versions are compiled per ISA level
-// (softmax_tile_ops.cpp), float64 runs the generic bodies (validation, not speed).
+// Plain loops that GCC vectorises, compiled per instruction set and called through
+// tile_variants.h's table (whose fp32 shearing moves 16 x 16 blocks through registers,
+// kernels/variant.h); float64 runs the baseline build (validation, not speed).
 #pragma once
 
 #include <cstdint>
 #include <limits>
 
 #include "recops/common/counter_rng.h"
-#include "recops/common/isa.h"
+#include "recops/common/cpu_isa.h"
 #include "recops/common/vec_math.h"
 
 namespace recops::attention::kernels {
@@ -223,65 +224,6 @@ RECOPS_ALWAYS_INLINE void accumulate_uniform_position_grads_generic(const T* ds,
       for (int64_t j = 0; j < n; ++j) dp2c[j] += row[j];
     }
   }
-}
-
-// fp32 versions, compiled per ISA level (softmax_tile_ops.cpp).
-float mask_row(float* s, int64_t n, const uint8_t* keep);
-float exp_row(float* s, int64_t n, float m);
-void dropout_row(float* p, int64_t n, const RowDropout<float>& dropout, int64_t j0);
-void softmax_grad_row(float* s, float* dp, int64_t n, float lse, float d, float scale,
-                      const RowDropout<float>* dropout, int64_t j0);
-void expand_position_terms(float* diag, int64_t rows, int64_t n, int64_t lanes,
-                           const int32_t* delta, const float* c2p_t, int64_t c2p_ld,
-                           const float* p2c_t, int64_t p2c_ld, int64_t first);
-void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes, float* tile);
-void add_uniform_position_terms(float* tile, int64_t rows, int64_t n, const float* c2p,
-                                const float* p2c);
-void accumulate_uniform_position_grads(const float* ds, int64_t rows, int64_t n, float* dc2p,
-                                       float* dp2c);
-void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, int64_t lanes);
-void accumulate_position_grads(const float* diag, int64_t rows, int64_t n, int64_t lanes,
-                               const int32_t* delta, float* dc2p_t, int64_t dc2p_ld, float* dp2c_t,
-                               int64_t dp2c_ld, int64_t first);
-
-inline double mask_row(double* s, int64_t n, const uint8_t* keep) {
-  return mask_row_generic(s, n, keep);
-}
-inline double exp_row(double* s, int64_t n, double m) {
-  return exp_row_generic(s, n, m);
-}
-inline void dropout_row(double* p, int64_t n, const RowDropout<double>& dropout, int64_t j0) {
-  dropout_row_generic(p, n, dropout, j0);
-}
-inline void softmax_grad_row(double* s, double* dp, int64_t n, double lse, double d, double scale,
-                             const RowDropout<double>* dropout, int64_t j0) {
-  softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
-}
-inline void expand_position_terms(double* diag, int64_t rows, int64_t n, int64_t lanes,
-                                  const int32_t* delta, const double* c2p_t, int64_t c2p_ld,
-                                  const double* p2c_t, int64_t p2c_ld, int64_t first) {
-  expand_position_terms_generic(diag, rows, n, lanes, delta, c2p_t, c2p_ld, p2c_t, p2c_ld, first);
-}
-inline void unshear_add(const double* diag, int64_t rows, int64_t n, int64_t lanes, double* tile) {
-  unshear_add_generic(diag, rows, n, lanes, tile);
-}
-inline void shear_tile(const double* tile, int64_t rows, int64_t n, double* diag, int64_t lanes) {
-  shear_tile_generic(tile, rows, n, diag, lanes);
-}
-inline void accumulate_position_grads(const double* diag, int64_t rows, int64_t n, int64_t lanes,
-                                      const int32_t* delta, double* dc2p_t, int64_t dc2p_ld,
-                                      double* dp2c_t, int64_t dp2c_ld, int64_t first) {
-  accumulate_position_grads_generic(diag, rows, n, lanes, delta, dc2p_t, dc2p_ld, dp2c_t, dp2c_ld,
-                                    first);
-}
-
-inline void add_uniform_position_terms(double* tile, int64_t rows, int64_t n, const double* c2p,
-                                       const double* p2c) {
-  add_uniform_position_terms_generic(tile, rows, n, c2p, p2c);
-}
-inline void accumulate_uniform_position_grads(const double* ds, int64_t rows, int64_t n,
-                                              double* dc2p, double* dp2c) {
-  accumulate_uniform_position_grads_generic(ds, rows, n, dc2p, dp2c);
 }
 
 }  // namespace recops::attention::kernels

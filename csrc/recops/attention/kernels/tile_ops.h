@@ -1,11 +1,12 @@
 // Element-wise passes over one [rows x keys] score tile, shared by the attention kernels. Plain
-// loops over contiguous rows that GCC vectorises (fast_exp has no libm call).
+// loops over contiguous rows that GCC vectorises (fast_exp has no libm call); compiled per
+// instruction set and called through tile_variants.h's table.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "recops/common/isa.h"
+#include "recops/common/cpu_isa.h"
 #include "recops/common/vec_math.h"
 
 namespace recops::attention::kernels {
@@ -57,41 +58,14 @@ void add_into(T* acc, const T* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
 }
 
-// The bf16 bit pattern nearest to x (ties to even; NaN stays NaN), as c10::BFloat16 rounds.
+// The bf16 bit pattern nearest to x (ties to even; NaN stays NaN): common/half_bits.h's
+// bf16_bits_from_float, with the NaN case as a select so that the tile loops calling it vectorise
+// (always inlined into each instruction-set variant).
 RECOPS_ALWAYS_INLINE uint16_t bf16_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
-}
-
-// fp32 versions, compiled per ISA level (tile_ops.cpp).
-void silu_scores(float* s, const float* bias, const float* mask, int64_t n, float alpha,
-                 float scale);
-void silu_score_grads(float* s, float* dp, const float* bias, const float* mask, int64_t n,
-                      float alpha, float scale);
-
-// bf16 operands of the tile products from fp32 tiles, scaled: dst[i] = bf16(scale * src[i]), and
-// the VNNI layout of a [rows, cols] tile (rows even): dst[((r / 2) * cols + c) * 2 + r % 2].
-void to_bf16(const float* src, uint16_t* dst, int64_t n, float scale);
-void to_bf16_vnni(const float* src, int64_t rows, int64_t cols, uint16_t* dst, float scale);
-
-// silu_scores with the result rounded to bf16 into out (s is left as it was).
-void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
-                         float alpha, float scale, uint16_t* out);
-
-// The bf16 operands of the backward products from a [rows, cols] tile pair (rows even), in one
-// pass: a in VNNI layout, and alpha * ds both row-major and in VNNI layout.
-void backward_operands_to_bf16(const float* a, const float* ds, int64_t rows, int64_t cols,
-                               float alpha, uint16_t* a_vnni, uint16_t* ds_rows, uint16_t* ds_vnni);
-
-inline void silu_scores(double* s, const double* bias, const double* mask, int64_t n, double alpha,
-                        double scale) {
-  silu_scores_generic(s, bias, mask, n, alpha, scale);
-}
-inline void silu_score_grads(double* s, double* dp, const double* bias, const double* mask,
-                             int64_t n, double alpha, double scale) {
-  silu_score_grads_generic(s, dp, bias, mask, n, alpha, scale);
 }
 
 }  // namespace recops::attention::kernels

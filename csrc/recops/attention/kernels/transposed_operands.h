@@ -9,14 +9,13 @@
 //    it ends, plus the transposed (scaled) Q and dO of the current block and head.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 
 #include "recops/attention/kernels/attention_tiles.h"
 #include "recops/common/blas.h"
+#include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
 
@@ -24,7 +23,7 @@ namespace recops::attention::kernels {
 // transposed (columns past the length are left as they are), sequences split between threads.
 template <typename T>
 void transpose_sequences(const Sequences& seqs, int64_t cols, const T* src, T* dst) {
-  at::parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       transpose(seqs.length[b], cols, src + seqs.row_begin[b] * cols, cols,
                 dst + b * cols * seqs.max_len, seqs.max_len);

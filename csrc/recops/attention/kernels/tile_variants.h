@@ -1,0 +1,99 @@
+// Run-time choice of the instruction set for the attention tiles' element-wise passes
+// (common/cpu_isa.h): tile_ops.h and softmax_tile_ops.h hold the generic bodies; the variants
+// (variant_baseline.cpp, variant_avx2.cpp, variant_avx512.cpp) compile them once per instruction
+// set through kernels/variant.h, each into a table of entry points. A kernel picks its table once
+// per call (tile_ops<T>() / tile_kernels(), which read RECOPS_CPU_ISA) and calls through it for
+// every tile. float64 always runs the baseline build (validation, not speed).
+//
+// This header also includes every external header the variants use, so that a variant includes
+// them all before switching the instruction set.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "recops/attention/kernels/softmax_tile_ops.h"
+#include "recops/attention/kernels/tile_ops.h"
+#include "recops/common/cpu_isa.h"
+
+namespace recops::attention::kernels {
+
+// The element-wise passes of one variant on T tiles (the *_generic functions of tile_ops.h and
+// softmax_tile_ops.h, which document them).
+template <typename T>
+struct TileOps {
+  // HSTU family (tile_ops.h).
+  void (*silu_scores)(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale);
+  void (*silu_score_grads)(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale);
+  // Softmax attention (softmax_tile_ops.h).
+  T (*mask_row)(T* s, int64_t n, const uint8_t* keep);
+  T (*exp_row)(T* s, int64_t n, T m);
+  void (*dropout_row)(T* p, int64_t n, const RowDropout<T>& dropout, int64_t j0);
+  void (*softmax_grad_row)(T* s, T* dp, int64_t n, T lse, T d, T scale,
+                           const RowDropout<T>* dropout, int64_t j0);
+  void (*expand_position_terms)(T* diag, int64_t rows, int64_t n, int64_t lanes,
+                                const int32_t* delta, const T* c2p_t, int64_t c2p_ld,
+                                const T* p2c_t, int64_t p2c_ld, int64_t first);
+  void (*unshear_add)(const T* diag, int64_t rows, int64_t n, int64_t lanes, T* tile);
+  void (*shear_tile)(const T* tile, int64_t rows, int64_t n, T* diag, int64_t lanes);
+  void (*accumulate_position_grads)(const T* diag, int64_t rows, int64_t n, int64_t lanes,
+                                    const int32_t* delta, T* dc2p_t, int64_t dc2p_ld, T* dp2c_t,
+                                    int64_t dp2c_ld, int64_t first);
+  void (*add_uniform_position_terms)(T* tile, int64_t rows, int64_t n, const T* c2p, const T* p2c);
+  void (*accumulate_uniform_position_grads)(const T* ds, int64_t rows, int64_t n, T* dc2p, T* dp2c);
+};
+
+// One variant's entry points: the fp32 passes, and the bf16 operands of the bf16 kernels' tile
+// products made from fp32 tiles (bf16_bits rounding).
+struct TileKernels {
+  TileOps<float> fp32;
+  // dst[i] = bf16(scale * src[i]).
+  void (*to_bf16)(const float* src, uint16_t* dst, int64_t n, float scale);
+  // The VNNI layout of a [rows, cols] tile (rows even): dst[((r / 2) * cols + c) * 2 + r % 2].
+  void (*to_bf16_vnni)(const float* src, int64_t rows, int64_t cols, uint16_t* dst, float scale);
+  // silu_scores with the result rounded to bf16 into out (s is left as it was).
+  void (*silu_scores_to_bf16)(const float* s, const float* bias, const float* mask, int64_t n,
+                              float alpha, float scale, uint16_t* out);
+  // The operands of the backward products from a [rows, cols] tile pair (rows even), in one
+  // pass: a in VNNI layout, and alpha * ds both row-major and in VNNI layout.
+  void (*backward_operands_to_bf16)(const float* a, const float* ds, int64_t rows, int64_t cols,
+                                    float alpha, uint16_t* a_vnni, uint16_t* ds_rows,
+                                    uint16_t* ds_vnni);
+};
+
+namespace baseline {
+extern const TileKernels kTileKernels;
+extern const TileOps<double> kDoubleTileOps;
+}  // namespace baseline
+#if RECOPS_X86_VARIANTS
+namespace avx2 {
+extern const TileKernels kTileKernels;
+}
+namespace avx512 {
+extern const TileKernels kTileKernels;
+}
+#endif
+
+inline const TileKernels& tile_kernels(CpuIsa isa) {
+#if RECOPS_X86_VARIANTS
+  if (isa == CpuIsa::kAvx512) return avx512::kTileKernels;
+  if (isa == CpuIsa::kAvx2) return avx2::kTileKernels;
+#endif
+  return baseline::kTileKernels;
+}
+
+// The passes a kernel on T tiles calls: cpu_isa()'s variant for float, the baseline for double.
+template <typename T>
+const TileOps<T>& tile_ops(CpuIsa isa = cpu_isa()) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float or double tiles");
+  if constexpr (std::is_same_v<T, double>) {
+    return baseline::kDoubleTileOps;
+  } else {
+    return tile_kernels(isa).fp32;
+  }
+}
+
+}  // namespace recops::attention::kernels

@@ -1,0 +1,269 @@
+// One instruction-set variant of the attention tiles' element-wise passes: the entry points of
+// tile_variants.h. Included once by each variant_<isa>.cpp after it selected the instruction set
+// and defined RECOPS_ISA_NS (the variant's namespace) and RECOPS_ISA_LEVEL (0 baseline, 1 AVX2,
+// 2 AVX-512). The generic bodies are always inlined, so each is compiled here for this
+// instruction set.
+#pragma once
+
+#ifndef RECOPS_ISA_NS
+#error "compiled once per instruction set: include from a variant_<isa>.cpp"
+#endif
+
+namespace recops::attention::kernels::RECOPS_ISA_NS {
+
+template <typename T>
+void silu_scores(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+  silu_scores_generic(s, bias, mask, n, alpha, scale);
+}
+
+template <typename T>
+void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
+  silu_score_grads_generic(s, dp, bias, mask, n, alpha, scale);
+}
+
+template <typename T>
+T mask_row(T* s, int64_t n, const uint8_t* keep) {
+  return mask_row_generic(s, n, keep);
+}
+
+template <typename T>
+T exp_row(T* s, int64_t n, T m) {
+  return exp_row_generic(s, n, m);
+}
+
+template <typename T>
+void dropout_row(T* p, int64_t n, const RowDropout<T>& dropout, int64_t j0) {
+  dropout_row_generic(p, n, dropout, j0);
+}
+
+template <typename T>
+void softmax_grad_row(T* s, T* dp, int64_t n, T lse, T d, T scale, const RowDropout<T>* dropout,
+                      int64_t j0) {
+  softmax_grad_row_generic(s, dp, n, lse, d, scale, dropout, j0);
+}
+
+template <typename T>
+void expand_position_terms(T* diag, int64_t rows, int64_t n, int64_t lanes, const int32_t* delta,
+                           const T* c2p_t, int64_t c2p_ld, const T* p2c_t, int64_t p2c_ld,
+                           int64_t first) {
+  expand_position_terms_generic(diag, rows, n, lanes, delta, c2p_t, c2p_ld, p2c_t, p2c_ld, first);
+}
+
+template <typename T>
+void accumulate_position_grads(const T* diag, int64_t rows, int64_t n, int64_t lanes,
+                               const int32_t* delta, T* dc2p_t, int64_t dc2p_ld, T* dp2c_t,
+                               int64_t dp2c_ld, int64_t first) {
+  accumulate_position_grads_generic(diag, rows, n, lanes, delta, dc2p_t, dc2p_ld, dp2c_t, dp2c_ld,
+                                    first);
+}
+
+template <typename T>
+void add_uniform_position_terms(T* tile, int64_t rows, int64_t n, const T* c2p, const T* p2c) {
+  add_uniform_position_terms_generic(tile, rows, n, c2p, p2c);
+}
+
+template <typename T>
+void accumulate_uniform_position_grads(const T* ds, int64_t rows, int64_t n, T* dc2p, T* dp2c) {
+  accumulate_uniform_position_grads_generic(ds, rows, n, dc2p, dp2c);
+}
+
+// fp32 shearing moves 16 x 16 blocks through registers: 16 contiguous loads, an in-register
+// transpose, 16 contiguous stores. Within a group of 16 rows r0 + t, block m holds diagonals
+// e0 + e' (e0 = rows - 1 - r0 + 16 m, lanes r0 + t) = tile row r0 + t, columns 16 m + t + e'.
+// Columns no full block covers go element by element. float64 shears element by element.
+namespace shear16 {
+
+using Vec16 = float __attribute__((vector_size(64)));
+using Index16 = int32_t __attribute__((vector_size(64)));
+
+// (Vectors by reference: by value they would change the ABI across ISA levels.)
+RECOPS_ALWAYS_INLINE void load16(const float* p, Vec16& v) {
+  std::memcpy(&v, p, sizeof(v));
+}
+
+RECOPS_ALWAYS_INLINE void store16(float* p, const Vec16& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// Swaps the off-diagonal B x B sub-blocks of rows a and b = a + B.
+template <int B, int... J>
+RECOPS_ALWAYS_INLINE void swap_sub_blocks(Vec16& a, Vec16& b, std::integer_sequence<int, J...>) {
+  constexpr Index16 kLow = {((J & B) != 0 ? 16 + J - B : J)...};
+  constexpr Index16 kHigh = {((J & B) != 0 ? 16 + J : J + B)...};
+  const Vec16 low = __builtin_shuffle(a, b, kLow);
+  b = __builtin_shuffle(a, b, kHigh);
+  a = low;
+}
+
+template <int B>
+RECOPS_ALWAYS_INLINE void transpose_stage(Vec16* m) {
+  for (int i = 0; i < 16; ++i) {
+    if ((i & B) == 0) swap_sub_blocks<B>(m[i], m[i + B], std::make_integer_sequence<int, 16>());
+  }
+}
+
+RECOPS_ALWAYS_INLINE void transpose16(Vec16* m) {
+  transpose_stage<1>(m);
+  transpose_stage<2>(m);
+  transpose_stage<4>(m);
+  transpose_stage<8>(m);
+}
+
+// Full 16 x 16 blocks in a group of 16 rows of an n-column tile.
+inline int64_t full_blocks(int64_t n) {
+  return n >= 31 ? (n - 31) / 16 + 1 : 0;
+}
+
+inline void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lanes, float* tile) {
+  int64_t r0 = 0;
+  for (; r0 + 16 <= rows; r0 += 16) {
+    const int64_t blocks = full_blocks(n);
+    for (int64_t m = 0; m < blocks; ++m) {
+      Vec16 v[16];
+      const float* d = diag + (rows - 1 - r0 + 16 * m) * lanes + r0;
+      for (int e = 0; e < 16; ++e) load16(d + e * lanes, v[e]);
+      transpose16(v);
+      for (int t = 0; t < 16; ++t) {
+        float* row = tile + (r0 + t) * n + 16 * m + t;
+        Vec16 sum;
+        load16(row, sum);
+        sum += v[t];
+        store16(row, sum);
+      }
+    }
+    for (int64_t t = 0; t < 16; ++t) {
+      const int64_t r = r0 + t;
+      const float* d = diag + (rows - 1 - r) * lanes + r;
+      float* row = tile + r * n;
+      for (int64_t j = 0; j < std::min(t, n); ++j) row[j] += d[j * lanes];
+      for (int64_t j = 16 * blocks + t; j < n; ++j) row[j] += d[j * lanes];
+    }
+  }
+  if (r0 < rows) {  // the last rows: element by element
+    for (int64_t r = r0; r < rows; ++r) {
+      const float* d = diag + (rows - 1 - r) * lanes + r;
+      for (int64_t j = 0; j < n; ++j) tile[r * n + j] += d[j * lanes];
+    }
+  }
+}
+
+inline void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, int64_t lanes) {
+  int64_t r0 = 0;
+  for (; r0 + 16 <= rows; r0 += 16) {
+    const int64_t blocks = full_blocks(n);
+    for (int64_t m = 0; m < blocks; ++m) {
+      Vec16 v[16];
+      for (int t = 0; t < 16; ++t) load16(tile + (r0 + t) * n + 16 * m + t, v[t]);
+      transpose16(v);
+      float* d = diag + (rows - 1 - r0 + 16 * m) * lanes + r0;
+      for (int e = 0; e < 16; ++e) store16(d + e * lanes, v[e]);
+    }
+    for (int64_t t = 0; t < 16; ++t) {
+      const int64_t r = r0 + t;
+      float* d = diag + (rows - 1 - r) * lanes + r;
+      const float* row = tile + r * n;
+      for (int64_t j = 0; j < std::min(t, n); ++j) d[j * lanes] = row[j];
+      for (int64_t j = 16 * blocks + t; j < n; ++j) d[j * lanes] = row[j];
+    }
+  }
+  for (int64_t r = r0; r < rows; ++r) {
+    float* d = diag + (rows - 1 - r) * lanes + r;
+    for (int64_t j = 0; j < n; ++j) d[j * lanes] = tile[r * n + j];
+  }
+}
+
+}  // namespace shear16
+
+template <typename T>
+void unshear_add(const T* diag, int64_t rows, int64_t n, int64_t lanes, T* tile) {
+  if constexpr (std::is_same_v<T, float>) {
+    shear16::unshear_add(diag, rows, n, lanes, tile);
+  } else {
+    unshear_add_generic(diag, rows, n, lanes, tile);
+  }
+}
+
+template <typename T>
+void shear_tile(const T* tile, int64_t rows, int64_t n, T* diag, int64_t lanes) {
+  if constexpr (std::is_same_v<T, float>) {
+    shear16::shear_tile(tile, rows, n, diag, lanes);
+  } else {
+    shear_tile_generic(tile, rows, n, diag, lanes);
+  }
+}
+
+void to_bf16(const float* src, uint16_t* dst, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits(scale * src[i]);
+}
+
+void to_bf16_vnni(const float* src, int64_t rows, int64_t cols, uint16_t* dst, float scale) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    const float* even = src + r * cols;
+    const float* odd = even + cols;
+    uint16_t* out = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[2 * c] = bf16_bits(scale * even[c]);
+      out[2 * c + 1] = bf16_bits(scale * odd[c]);
+    }
+  }
+}
+
+void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
+                         float alpha, float scale, uint16_t* out) {
+  // Two loops, as silu_score_grads_generic (no masked loads from a null bias).
+  if (bias == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = alpha * s[j];
+      out[j] = bf16_bits(x * fast_sigmoid(x) * scale * mask[j]);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = alpha * s[j] + bias[j];
+      out[j] = bf16_bits(x * fast_sigmoid(x) * scale * mask[j]);
+    }
+  }
+}
+
+void backward_operands_to_bf16(const float* a, const float* ds, int64_t rows, int64_t cols,
+                               float alpha, uint16_t* a_vnni, uint16_t* ds_rows,
+                               uint16_t* ds_vnni) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    const float *a0 = a + r * cols, *a1 = a0 + cols;
+    const float *d0 = ds + r * cols, *d1 = d0 + cols;
+    uint16_t *av = a_vnni + r * cols, *dr = ds_rows + r * cols, *dv = ds_vnni + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint16_t g0 = bf16_bits(alpha * d0[c]), g1 = bf16_bits(alpha * d1[c]);
+      av[2 * c] = bf16_bits(a0[c]);
+      av[2 * c + 1] = bf16_bits(a1[c]);
+      dr[c] = g0;
+      dr[cols + c] = g1;
+      dv[2 * c] = g0;
+      dv[2 * c + 1] = g1;
+    }
+  }
+}
+
+template <typename T>
+constexpr TileOps<T> make_tile_ops() {
+  return {&silu_scores<T>,
+          &silu_score_grads<T>,
+          &mask_row<T>,
+          &exp_row<T>,
+          &dropout_row<T>,
+          &softmax_grad_row<T>,
+          &expand_position_terms<T>,
+          &unshear_add<T>,
+          &shear_tile<T>,
+          &accumulate_position_grads<T>,
+          &add_uniform_position_terms<T>,
+          &accumulate_uniform_position_grads<T>};
+}
+
+const TileKernels kTileKernels = {make_tile_ops<float>(), &to_bf16, &to_bf16_vnni,
+                                  &silu_scores_to_bf16, &backward_operands_to_bf16};
+
+#if RECOPS_ISA_LEVEL == 0
+const TileOps<double> kDoubleTileOps = make_tile_ops<double>();
+#endif
+
+}  // namespace recops::attention::kernels::RECOPS_ISA_NS

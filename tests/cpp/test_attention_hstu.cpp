@@ -1,0 +1,343 @@
+// HSTU and FuXi-alpha attention kernels (attention/kernels/hstu_attention.h, fuxi_attention.h)
+// on small jagged batches against scalar loops in double written here from docs/ops.md
+// sections 3-5: causal and two-sided masks, with and without the relative time + position bias,
+// forward and backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "recops/attention/kernels/fuxi_attention.h"
+#include "recops/attention/kernels/hstu_attention.h"
+#include "recops/common/parallel.h"
+
+namespace recops::attention::kernels {
+namespace {
+
+std::vector<double> random_values(int64_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// floor(ln(max(|dt|, 1)) / divisor) clamped to [0, num_buckets] (docs/ops.md section 3).
+int64_t reference_bucket(double dt, double divisor, int64_t num_buckets) {
+  const double q = std::floor(std::log(std::max(std::abs(dt), 1.0)) / divisor);
+  return std::min<int64_t>(static_cast<int64_t>(q), num_buckets);
+}
+
+// A jagged batch: three sequences in rows [begin, begin + length) of [rows, H, D] tensors.
+struct Batch {
+  std::vector<int64_t> row_begin = {0, 70, 75}, length = {70, 5, 90};
+  int64_t rows = 165, max_len = 96, heads = 2, dqk = 8, dv = 6;
+  std::vector<double> key_time, query_time;  // per row
+  int64_t num_buckets = 12;
+  double divisor = 0.6;
+
+  Batch() {
+    std::mt19937 rng(99);
+    key_time.resize(rows);
+    for (size_t b = 0; b < length.size(); ++b) {
+      double t = 1000;
+      for (int64_t i = 0; i < length[b]; ++i) {
+        t += std::uniform_int_distribution<int>(0, 400)(rng);
+        key_time[row_begin[b] + i] = t;
+      }
+    }
+    query_time = key_time;  // the next item's time, the last its own
+    for (size_t b = 0; b < length.size(); ++b) {
+      for (int64_t i = 0; i + 1 < length[b]; ++i) {
+        query_time[row_begin[b] + i] = key_time[row_begin[b] + i + 1];
+      }
+    }
+  }
+  Sequences sequences() const {
+    return Sequences{static_cast<int64_t>(length.size()), row_begin.data(), length.data(), max_len};
+  }
+  bool visible(bool causal, int64_t i, int64_t j) const { return !causal || j <= i; }
+  // The relative bias ts_w[bucket] + pos_w[N - 1 + j - i] of (query row i, key j) of sequence b;
+  // either table may be empty.
+  double bias(const std::vector<double>& ts_w, const std::vector<double>& pos_w, int64_t b,
+              int64_t i, int64_t j) const {
+    double x = 0;
+    if (!ts_w.empty()) x += ts_w[bucket(b, i, j)];
+    if (!pos_w.empty()) x += pos_w[max_len - 1 + j - i];
+    return x;
+  }
+  int64_t bucket(int64_t b, int64_t i, int64_t j) const {
+    return reference_bucket(query_time[row_begin[b] + i] - key_time[row_begin[b] + j], divisor,
+                            num_buckets);
+  }
+};
+
+struct Case {
+  bool causal, relative_bias;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.causal ? "Causal" : "TwoSided") +
+         (info.param.relative_bias ? "RelativeBias" : "NoBias");
+}
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
+  }
+}
+
+// Sums per-chunk / per-thread partials [parts, n] into [n].
+std::vector<double> sum_parts(const std::vector<double>& parts, int64_t n) {
+  std::vector<double> out(n, 0.0);
+  for (size_t p = 0; p < parts.size() / n; ++p) {
+    for (int64_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
+  }
+  return out;
+}
+
+TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {
+  const Batch batch;
+  std::vector<double> shifted(batch.rows, -1.0), unshifted(batch.rows, -1.0);
+  query_times(batch.sequences(), batch.key_time.data(), true, shifted.data());
+  query_times(batch.sequences(), batch.key_time.data(), false, unshifted.data());
+  EXPECT_EQ(shifted, batch.query_time);
+  EXPECT_EQ(unshifted, batch.key_time);
+}
+
+class HstuKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
+  const Case c = GetParam();
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = batch.dqk, dv = batch.dv, N = batch.max_len;
+  const double alpha = 0.4, scale = 1.0 / N;
+  const auto q = random_values(batch.rows * H * dqk, 1), k = random_values(batch.rows * H * dqk, 2);
+  const auto v = random_values(batch.rows * H * dv, 3), go = random_values(batch.rows * H * dv, 4);
+  const auto ts_w = random_values(batch.num_buckets + 1, 5), pos_w = random_values(2 * N - 1, 6);
+  const std::vector<double> no_table;
+  const auto& ts = c.relative_bias ? ts_w : no_table;
+  const auto& pos = c.relative_bias ? pos_w : no_table;
+
+  // Reference forward and backward, sequence by sequence, head by head.
+  std::vector<double> out(batch.rows * H * dv, 0.0), dq(batch.rows * H * dqk, 0.0),
+      dk(dq.size(), 0.0), dv_ref(out.size(), 0.0), dts(ts_w.size(), 0.0), dpos(pos_w.size(), 0.0);
+  for (size_t b = 0; b < batch.length.size(); ++b) {
+    const int64_t first = batch.row_begin[b], len = batch.length[b];
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < len; ++i) {
+        const double* qi = &q[((first + i) * H + h) * dqk];
+        const double* goi = &go[((first + i) * H + h) * dv];
+        for (int64_t j = 0; j < len; ++j) {
+          if (!batch.visible(c.causal, i, j)) continue;
+          const double* kj = &k[((first + j) * H + h) * dqk];
+          const double* vj = &v[((first + j) * H + h) * dv];
+          double s = 0, da = 0;
+          for (int64_t d = 0; d < dqk; ++d) s += qi[d] * kj[d];
+          for (int64_t d = 0; d < dv; ++d) da += goi[d] * vj[d];
+          const double x = alpha * s + batch.bias(ts, pos, b, i, j);
+          const double a = silu(x) * scale;
+          const double dx = da * scale * sigmoid(x) * (1 + x * (1 - sigmoid(x)));
+          for (int64_t d = 0; d < dv; ++d) {
+            out[((first + i) * H + h) * dv + d] += a * vj[d];
+            dv_ref[((first + j) * H + h) * dv + d] += a * goi[d];
+          }
+          for (int64_t d = 0; d < dqk; ++d) {
+            dq[((first + i) * H + h) * dqk + d] += alpha * dx * kj[d];
+            dk[((first + j) * H + h) * dqk + d] += alpha * dx * qi[d];
+          }
+          if (c.relative_bias) {
+            dts[batch.bucket(b, i, j)] += dx;
+            dpos[N - 1 + j - i] += dx;
+          }
+        }
+      }
+    }
+  }
+
+  // The kernel, in float64 on two chunks per sequence.
+  const int64_t chunks = 2, threads = max_threads();
+  const Sequences seqs = batch.sequences();
+  const HstuShape<double> shape{H, dqk, dv, alpha, scale};
+  const HstuTensors<double> in{q.data(), k.data(), v.data()};
+  MaskSource<double> mask;
+  mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
+  const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
+  BiasSource<double> bias;
+  if (c.relative_bias) {
+    bias.kind = BiasKind::kRelative;
+    bias.key_time = batch.key_time.data();
+    bias.query_time = batch.query_time.data();
+    bias.ts_w = ts_w.data();
+    bias.pos_w = pos_w.data();
+    bias.buckets = bucketizer.view();
+  }
+  std::vector<double> got(out.size(), 0.0);
+  hstu_forward(seqs, shape, in, mask, bias, chunks, got.data());
+  expect_near_all(got, out, 1e-10, "out");
+
+  std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
+      gdv(chunks * dv_ref.size(), 0.0), gts(threads * ts_w.size(), 0.0),
+      gpos(threads * pos_w.size(), 0.0);
+  HstuGrads<double> grads;
+  grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
+  if (c.relative_bias) {
+    grads.bias.ts_w = gts.data();
+    grads.bias.ts_thread_stride = static_cast<int64_t>(ts_w.size());
+    grads.bias.pos_w = gpos.data();
+    grads.bias.pos_thread_stride = static_cast<int64_t>(pos_w.size());
+  }
+  hstu_backward(seqs, shape, in, go.data(), mask, bias, chunks, grads);
+  expect_near_all(gdq, dq, 1e-10, "dq");
+  expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
+  expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
+  if (c.relative_bias) {
+    expect_near_all(sum_parts(gts, ts_w.size()), dts, 1e-10, "d ts_w");
+    expect_near_all(sum_parts(gpos, pos_w.size()), dpos, 1e-10, "d pos_w");
+  }
+
+  // fp32 (the run-time ISA variant's tiles) within fp32 rounding of the same reference.
+  const auto to_float = [](const std::vector<double>& x) {
+    return std::vector<float>(x.begin(), x.end());
+  };
+  const auto qf = to_float(q), kf = to_float(k), vf = to_float(v), tsf = to_float(ts_w),
+             posf = to_float(pos_w);
+  MaskSource<float> mask_f;
+  mask_f.kind = mask.kind;
+  BiasSource<float> bias_f;
+  if (c.relative_bias) {
+    bias_f.kind = BiasKind::kRelative;
+    bias_f.key_time = batch.key_time.data();
+    bias_f.query_time = batch.query_time.data();
+    bias_f.ts_w = tsf.data();
+    bias_f.pos_w = posf.data();
+    bias_f.buckets = bucketizer.view();
+  }
+  std::vector<float> got_f(out.size(), 0.0f);
+  hstu_forward(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
+               HstuTensors<float>{qf.data(), kf.data(), vf.data()}, mask_f, bias_f, chunks,
+               got_f.data());
+  expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, HstuKernel,
+                         ::testing::Values(Case{true, false}, Case{true, true}, Case{false, false},
+                                           Case{false, true}),
+                         case_name);
+
+// FuXi-alpha: the semantic channel (silu attention without bias), the time channel (M * ts bias)
+// and the position channel (M * pos bias), channel-major in the output.
+class FuxiKernel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
+  const bool causal = GetParam();
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = batch.dqk, dv = batch.dv, N = batch.max_len;
+  const double alpha = 0.3, scale = 0.05;
+  const auto q = random_values(batch.rows * H * dqk, 11),
+             k = random_values(batch.rows * H * dqk, 12);
+  const auto v = random_values(batch.rows * H * dv, 13);
+  const auto ts_w = random_values(batch.num_buckets + 1, 15), pos_w = random_values(2 * N - 1, 16);
+  FuxiLayout layout;
+  layout.row_stride = 3 * H * dv;
+  layout.head_stride = dv;
+  layout.channel_offset[0] = 0;
+  layout.channel_offset[1] = H * dv;
+  layout.channel_offset[2] = 2 * H * dv;
+  const auto go = random_values(batch.rows * layout.row_stride, 14);
+  const std::vector<double> none;
+
+  std::vector<double> out(batch.rows * layout.row_stride, 0.0), dq(batch.rows * H * dqk, 0.0),
+      dk(dq.size(), 0.0), dv_ref(batch.rows * H * dv, 0.0), dts(ts_w.size(), 0.0),
+      dpos(pos_w.size(), 0.0);
+  for (size_t b = 0; b < batch.length.size(); ++b) {
+    const int64_t first = batch.row_begin[b], len = batch.length[b];
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < len; ++i) {
+        const double* qi = &q[((first + i) * H + h) * dqk];
+        for (int64_t j = 0; j < len; ++j) {
+          if (!batch.visible(causal, i, j)) continue;
+          const double* kj = &k[((first + j) * H + h) * dqk];
+          const double* vj = &v[((first + j) * H + h) * dv];
+          double s = 0;
+          for (int64_t d = 0; d < dqk; ++d) s += qi[d] * kj[d];
+          const double x = alpha * s;
+          const double weight[3] = {silu(x) * scale, batch.bias(ts_w, none, b, i, j),
+                                    batch.bias(none, pos_w, b, i, j)};
+          double dweight[3] = {0, 0, 0};
+          for (int c = 0; c < 3; ++c) {
+            const int64_t o = (first + i) * layout.row_stride + layout.channel_offset[c] + h * dv;
+            for (int64_t d = 0; d < dv; ++d) {
+              out[o + d] += weight[c] * vj[d];
+              dv_ref[((first + j) * H + h) * dv + d] += weight[c] * go[o + d];
+              dweight[c] += go[o + d] * vj[d];
+            }
+          }
+          const double dx = dweight[0] * scale * sigmoid(x) * (1 + x * (1 - sigmoid(x)));
+          for (int64_t d = 0; d < dqk; ++d) {
+            dq[((first + i) * H + h) * dqk + d] += alpha * dx * kj[d];
+            dk[((first + j) * H + h) * dqk + d] += alpha * dx * qi[d];
+          }
+          dts[batch.bucket(b, i, j)] += dweight[1];
+          dpos[N - 1 + j - i] += dweight[2];
+        }
+      }
+    }
+  }
+
+  const int64_t chunks = 2, threads = max_threads();
+  const HstuShape<double> shape{H, dqk, dv, alpha, scale};
+  const HstuTensors<double> in{q.data(), k.data(), v.data()};
+  MaskSource<double> mask;
+  mask.kind = causal ? MaskKind::kCausal : MaskKind::kNone;
+  const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
+  BiasSource<double> time, position;
+  time.kind = position.kind = BiasKind::kRelative;
+  time.key_time = batch.key_time.data();
+  time.query_time = batch.query_time.data();
+  time.ts_w = ts_w.data();
+  time.buckets = bucketizer.view();
+  position.pos_w = pos_w.data();
+  std::vector<double> got(out.size(), 0.0);
+  fuxi_forward(batch.sequences(), shape, in, mask, time, position, chunks, layout, got.data());
+  expect_near_all(got, out, 1e-10, "out");
+
+  std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
+      gdv(chunks * dv_ref.size(), 0.0), gts(threads * ts_w.size(), 0.0),
+      gpos(threads * pos_w.size(), 0.0);
+  FuxiGrads<double> grads;
+  grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
+  grads.time.ts_w = gts.data();
+  grads.time.ts_thread_stride = static_cast<int64_t>(ts_w.size());
+  grads.position.pos_w = gpos.data();
+  grads.position.pos_thread_stride = static_cast<int64_t>(pos_w.size());
+  fuxi_backward(batch.sequences(), shape, in, go.data(), mask, time, position, chunks, layout,
+                grads);
+  expect_near_all(gdq, dq, 1e-10, "dq");
+  expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
+  expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
+  expect_near_all(sum_parts(gts, ts_w.size()), dts, 1e-10, "d ts_w");
+  expect_near_all(sum_parts(gpos, pos_w.size()), dpos, 1e-10, "d pos_w");
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, FuxiKernel, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Causal" : "TwoSided");
+                         });
+
+}  // namespace
+}  // namespace recops::attention::kernels

@@ -1,0 +1,448 @@
+// The attention tiles' element-wise passes (attention/kernels/tile_variants.h): the baseline
+// variant against scalar loops written here from the passes' contracts, and every other
+// instruction-set variant the CPU runs against the baseline, entry by entry.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "recops/attention/kernels/tile_variants.h"
+
+namespace recops::attention::kernels {
+namespace {
+
+std::vector<float> random_values(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> random_mask(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = (rng() % 4 == 0) ? 0.0f : 1.0f;
+  return v;
+}
+
+// The bf16 bits nearest to x, ties to even (x finite), from its double value.
+uint16_t reference_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  const uint32_t lower = u & 0xffffu, upper = u >> 16;
+  if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u) != 0)) return upper + 1;
+  return upper;
+}
+
+float from_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rtol,
+                  double atol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " at " << i;
+  }
+}
+
+// ---------------------------------------------------------------- baseline vs scalar loops
+const TileOps<float>& baseline_ops() {
+  return baseline::kTileKernels.fp32;
+}
+
+TEST(AttentionTiles, SiluScoresWithAndWithoutBias) {
+  const int64_t n = 203;
+  const auto s0 = random_values(n, 1), bias = random_values(n, 2), mask = random_mask(n, 3);
+  for (const bool with_bias : {false, true}) {
+    std::vector<float> s = s0;
+    baseline_ops().silu_scores(s.data(), with_bias ? bias.data() : nullptr, mask.data(), n, 0.7f,
+                               0.25f);
+    std::vector<double> want(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = 0.7 * s0[j] + (with_bias ? bias[j] : 0.0);
+      want[j] = silu(x) * 0.25 * mask[j];
+    }
+    expect_close(s, want, 1e-5, 1e-6, with_bias ? "with bias" : "no bias");
+  }
+}
+
+TEST(AttentionTiles, SiluScoreGrads) {
+  const int64_t n = 131;
+  const auto s0 = random_values(n, 4), dp0 = random_values(n, 5), bias = random_values(n, 6);
+  const auto mask = random_mask(n, 7);
+  for (const bool with_bias : {false, true}) {
+    std::vector<float> s = s0, dp = dp0;
+    baseline_ops().silu_score_grads(s.data(), dp.data(), with_bias ? bias.data() : nullptr,
+                                    mask.data(), n, 1.3f, 0.5f);
+    std::vector<double> want_a(n), want_dx(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = 1.3 * s0[j] + (with_bias ? bias[j] : 0.0);
+      const double sig = 1.0 / (1.0 + std::exp(-x));
+      want_a[j] = x * sig * 0.5 * mask[j];
+      want_dx[j] = dp0[j] * 0.5 * mask[j] * sig * (1.0 + x * (1.0 - sig));
+    }
+    expect_close(s, want_a, 1e-5, 1e-6, "a");
+    expect_close(dp, want_dx, 1e-5, 1e-6, "dx");
+  }
+}
+
+TEST(AttentionTiles, MaskAndExpRows) {
+  const int64_t n = 77;
+  const auto s0 = random_values(n, 8, -5.0f, 5.0f);
+  std::vector<uint8_t> keep(n);
+  for (int64_t j = 0; j < n; ++j) keep[j] = j % 3 != 1;
+  std::vector<float> s = s0;
+  const float m = baseline_ops().mask_row(s.data(), n, keep.data());
+  double want_max = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    if (keep[j]) {
+      want_max = std::max<double>(want_max, s0[j]);
+      EXPECT_EQ(s[j], s0[j]);
+    } else {
+      EXPECT_EQ(s[j], -std::numeric_limits<float>::infinity());
+    }
+  }
+  EXPECT_EQ(m, want_max);
+  std::vector<float> unmasked = s0;
+  EXPECT_EQ(baseline_ops().mask_row(unmasked.data(), n, nullptr),
+            *std::max_element(s0.begin(), s0.end()));
+
+  const float sum = baseline_ops().exp_row(s.data(), n, m);
+  std::vector<double> want(n);
+  double want_sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    want[j] = keep[j] ? std::exp(double(s0[j]) - m) : 0.0;
+    want_sum += want[j];
+  }
+  expect_close(s, want, 1e-5, 1e-7, "exp");
+  EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
+}
+
+TEST(AttentionTiles, DropoutAndSoftmaxGradRows) {
+  const int64_t n = 90, j0 = 17;
+  const RowDropout<float> dropout{CounterRow::make(42, 5), keep_threshold(0.3), 1.0f / 0.7f};
+  const auto p0 = random_values(n, 9, 0.0f, 1.0f);
+  std::vector<float> p = p0;
+  baseline_ops().dropout_row(p.data(), n, dropout, j0);
+  std::vector<double> factor(n);
+  int64_t dropped = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t bits = dropout.rng.bits(static_cast<uint32_t>(j0 + j));
+    factor[j] = (bits >> 8) >= dropout.threshold ? 1.0 / 0.7 : 0.0;
+    dropped += factor[j] == 0.0;
+    EXPECT_NEAR(p[j], p0[j] * factor[j], 1e-6) << j;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, n);
+
+  const auto s0 = random_values(n, 10), dp0 = random_values(n, 11);
+  const float lse = 2.5f, d = 0.3f, scale = 0.125f;
+  for (const bool with_dropout : {false, true}) {
+    std::vector<float> s = s0, dp = dp0;
+    baseline_ops().softmax_grad_row(s.data(), dp.data(), n, lse, d, scale,
+                                    with_dropout ? &dropout : nullptr, j0);
+    std::vector<double> want_p(n), want_dp(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double prob = std::exp(double(s0[j]) - lse);
+      const double f = with_dropout ? factor[j] : 1.0;
+      want_dp[j] = scale * prob * (f * dp0[j] - d);
+      want_p[j] = f * prob;
+    }
+    expect_close(s, want_p, 1e-5, 1e-7, "dropped probabilities");
+    expect_close(dp, want_dp, 1e-5, 1e-7, "score gradients");
+  }
+}
+
+// The diagonal-layout passes (softmax_tile_ops.h) on a rows x n tile, against the pair-by-pair
+// definition: diagonal c = j - r + rows - 1 of lane r, position index delta[c].
+struct DiagonalCase {
+  int64_t rows, n;
+};
+
+class DiagonalLayout : public ::testing::TestWithParam<DiagonalCase> {};
+
+TEST_P(DiagonalLayout, ExpandUnshearShearAccumulate) {
+  const auto [rows, n] = GetParam();
+  const int64_t lanes = rows, diagonals = n + rows - 1, positions = 9, first = 3;
+  std::vector<int32_t> delta(diagonals);
+  for (int64_t c = 0; c < diagonals; ++c) delta[c] = static_cast<int32_t>((c * 7) % positions);
+  const int64_t c2p_ld = rows, p2c_ld = first + n + rows;
+  const auto c2p = random_values(positions * c2p_ld, 12),
+             p2c = random_values(positions * p2c_ld, 13);
+  const auto tile0 = random_values(rows * n, 14);
+
+  // expand + unshear_add: tile[r, j] += c2p[delta, r] + p2c[delta, first + j].
+  std::vector<float> diag(diagonals * lanes, 0.0f), tile = tile0;
+  baseline_ops().expand_position_terms(diag.data(), rows, n, lanes, delta.data(), c2p.data(),
+                                       c2p_ld, p2c.data(), p2c_ld, first);
+  baseline_ops().unshear_add(diag.data(), rows, n, lanes, tile.data());
+  std::vector<double> want(rows * n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t d = delta[j - r + rows - 1];
+      want[r * n + j] = tile0[r * n + j] + double(c2p[d * c2p_ld + r]) +
+                        p2c[d * p2c_ld + first + (j - r + rows - 1) + r];
+    }
+  }
+  expect_close(tile, want, 1e-6, 1e-6, "expand + unshear_add");
+
+  // shear + accumulate: the transposes, into zeroed gradient tables.
+  std::vector<float> dc2p(positions * c2p_ld, 0.0f), dp2c(positions * p2c_ld, 0.0f);
+  baseline_ops().shear_tile(tile0.data(), rows, n, diag.data(), lanes);
+  baseline_ops().accumulate_position_grads(diag.data(), rows, n, lanes, delta.data(), dc2p.data(),
+                                           c2p_ld, dp2c.data(), p2c_ld, first);
+  std::vector<double> want_c2p(dc2p.size(), 0.0), want_p2c(dp2c.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t c = j - r + rows - 1;
+      EXPECT_EQ(diag[c * lanes + r], tile0[r * n + j]);
+      want_c2p[delta[c] * c2p_ld + r] += tile0[r * n + j];
+      want_p2c[delta[c] * p2c_ld + first + c + r] += tile0[r * n + j];
+    }
+  }
+  expect_close(dc2p, want_c2p, 1e-5, 1e-5, "d c2p");
+  expect_close(dp2c, want_p2c, 1e-5, 1e-5, "d p2c");
+}
+
+// Sizes around the 16 x 16 register blocks of the fp32 shear (full blocks from n = 31 on).
+INSTANTIATE_TEST_SUITE_P(Tiles, DiagonalLayout,
+                         ::testing::Values(DiagonalCase{1, 1}, DiagonalCase{5, 40},
+                                           DiagonalCase{16, 16}, DiagonalCase{16, 31},
+                                           DiagonalCase{32, 47}, DiagonalCase{37, 100},
+                                           DiagonalCase{64, 256}));
+
+TEST(AttentionTiles, UniformPositionTerms) {
+  const int64_t rows = 7, n = 19;
+  const auto c2p = random_values(rows, 15), p2c = random_values(n, 16);
+  const auto tile0 = random_values(rows * n, 17);
+  std::vector<float> tile = tile0;
+  baseline_ops().add_uniform_position_terms(tile.data(), rows, n, c2p.data(), p2c.data());
+  std::vector<double> want(rows * n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) want[r * n + j] = double(tile0[r * n + j]) + c2p[r] + p2c[j];
+  }
+  expect_close(tile, want, 1e-6, 1e-6, "terms");
+  tile = tile0;
+  baseline_ops().add_uniform_position_terms(tile.data(), rows, n, nullptr, p2c.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) want[r * n + j] = double(tile0[r * n + j]) + p2c[j];
+  }
+  expect_close(tile, want, 1e-6, 1e-6, "p2c only");
+
+  std::vector<float> dc2p(rows, 1.0f), dp2c(n, -1.0f);
+  baseline_ops().accumulate_uniform_position_grads(tile0.data(), rows, n, dc2p.data(), dp2c.data());
+  std::vector<double> want_c2p(rows, 1.0), want_p2c(n, -1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      want_c2p[r] += tile0[r * n + j];
+      want_p2c[j] += tile0[r * n + j];
+    }
+  }
+  expect_close(dc2p, want_c2p, 1e-5, 1e-5, "row sums");
+  expect_close(dp2c, want_p2c, 1e-5, 1e-5, "column sums");
+}
+
+TEST(AttentionTiles, Bf16Operands) {
+  const TileKernels& k = baseline::kTileKernels;
+  const int64_t rows = 6, cols = 21, n = rows * cols;
+  const auto src = random_values(n, 18), ds = random_values(n, 19), bias = random_values(n, 20);
+  const auto mask = random_mask(n, 21);
+  std::vector<uint16_t> dst(n);
+  k.to_bf16(src.data(), dst.data(), n, 0.5f);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(dst[i], reference_bf16(0.5f * src[i])) << i;
+  k.to_bf16_vnni(src.data(), rows, cols, dst.data(), 2.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      EXPECT_EQ(dst[((r / 2) * cols + c) * 2 + r % 2], reference_bf16(2.0f * src[r * cols + c]));
+    }
+  }
+  std::vector<uint16_t> out(n);
+  k.silu_scores_to_bf16(src.data(), bias.data(), mask.data(), n, 0.9f, 0.5f, out.data());
+  for (int64_t j = 0; j < n; ++j) {
+    const double want = silu(0.9 * src[j] + bias[j]) * 0.5 * mask[j];
+    EXPECT_NEAR(from_bf16(out[j]), want, 1e-6 + std::abs(want) / 128) << j;
+  }
+  std::vector<uint16_t> a_vnni(n), ds_rows(n), ds_vnni(n);
+  k.backward_operands_to_bf16(src.data(), ds.data(), rows, cols, 3.0f, a_vnni.data(),
+                              ds_rows.data(), ds_vnni.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t v = ((r / 2) * cols + c) * 2 + r % 2;
+      EXPECT_EQ(a_vnni[v], reference_bf16(src[r * cols + c]));
+      EXPECT_EQ(ds_rows[r * cols + c], reference_bf16(3.0f * ds[r * cols + c]));
+      EXPECT_EQ(ds_vnni[v], reference_bf16(3.0f * ds[r * cols + c]));
+    }
+  }
+}
+
+TEST(AttentionTiles, DoubleTilesRunTheBaselineBodies) {
+  const TileOps<double>& ops = tile_ops<double>(CpuIsa::kAvx512);
+  EXPECT_EQ(&ops, &baseline::kDoubleTileOps);
+  std::vector<double> s = {0.5, -1.0, 2.0}, mask = {1.0, 0.0, 1.0};
+  ops.silu_scores(s.data(), nullptr, mask.data(), 3, 2.0, 1.0);
+  EXPECT_NEAR(s[0], silu(1.0), 1e-15);
+  EXPECT_EQ(s[1], 0.0);
+  EXPECT_NEAR(s[2], silu(4.0), 1e-15);
+}
+
+// ---------------------------------------------------------------- every variant vs baseline
+class TileVariant : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(supported_cpu_isa()) < static_cast<int>(GetParam())) {
+      GTEST_SKIP() << "the CPU lacks this instruction set";
+    }
+  }
+  const TileKernels& variant() const { return tile_kernels(GetParam()); }
+  const TileKernels& base() const { return baseline::kTileKernels; }
+};
+
+// FMA contraction and vector reductions change roundings between instruction sets.
+void expect_agree(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what, double rtol = 2e-6, double atol = 1e-6) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i])) {
+      ASSERT_EQ(got[i], want[i]) << what << " at " << i;
+      continue;
+    }
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " at " << i;
+  }
+}
+
+TEST_P(TileVariant, SiluPasses) {
+  const int64_t n = 517;  // vector bodies and tails
+  const auto s0 = random_values(n, 30, -6.0f, 6.0f), dp0 = random_values(n, 31);
+  const auto bias = random_values(n, 32), mask = random_mask(n, 33);
+  for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+    std::vector<float> s1 = s0, s2 = s0, d1 = dp0, d2 = dp0;
+    variant().fp32.silu_scores(s1.data(), b, mask.data(), n, 0.8f, 0.3f);
+    base().fp32.silu_scores(s2.data(), b, mask.data(), n, 0.8f, 0.3f);
+    expect_agree(s1, s2, "silu_scores");
+    s1 = s0;
+    s2 = s0;
+    variant().fp32.silu_score_grads(s1.data(), d1.data(), b, mask.data(), n, 0.8f, 0.3f);
+    base().fp32.silu_score_grads(s2.data(), d2.data(), b, mask.data(), n, 0.8f, 0.3f);
+    expect_agree(s1, s2, "silu_score_grads a");
+    expect_agree(d1, d2, "silu_score_grads dx");
+  }
+}
+
+TEST_P(TileVariant, SoftmaxRows) {
+  const int64_t n = 301;
+  const auto s0 = random_values(n, 34, -8.0f, 8.0f), dp0 = random_values(n, 35);
+  std::vector<uint8_t> keep(n);
+  for (int64_t j = 0; j < n; ++j) keep[j] = (j * 13) % 5 != 0;
+  std::vector<float> s1 = s0, s2 = s0;
+  const float m1 = variant().fp32.mask_row(s1.data(), n, keep.data());
+  const float m2 = base().fp32.mask_row(s2.data(), n, keep.data());
+  EXPECT_EQ(m1, m2);
+  expect_agree(s1, s2, "mask_row");
+  const float sum1 = variant().fp32.exp_row(s1.data(), n, m1);
+  const float sum2 = base().fp32.exp_row(s2.data(), n, m2);
+  EXPECT_NEAR(sum1, sum2, 1e-5 * sum2);
+  expect_agree(s1, s2, "exp_row");
+  const RowDropout<float> dropout{CounterRow::make(7, 3), keep_threshold(0.2), 1.25f};
+  variant().fp32.dropout_row(s1.data(), n, dropout, 5);
+  base().fp32.dropout_row(s2.data(), n, dropout, 5);
+  expect_agree(s1, s2, "dropout_row");
+  for (const RowDropout<float>* d : {static_cast<const RowDropout<float>*>(nullptr), &dropout}) {
+    std::vector<float> a1 = s0, a2 = s0, g1 = dp0, g2 = dp0;
+    variant().fp32.softmax_grad_row(a1.data(), g1.data(), n, 9.0f, 0.1f, 0.5f, d, 11);
+    base().fp32.softmax_grad_row(a2.data(), g2.data(), n, 9.0f, 0.1f, 0.5f, d, 11);
+    expect_agree(a1, a2, "softmax_grad_row p");
+    expect_agree(g1, g2, "softmax_grad_row dp");
+  }
+}
+
+TEST_P(TileVariant, DiagonalLayoutPasses) {
+  for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{64, 256}, {37, 100}, {16, 31}}) {
+    const int64_t lanes = 64, diagonals = n + rows - 1, positions = 11, first = 2;
+    std::vector<int32_t> delta(diagonals);
+    for (int64_t c = 0; c < diagonals; ++c) delta[c] = static_cast<int32_t>((c * 5) % positions);
+    const int64_t ld = first + n + rows;
+    const auto c2p = random_values(positions * lanes, 36), p2c = random_values(positions * ld, 37);
+    const auto tile0 = random_values(rows * n, 38);
+    std::vector<float> diag1(diagonals * lanes, 0.0f), diag2 = diag1, t1 = tile0, t2 = tile0;
+    variant().fp32.expand_position_terms(diag1.data(), rows, n, lanes, delta.data(), c2p.data(),
+                                         lanes, p2c.data(), ld, first);
+    base().fp32.expand_position_terms(diag2.data(), rows, n, lanes, delta.data(), c2p.data(), lanes,
+                                      p2c.data(), ld, first);
+    expect_agree(diag1, diag2, "expand_position_terms", 0, 0);
+    variant().fp32.unshear_add(diag1.data(), rows, n, lanes, t1.data());
+    base().fp32.unshear_add(diag2.data(), rows, n, lanes, t2.data());
+    expect_agree(t1, t2, "unshear_add", 0, 0);
+    variant().fp32.shear_tile(tile0.data(), rows, n, diag1.data(), lanes);
+    base().fp32.shear_tile(tile0.data(), rows, n, diag2.data(), lanes);
+    expect_agree(diag1, diag2, "shear_tile", 0, 0);
+    std::vector<float> dc1(positions * lanes, 0.0f), dc2 = dc1, dp1(positions * ld, 0.0f),
+                                                     dp2 = dp1;
+    variant().fp32.accumulate_position_grads(diag1.data(), rows, n, lanes, delta.data(), dc1.data(),
+                                             lanes, dp1.data(), ld, first);
+    base().fp32.accumulate_position_grads(diag2.data(), rows, n, lanes, delta.data(), dc2.data(),
+                                          lanes, dp2.data(), ld, first);
+    expect_agree(dc1, dc2, "accumulate_position_grads c2p", 0, 0);
+    expect_agree(dp1, dp2, "accumulate_position_grads p2c", 0, 0);
+    t1 = tile0;
+    t2 = tile0;
+    variant().fp32.add_uniform_position_terms(t1.data(), rows, n, c2p.data(), p2c.data());
+    base().fp32.add_uniform_position_terms(t2.data(), rows, n, c2p.data(), p2c.data());
+    expect_agree(t1, t2, "add_uniform_position_terms", 0, 0);
+    std::vector<float> u1(rows, 0.0f), u2 = u1, v1(n, 0.0f), v2 = v1;
+    variant().fp32.accumulate_uniform_position_grads(tile0.data(), rows, n, u1.data(), v1.data());
+    base().fp32.accumulate_uniform_position_grads(tile0.data(), rows, n, u2.data(), v2.data());
+    expect_agree(u1, u2, "accumulate_uniform_position_grads rows", 1e-5, 1e-4);
+    expect_agree(v1, v2, "accumulate_uniform_position_grads columns", 0, 0);
+  }
+}
+
+TEST_P(TileVariant, Bf16Operands) {
+  const int64_t rows = 10, cols = 45, n = rows * cols;
+  const auto src = random_values(n, 39), ds = random_values(n, 40), bias = random_values(n, 41);
+  const auto mask = random_mask(n, 42);
+  std::vector<uint16_t> o1(n), o2(n);
+  variant().to_bf16(src.data(), o1.data(), n, 0.75f);
+  base().to_bf16(src.data(), o2.data(), n, 0.75f);
+  EXPECT_EQ(o1, o2);
+  variant().to_bf16_vnni(src.data(), rows, cols, o1.data(), 1.5f);
+  base().to_bf16_vnni(src.data(), rows, cols, o2.data(), 1.5f);
+  EXPECT_EQ(o1, o2);
+  variant().silu_scores_to_bf16(src.data(), bias.data(), mask.data(), n, 0.9f, 0.5f, o1.data());
+  base().silu_scores_to_bf16(src.data(), bias.data(), mask.data(), n, 0.9f, 0.5f, o2.data());
+  for (int64_t j = 0; j < n; ++j) {
+    // One bf16 step at most: the fp32 values differ by roundings only.
+    EXPECT_NEAR(from_bf16(o1[j]), from_bf16(o2[j]), 1e-7 + std::abs(from_bf16(o2[j])) / 128) << j;
+  }
+  std::vector<uint16_t> a1(n), a2(n), r1(n), r2(n), v1(n), v2(n);
+  variant().backward_operands_to_bf16(src.data(), ds.data(), rows, cols, 2.5f, a1.data(), r1.data(),
+                                      v1.data());
+  base().backward_operands_to_bf16(src.data(), ds.data(), rows, cols, 2.5f, a2.data(), r2.data(),
+                                   v2.data());
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(r1, r2);
+  EXPECT_EQ(v1, v2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, TileVariant, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) {
+                           return info.param == CpuIsa::kAvx2 ? std::string("avx2")
+                                                              : std::string("avx512");
+                         });
+
+}  // namespace
+}  // namespace recops::attention::kernels
