@@ -1,6 +1,6 @@
 """DeBERTa disentangled attention (docs/ops.md §6): Python entry point, fake kernels, autograd
 and a drop-in for HuggingFace's DebertaV2 ``DisentangledSelfAttention``
-(kernels: csrc/recops/attention/kernels/disentangled_attention.h)."""
+(kernels: csrc/recops/deberta/kernels/disentangled_attention.h)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """HSTU attention: Python entry point, fake kernels and autograd
-(kernels: csrc/recops/attention/kernels/hstu_attention.h). The op's arguments are declared once,
-in its schema (csrc/recops/attention/hstu_options.h): the code here reads them by name."""
+(kernels: csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once,
+in its schema (csrc/recops/hstu/options.h): the code here reads them by name."""
 
 from __future__ import annotations
 

@@ -104,6 +104,12 @@ decltype(auto) dispatch_element_width(int64_t element_size, Fn&& fn) {
   }
 }
 
+// The compute dtype of a floating input: float64 computes in float64, every other floating dtype
+// in fp32.
+inline at::ScalarType compute_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 // Calls fn(TypeTag<T>{}) with the compute type of a floating dtype: float64 computes in double
 // (validation, gradcheck), float32 / bfloat16 / float16 in float.
 template <typename Fn>

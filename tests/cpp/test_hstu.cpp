@@ -1,4 +1,4 @@
-// HSTU and FuXi-alpha attention kernels (attention/kernels/hstu_attention.h, fuxi_attention.h)
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h)
 // on small jagged batches against scalar loops in double written here from docs/ops.md
 // sections 3-5: causal and two-sided masks, with and without the relative time + position bias,
 // forward and backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "recops/attention/kernels/fuxi_attention.h"
-#include "recops/attention/kernels/hstu_attention.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/fuxi_attention.h"
+#include "recops/hstu/kernels/hstu_attention.h"
 
 namespace recops::attention::kernels {
 namespace {

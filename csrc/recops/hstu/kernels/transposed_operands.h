@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "recops/attention/kernels/attention_tiles.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/tiles.h"
 
 namespace recops::attention::kernels {
 

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "recops/attention/kernels/deberta_positions.h"
-#include "recops/attention/kernels/disentangled_attention.h"
-#include "recops/attention/ops.h"
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/deberta/kernels/deberta_positions.h"
+#include "recops/deberta/kernels/disentangled_attention.h"
+#include "recops/deberta/ops.h"
 
 namespace recops::attention {
 namespace {

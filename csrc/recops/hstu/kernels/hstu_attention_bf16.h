@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
-#include "recops/attention/kernels/attention_tiles.h"
-#include "recops/attention/kernels/bf16_operands.h"
-#include "recops/attention/kernels/hstu_attention.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/bf16_operands.h"
+#include "recops/hstu/kernels/hstu_attention.h"
+#include "recops/hstu/kernels/tiles.h"
 
 namespace recops::attention::kernels {
 

@@ -12,11 +12,11 @@
 #include <numeric>
 #include <vector>
 
-#include "recops/attention/kernels/hstu_mask.h"
-#include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/attention/kernels/tile_variants.h"
 #include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
+#include "recops/hstu/kernels/hstu_mask.h"
+#include "recops/hstu/kernels/relative_bias_math.h"
 
 namespace recops::attention::kernels {
 

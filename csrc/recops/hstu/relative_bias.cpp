@@ -4,10 +4,10 @@
 #include <limits>
 #include <vector>
 
-#include "recops/attention/kernels/relative_bias.h"
-#include "recops/attention/ops.h"
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/hstu/kernels/relative_bias.h"
+#include "recops/hstu/ops.h"
 
 namespace recops::attention {
 namespace {

@@ -1,9 +1,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
-#include "recops/attention/attention_inputs.h"
-#include "recops/attention/ops.h"
 #include "recops/common/checks.h"
+#include "recops/hstu/inputs.h"
+#include "recops/hstu/ops.h"
 
 namespace recops::attention {
 namespace {

@@ -1,4 +1,4 @@
-// Relative attention bias kernels (attention/kernels/relative_bias.h, relative_bias_math.h)
+// Relative attention bias kernels (hstu/kernels/relative_bias.h, relative_bias_math.h)
 // against scalar loops written here from docs/ops.md section 3: the log bucket of a time delta,
 // the bucket matrix of dense and jagged sequences (with and without the query-time shift), the
 // bias lookup and the tables' gradients, for float, double and Bf16 tables.
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "recops/attention/kernels/relative_bias.h"
 #include "recops/common/half_bits.h"
+#include "recops/hstu/kernels/relative_bias.h"
 
 namespace recops::attention::kernels {
 namespace {

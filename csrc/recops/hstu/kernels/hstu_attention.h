@@ -1,6 +1,6 @@
 // HSTU attention on CPU: O_i = sum_j silu(alpha q_i.k_j + bias_ij) * scale * M_ij * v_j.
 //
-// Per query block (attention_tiles.h) and head: two tile products (Q K^T, then A V) around one
+// Per query block (tiles.h) and head: two tile products (Q K^T, then A V) around one
 // element-wise pass; the mask and bias tiles are built once per block and shared by the heads
 // unless they have a head dim. The products run on gemm_nn with K^T, V^T laid out once per call
 // (transposed_operands.h). Backward recomputes the tile (never storing [N, N]); dQ rows belong
@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "recops/attention/kernels/attention_tiles.h"
-#include "recops/attention/kernels/transposed_operands.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/tiles.h"
+#include "recops/hstu/kernels/transposed_operands.h"
 
 namespace recops::attention::kernels {
 

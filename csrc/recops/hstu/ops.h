@@ -1,23 +1,15 @@
-// ATen adapters of the attention family: relative attention bias (docs/ops.md section 3), HSTU and
+// ATen adapters of the HSTU family: relative attention bias (docs/ops.md section 3), HSTU and
 // FuXi-alpha attention (sections 4-5). Validate, allocate, dispatch to kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <optional>
-#include <string>
 #include <tuple>
 
-#include "recops/attention/disentangled_options.h"
-#include "recops/attention/hstu_options.h"
+#include "recops/hstu/options.h"
 
 namespace recops::attention {
-
-// float64 inputs compute in float64; every other floating dtype computes in fp32.
-inline at::ScalarType compute_dtype(const at::Tensor& q) {
-  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 // The narrowest bucket-index dtype that holds num_buckets: uint8, else int32.
 at::ScalarType compact_bucket_type(int64_t num_buckets);
 
@@ -59,27 +51,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::o
 hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, const at::Tensor& k,
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
-
-// HF's make_log_bucket_position of integer relative positions, int64 (kernels/deberta_positions.h).
-at::Tensor deberta_log_bucket_position(const at::Tensor& relative_pos, int64_t bucket_size,
-                                       int64_t max_position);
-
-// Returns (output [B, H, Sq, Dv], softmax log-sum-exp [B, H, Sq] in the compute type,
-// probabilities [B, H, Sq, Sk] after dropout when return_probs).
-std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_attention_forward(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const std::optional<at::Tensor>& pos_key, const std::optional<at::Tensor>& pos_query,
-    const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& options,
-    bool return_probs);
-
-// Returns (dq, dk, dv, d pos_key, d pos_query); a table's gradient is absent when its term is
-// not in pos_att_type.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>>
-disentangled_attention_backward(
-    const at::Tensor& grad_output, const std::optional<at::Tensor>& grad_probs, const at::Tensor& q,
-    const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& pos_key,
-    const std::optional<at::Tensor>& pos_query, const std::optional<at::Tensor>& attention_mask,
-    const at::Tensor& output, const at::Tensor& softmax_lse, const std::optional<at::Tensor>& probs,
-    const DisentangledOptions& options);
 
 }  // namespace recops::attention

@@ -1,4 +1,4 @@
-// DeBERTa disentangled attention (attention/kernels/disentangled_attention.h) with both position
+// DeBERTa disentangled attention (deberta/kernels/disentangled_attention.h) with both position
 // terms (c2p + p2c) against a scalar softmax attention in double written here from docs/ops.md
 // section 6, forward and backward; and the relative-position log buckets
 // (kernels/deberta_positions.h) against HF's formula evaluated step by step.
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "recops/attention/kernels/deberta_positions.h"
-#include "recops/attention/kernels/disentangled_attention.h"
 #include "recops/common/parallel.h"
+#include "recops/deberta/kernels/deberta_positions.h"
+#include "recops/deberta/kernels/disentangled_attention.h"
 
 namespace recops::attention::kernels {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "recops/attention/kernels/fuxi_attention.h"
-#include "recops/attention/kernels/hstu_attention_bf16.h"
+#include "recops/hstu/kernels/fuxi_attention.h"
+#include "recops/hstu/kernels/hstu_attention_bf16.h"
 
 namespace recops::attention::kernels {
 

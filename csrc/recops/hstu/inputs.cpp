@@ -1,4 +1,4 @@
-#include "recops/attention/attention_inputs.h"
+#include "recops/hstu/inputs.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>

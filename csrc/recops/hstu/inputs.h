@@ -7,10 +7,10 @@
 #include <memory>
 #include <optional>
 
-#include "recops/attention/kernels/hstu_attention.h"
-#include "recops/attention/kernels/hstu_attention_bf16.h"
-#include "recops/attention/ops.h"
 #include "recops/common/dispatch.h"
+#include "recops/hstu/kernels/hstu_attention.h"
+#include "recops/hstu/kernels/hstu_attention_bf16.h"
+#include "recops/hstu/ops.h"
 
 namespace recops::attention {
 

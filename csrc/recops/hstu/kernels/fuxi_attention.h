@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "recops/attention/kernels/hstu_attention.h"
+#include "recops/hstu/kernels/hstu_attention.h"
 
 namespace recops::attention::kernels {
 

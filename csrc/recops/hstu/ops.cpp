@@ -1,9 +1,13 @@
-// Schemas and kernel registrations of the relative attention bias in torch.ops.recops.
-// Fake kernels, autograd and the module are registered from Python (recops/relative_bias.py).
+// Schemas and kernel registrations of the HSTU family in torch.ops.recops: the relative attention
+// bias, HSTU and FuXi-alpha attention. The attention ops' arguments are declared once, in
+// options.h; their kernels read them by name. Fake kernels, autograd and the Python entry points
+// live in recops/relative_bias.py, recops/hstu.py and recops/fuxi.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-#include "recops/attention/ops.h"
+#include <string>
+
+#include "recops/hstu/ops.h"
 
 namespace recops::attention {
 namespace {
@@ -47,13 +51,52 @@ std::tuple<at::Tensor, at::Tensor> relative_attn_bias_time_with_index(
                       query_time_shift, at::kLong);
 }
 
+void hstu_forward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  at::Tensor out = hstu_dense_forward(args.tensor("q"), args.tensor("k"), args.tensor("v"),
+                                      args.tensor("seq_offsets"),
+                                      args.optional_tensor("seq_lengths"), read_hstu_options(args));
+  return_result(op, stack, std::move(out));
+}
+
+void hstu_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  auto grads = hstu_dense_backward(args.tensor("grad_output"), args.tensor("q"), args.tensor("k"),
+                                   args.tensor("v"), args.tensor("seq_offsets"),
+                                   args.optional_tensor("seq_lengths"), read_hstu_options(args));
+  return_result(op, stack, std::move(grads));
+}
+
+void fuxi_forward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  at::Tensor out = hstu_dense_forward_fuxi(
+      args.tensor("q"), args.tensor("k"), args.tensor("v"), args.tensor("seq_offsets"),
+      args.optional_tensor("seq_lengths"), read_fuxi_options(args));
+  return_result(op, stack, std::move(out));
+}
+
+void fuxi_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  auto grads = hstu_dense_backward_fuxi(
+      args.tensor("grad_output"), args.tensor("q"), args.tensor("k"), args.tensor("v"),
+      args.tensor("seq_offsets"), args.optional_tensor("seq_lengths"), read_fuxi_options(args));
+  return_result(op, stack, std::move(grads));
+}
+
+// A backward takes grad_output followed by its forward's arguments; it returns grad_<name> for
+// each differentiable input <name> (recops/_autograd.py maps them back by name).
+std::string backward_schema(const char* name, const char* forward_arguments, const char* returns) {
+  return std::string(name) + "(Tensor grad_output, " + forward_arguments + ") -> " + returns;
+}
+
 }  // namespace
 }  // namespace recops::attention
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module(
-      "recops.relative_bias");  // where the fake kernels and autograd are registered
+  using namespace recops::attention;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
+  // Each group names the Python module that registers its fake kernels and autograd.
+  m.set_python_module("recops.relative_bias");
   m.def(
       "relative_attn_bias_time(Tensor timestamps, Tensor ts_w, Tensor? pos_w=None, "
       "Tensor? seq_offsets=None, SymInt? max_seq_len=None, float bucket_divisor=0.301, "
@@ -81,6 +124,21 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
          TORCH_FN(recops::attention::relative_attn_bias_time));
   m.impl("relative_attn_bias_time_with_index", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(recops::attention::relative_attn_bias_time_with_index));
+
+  m.set_python_module("recops.hstu");
+  m.def((std::string("hstu_dense_forward(") + kHstuArguments + ") -> Tensor").c_str(), pt2);
+  m.def(backward_schema("hstu_dense_backward", kHstuArguments,
+                        "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_attn_bias, "
+                        "Tensor? grad_ts_w, Tensor? grad_pos_w)")
+            .c_str(),
+        pt2);
+  m.set_python_module("recops.fuxi");
+  m.def((std::string("hstu_dense_forward_fuxi(") + kFuxiArguments + ") -> Tensor").c_str(), pt2);
+  m.def(backward_schema("hstu_dense_backward_fuxi", kFuxiArguments,
+                        "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_ts_bias, "
+                        "Tensor? grad_pos_bias, Tensor? grad_ts_w, Tensor? grad_pos_w)")
+            .c_str(),
+        pt2);
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
@@ -88,4 +146,8 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("relative_attn_bias_time_forward", TORCH_FN(relative_attn_bias_time_forward));
   m.impl("relative_attn_bias_pos", TORCH_FN(relative_attn_bias_pos));
   m.impl("relative_attn_bias_backward", TORCH_FN(relative_attn_bias_backward));
+  m.impl("hstu_dense_forward", recops::boxed<&hstu_forward_kernel>());
+  m.impl("hstu_dense_backward", recops::boxed<&hstu_backward_kernel>());
+  m.impl("hstu_dense_forward_fuxi", recops::boxed<&fuxi_forward_kernel>());
+  m.impl("hstu_dense_backward_fuxi", recops::boxed<&fuxi_backward_kernel>());
 }

@@ -21,10 +21,10 @@
 #include <memory>
 #include <vector>
 
-#include "recops/attention/kernels/relative_bias_math.h"
 #include "recops/common/histogram.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/relative_bias_math.h"
 
 namespace recops::attention::kernels {
 

@@ -21,12 +21,12 @@
 #include <cstring>
 #include <memory>
 
-#include "recops/attention/kernels/attention_tiles.h"
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/common/blas.h"
 #include "recops/common/cpu_isa.h"
 #include "recops/common/half_bits.h"
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/tiles.h"
 
 namespace recops::attention::kernels {
 

@@ -1,10 +1,10 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
-#include "recops/attention/attention_inputs.h"
-#include "recops/attention/kernels/fuxi_attention_bf16.h"
-#include "recops/attention/ops.h"
 #include "recops/common/checks.h"
+#include "recops/hstu/inputs.h"
+#include "recops/hstu/kernels/fuxi_attention_bf16.h"
+#include "recops/hstu/ops.h"
 
 namespace recops::attention {
 namespace {

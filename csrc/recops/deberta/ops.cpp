@@ -1,12 +1,13 @@
-// Schemas and kernel registrations of DeBERTa disentangled attention in torch.ops.recops. The
-// options are declared once, in disentangled_options.h; the kernels read arguments by name. Fake
-// kernels, autograd, the Python entry and the module live in recops/deberta.py.
+// Schemas and kernel registrations of DeBERTa in torch.ops.recops: disentangled attention (its
+// options declared once, in options.h; the kernels read arguments by name) and the one copy of
+// HF's make_log_bucket_position (kernels/deberta_positions.h). Fake kernels, autograd, the Python
+// entry and the module live in recops/deberta.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <string>
 
-#include "recops/attention/ops.h"
+#include "recops/deberta/ops.h"
 
 namespace recops::attention {
 namespace {
@@ -64,6 +65,10 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
          "Tensor? grad_pos_query)")
             .c_str(),
         pt2);
+  m.def(
+      "deberta_log_bucket_position(Tensor relative_pos, int bucket_size, int max_position) -> "
+      "Tensor",
+      pt2);
 }
 
 TORCH_LIBRARY_IMPL(recops, CompositeImplicitAutograd, m) {
@@ -74,4 +79,5 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   using namespace recops::attention;
   m.impl("disentangled_attention", recops::boxed<&disentangled_forward_kernel>());
   m.impl("disentangled_attention_backward", recops::boxed<&disentangled_backward_kernel>());
+  m.impl("deberta_log_bucket_position", TORCH_FN(deberta_log_bucket_position));
 }
