@@ -24,7 +24,7 @@ JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 # The C++ tests' CMake build (tests/cpp).
 CPP_TEST_BUILD := build/cpp
 
-.PHONY: setup setup-torchrec build train test test-cpp check-kernel-wall test-compat test-asan \
+.PHONY: setup setup-cpp setup-torchrec build train test test-cpp check-kernel-wall test-compat test-asan \
 	test-torchrec wheel bench format format-check clean
 
 # A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
@@ -86,8 +86,15 @@ test: build format-check check-kernel-wall test-cpp
 check-kernel-wall: setup
 	$(PY) tests/cpp/check_kernel_wall.py
 
-# The torch-free kernels' GoogleTest suite (tests/cpp; GoogleTest from Debian's libgtest-dev).
-test-cpp:
+# The torch-free kernels' GoogleTest suite (tests/cpp). CMake and GoogleTest are Debian packages
+# (requirements-debian.txt), installed here with apt-get where missing and this user may.
+setup-cpp:
+	@dpkg -s $$(cat requirements-debian.txt) >/dev/null 2>&1 || \
+		{ [ "$$(id -u)" = 0 ] && apt-get install -y --no-install-recommends \
+			$$(cat requirements-debian.txt); } || \
+		{ echo "make test-cpp needs Debian's $$(cat requirements-debian.txt | xargs)"; exit 1; }
+
+test-cpp: setup-cpp
 	cmake -S tests/cpp -B $(CPP_TEST_BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(CPP_TEST_BUILD) -j $${MAX_JOBS:-2}
 	$(CPP_TEST_BUILD)/recops_cpp_tests
