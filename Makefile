@@ -17,7 +17,7 @@ ASAN_TREE := build/asan
 # Every kernel family's tests and the bad-input suites; the model / training / compile / packaging
 # tests add no kernel code of their own and would take most of the time under the sanitizers.
 ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tests/test_gather.py \
-	tests/test_permute_pooled.py tests/test_embedding.py tests/test_hstu_attention.py \
+	tests/test_permute_pooled.py tests/test_block_bucketize.py tests/test_embedding.py tests/test_hstu_attention.py \
 	tests/test_fuxi_attention.py tests/test_relative_bias.py tests/test_deberta.py \
 	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
