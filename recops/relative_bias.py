@@ -1,5 +1,5 @@
 """Relative attention bias of HSTU / FuXi-alpha (docs/ops.md §3): fake kernels, autograd and the
-RelativeBucketedTimeAndPositionBasedBias module (kernels: csrc/recops/attention)."""
+RelativeBucketedTimeAndPositionBasedBias module (kernels: csrc/recops/hstu)."""
 
 import math
 
