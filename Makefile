@@ -90,7 +90,7 @@ check-kernel-wall: setup
 # (requirements-debian.txt), installed here with apt-get where missing and this user may.
 setup-cpp:
 	@dpkg -s $$(cat requirements-debian.txt) >/dev/null 2>&1 || \
-		{ [ "$$(id -u)" = 0 ] && apt-get install -y --no-install-recommends \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y --no-install-recommends \
 			$$(cat requirements-debian.txt); } || \
 		{ echo "make test-cpp needs Debian's $$(cat requirements-debian.txt | xargs)"; exit 1; }
 
