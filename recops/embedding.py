@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.library import register_autograd
 
-from recops._autograd import input_grads
+from recops._autograd import input_grads, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
@@ -209,9 +209,9 @@ def _bounds_check_indices_fake(rows_per_table, indices, offsets, bounds_check_mo
     return None
 
 
-def _make_lookup_fake(schema_args):
+def _make_lookup_fake(lookup):
     def fake(*args, **kwargs):
-        a = _LookupArgs.bind(schema_args, args, kwargs)
+        a = named_arguments(lookup, args, kwargs)
         return _forward_fake(
             a["weights"],
             a["D_offsets"],
@@ -231,32 +231,19 @@ def _backward_fake(*args, **kwargs):
 
 
 # --------------------------------------------------------------------------- autograd
-class _LookupArgs(dict):
-    """An op call's arguments by schema name, trailing defaults filled in."""
-
-    @classmethod
-    def bind(cls, schema_args, args, kwargs):
-        bound = cls(zip((a.name for a in schema_args), args, strict=False))
-        bound.update(kwargs)
-        for a in schema_args:
-            if a.name not in bound and a.has_default_value():
-                bound[a.name] = a.default_value
-        return bound
-
-
 def _schema_args(op_name):
     return getattr(ops, op_name).default._schema.arguments
 
 
-_lookup_schemas = {
-    suffix: _schema_args(f"split_embedding_codegen_lookup_{suffix}_function")
+_lookup_ops = {
+    suffix: getattr(ops, f"split_embedding_codegen_lookup_{suffix}_function").default
     for suffix, _ in _OPTIMIZERS.values()
 }
 
 
 def _make_lookup_autograd(suffix):
-    schema_args = _lookup_schemas[suffix]
-    names = [a.name for a in schema_args]
+    lookup = _lookup_ops[suffix]
+    names = [a.name for a in lookup._schema.arguments]
     sample_weights_index = names.index("indice_weights")
     updates = {
         weighted: (
@@ -267,7 +254,7 @@ def _make_lookup_autograd(suffix):
     }
 
     def setup_context(ctx, inputs, output):
-        ctx.args = _LookupArgs.bind(schema_args, inputs, {})
+        ctx.args = named_arguments(lookup, inputs)
 
     def backward(ctx, grad_output):
         a = ctx.args
@@ -299,7 +286,7 @@ def _make_lookup_autograd(suffix):
 
 for _suffix, _ in _OPTIMIZERS.values():
     register_fake(f"recops::split_embedding_codegen_lookup_{_suffix}_function")(
-        _make_lookup_fake(_lookup_schemas[_suffix])
+        _make_lookup_fake(_lookup_ops[_suffix])
     )
     for _weighted in ("weighted", "unweighted"):
         register_fake(f"recops::backward_codegen_{_suffix}_{_weighted}_exact")(_backward_fake)
