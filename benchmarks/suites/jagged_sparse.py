@@ -9,7 +9,8 @@ copied, padding written, index tensors read and written.
 Shapes follow FBGEMM's own benchmarks (bench/jagged_tensor_benchmark.py `device`: B=128, D=128,
 max_len=128, lengths uniform in [0, max_len), fp16; sparse_ops_benchmark cumsum 2048x1024) plus a
 production-like KJT permute (T=100, B=4096, ~5 ids per bag), torchrec's pooled-embedding regroup
-(permute_pooled_embs, 26 x 64 columns), a large fp32 jagged<->dense case and
+(permute_pooled_embs, 26 x 64 columns), torchrec's row-wise input distribution
+(block_bucketize_sparse_features, 26 x 4096 bags over 2 ranks), a large fp32 jagged<->dense case and
 a size sweep of jagged_to_padded_dense / dense_to_jagged written to results/sweep_jagged.{csv,png}.
 """
 
@@ -343,6 +344,46 @@ def permute_pooled_cases(gen) -> list[Case]:
     ]
 
 
+def _torch_block_bucketize(lengths, ids, block_sizes, my_size):
+    """block_bucketize_sparse_features (uniform blocks, no weights or positions) as a plain torch
+    composition: bucket and re-based id per id, then one stable sort by (bucket, bag). torchrec has
+    no pure-PyTorch fallback for this op, so this is what a user without FBGEMM would write."""
+    bags = lengths.numel()
+    bag = torch.repeat_interleave(torch.arange(bags), lengths)
+    block = block_sizes.repeat_interleave(bags // block_sizes.numel())[bag]
+    inside = ids < block * my_size
+    bucket = torch.where(inside, ids // block, ids % my_size)
+    new_ids = torch.where(inside, ids % block, ids // my_size)
+    key = bucket * bags + bag
+    order = torch.sort(key, stable=True).indices
+    new_lengths = torch.bincount(key, minlength=my_size * bags).to(lengths.dtype)
+    return new_lengths, new_ids[order]
+
+
+def block_bucketize_cases(gen) -> list[Case]:
+    """torchrec's row-wise input distribution: 26 features x B = 4096 bags of ~5 ids over 2
+    ranks, int64 ids in [0, 2 x block), the pure-torch reference above."""
+    features, batch, my_size, block = 26, 4096, 2, 100_000
+    lengths = torch.randint(0, 10, (features * batch,), generator=gen)
+    ids = torch.randint(0, my_size * block, (int(lengths.sum()),), generator=gen)
+    block_sizes = torch.full((features,), block)
+    args = (lengths, ids, False, False, block_sizes, my_size)
+    first_two = {impl: lambda out: out[:2] for impl in ("recops", "fbgemm")}
+    return [
+        Case(
+            f"block_bucketize_sparse_features T={features} B={batch} L~5 ranks={my_size}",
+            {
+                "recops": lambda: R.block_bucketize_sparse_features(*args),
+                "fbgemm": lambda: FB.block_bucketize_sparse_features(*args),
+                "torch": lambda: _torch_block_bucketize(lengths, ids, block_sizes, my_size),
+            },
+            # lengths and ids read, new lengths and ids written
+            _nbytes(lengths, ids) + my_size * _nbytes(lengths) + _nbytes(ids),
+            views=first_two,
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- size sweep
 LARGE = "large B=1024 N=512 D=128 fp32"
 SWEEP_BATCHES = [16 * 2**i for i in range(9)]  # dense [B, 128, 128] fp32: 1 MiB .. 256 MiB
@@ -419,6 +460,7 @@ def run(limits) -> list[Row]:
         lambda: cumsum_cases(gen),
         lambda: permute_cases(gen),
         lambda: permute_pooled_cases(gen),
+        lambda: block_bucketize_cases(gen),
         lambda: map(
             _with_copy_reference, jagged_dense_cases(LARGE, 1024, 512, 128, torch.float, gen)
         ),
