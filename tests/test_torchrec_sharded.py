@@ -1,7 +1,8 @@
 """Sharded DLRM training under torchrec's DistributedModelParallel on 2 and 4 local gloo
 processes (tests/torchrec_dlrm.py): with recops' kernels it equals the single-process run and the
 run on FBGEMM's kernels, for table-wise, row-wise and column-wise sharding planned by torchrec's
-planner. Skipped where torchrec is not installed (`make setup-torchrec`)."""
+planner; with the Adam family (no FBGEMM CPU kernel) it equals the single-process run. Skipped
+where torchrec is not installed (`make setup-torchrec`)."""
 
 import socket
 import time
@@ -43,6 +44,15 @@ def _launch(world: int, runs: list, out_dir) -> None:
                 process.kill()
 
 
+ADAM_FAMILY = ("adam", "partial_rowwise_adam")
+
+
+def _exact(sharding: str, optimizer: str) -> bool:
+    """Whether sharding leaves the optimizer's update unchanged (a rowwise state is kept per
+    column shard, so column-wise partial rowwise Adam is a different optimizer)."""
+    return not (sharding == "column_wise" and optimizer == "partial_rowwise_adam")
+
+
 def _load(out_dir, run, world):
     return [
         torch.load(out_dir / f"{run.tag}-w{world}-rank{r}.pt", weights_only=False)
@@ -52,17 +62,22 @@ def _load(out_dir, run, world):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """{(sharding, kernels, world): per-rank results}; ("single", "fbgemm", 1) is one process."""
+    """{(sharding, kernels, optimizer, world): per-rank results}; sharding "single" is one
+    process (FBGEMM's kernels for Adagrad, recops' for the Adam family)."""
     out_dir = tmp_path_factory.mktemp("torchrec_dlrm")
-    single = dlrm.Run("table_wise", "fbgemm")
-    _launch(1, [single], out_dir)
+    singles = [dlrm.Run("table_wise", "fbgemm")]
+    singles += [dlrm.Run("table_wise", "recops", o) for o in ADAM_FAMILY]
+    _launch(1, singles, out_dir)
     runs = [dlrm.Run(s, k) for s in dlrm.SHARDING_TYPES for k in ("recops", "fbgemm")]
+    runs += [
+        dlrm.Run(s, "recops", o) for s in dlrm.SHARDING_TYPES for o in ADAM_FAMILY if _exact(s, o)
+    ]
     for world in WORLDS:
         _launch(world, runs, out_dir)
-    found = {("single", "fbgemm", 1): _load(out_dir, single, 1)}
+    found = {("single", r.kernels, r.optimizer, 1): _load(out_dir, r, 1) for r in singles}
     for world in WORLDS:
         for run in runs:
-            found[(run.sharding, run.kernels, world)] = _load(out_dir, run, world)
+            found[(run.sharding, run.kernels, run.optimizer, world)] = _load(out_dir, run, world)
     return found
 
 
@@ -84,9 +99,28 @@ def _assert_same_training(a, b, what):
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("sharding", dlrm.SHARDING_TYPES)
 def test_sharded_recops_equals_single_process_and_fbgemm(results, sharding, world):
-    recops_run = results[(sharding, "recops", world)]
-    _assert_same_training(recops_run, results[("single", "fbgemm", 1)], "vs single process")
-    _assert_same_training(recops_run, results[(sharding, "fbgemm", world)], "vs FBGEMM kernels")
+    recops_run = results[(sharding, "recops", "exact_adagrad", world)]
+    single = results[("single", "fbgemm", "exact_adagrad", 1)]
+    _assert_same_training(recops_run, single, "vs single process")
+    fbgemm_run = results[(sharding, "fbgemm", "exact_adagrad", world)]
+    _assert_same_training(recops_run, fbgemm_run, "vs FBGEMM kernels")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("sharding", dlrm.SHARDING_TYPES)
+@pytest.mark.parametrize("optimizer", ADAM_FAMILY)
+def test_sharded_adam_equals_single_process(results, optimizer, sharding, world):
+    """FBGEMM has no CPU Adam kernel: under DistributedModelParallel the Adam family runs on
+    recops' TBE and trains as one process does."""
+    if not _exact(sharding, optimizer):
+        pytest.skip(f"{sharding} {optimizer} keeps a state per column shard: not one process's")
+    ranks = results[(sharding, "recops", optimizer, world)]
+    single = results[("single", "recops", optimizer, 1)]
+    _assert_same_training(ranks, single, f"{optimizer} vs single process")
+    adagrad = results[("single", "fbgemm", "exact_adagrad", 1)]
+    assert not torch.equal(single[0]["losses"], adagrad[0]["losses"]), "optimizer not applied"
+    update = f"recops::backward_codegen_{optimizer}_unweighted_exact"
+    assert all(update in rank["ops"] for rank in ranks if rank["tbe_modules"])
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -94,7 +128,7 @@ def test_sharded_recops_equals_single_process_and_fbgemm(results, sharding, worl
 def test_sharded_kernels_are_recops(results, sharding, world):
     """Every TBE is recops' and runs recops' ops (a rank may hold no table: table-wise with 4
     ranks for 3 tables); on FBGEMM's kernels no recops op runs."""
-    ranks = results[(sharding, "recops", world)]
+    ranks = results[(sharding, "recops", "exact_adagrad", world)]
     assert any(rank["tbe_modules"] for rank in ranks)
     for rank in ranks:
         assert set(rank["tbe_modules"]) <= {"recops.embedding"}
@@ -105,7 +139,7 @@ def test_sharded_kernels_are_recops(results, sharding, world):
         for rank in ranks:
             assert "fbgemm::block_bucketize_sparse_features" in rank["ops"]
             assert "block_bucketize_sparse_features" in rank["routed"]
-    for rank in results[(sharding, "fbgemm", world)]:
+    for rank in results[(sharding, "fbgemm", "exact_adagrad", world)]:
         fbgemm = "fbgemm_gpu.split_table_batched_embeddings_ops_training"
         assert set(rank["tbe_modules"]) <= {fbgemm}
         assert not [op for op in rank["ops"] if op.startswith("recops::")]
@@ -116,6 +150,7 @@ def test_fbgemm_ops_of_a_sharded_step(results):
     """The FBGEMM ops torchrec's CPU training step calls, by sharding: printed for the record
     (docs/torchrec.md lists them); with recops enabled the TBE ops are recops' (above)."""
     for sharding in dlrm.SHARDING_TYPES:
-        ops = sorted({op for r in results[(sharding, "fbgemm", 2)] for op in r["ops"]})
+        runs = results[(sharding, "fbgemm", "exact_adagrad", 2)]
+        ops = sorted({op for r in runs for op in r["ops"]})
         print(sharding, ops)
         assert ops

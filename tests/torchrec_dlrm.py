@@ -26,19 +26,25 @@ STEPS = 3
 MAX_BAG = 3  # bag lengths are 0 .. MAX_BAG: empty bags included
 LEARNING_RATE = 0.1
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise")
+# The fused optimizers trained here, by FBGEMM's EmbOptimType names (lower case). FBGEMM has CPU kernels for
+# Adagrad only; the Adam family runs on recops' kernels alone. Elementwise optimizers are exact
+# under every sharding; a rowwise state is per column shard, so partial rowwise Adam is not
+# column-wise exact.
+OPTIMIZERS = ("exact_adagrad", "adam", "partial_rowwise_adam")
 
 
 @dataclass(frozen=True)
 class Run:
     """One training: tables sharded `sharding`-wise; `kernels` "recops" (recops.torchrec
-    enabled) or "fbgemm"."""
+    enabled) or "fbgemm"; the tables' fused `optimizer` one of OPTIMIZERS."""
 
     sharding: str
     kernels: str
+    optimizer: str = "exact_adagrad"
 
     @property
     def tag(self) -> str:
-        return f"{self.sharding}-{self.kernels}"
+        return f"{self.sharding}-{self.kernels}-{self.optimizer}"
 
 
 def feature_names() -> list[str]:
@@ -147,10 +153,8 @@ def build(run: Run, world: int, pg):
         over_arch_layer_sizes=[8, 1],
         dense_device=torch.device("cpu"),
     )
-    # Elementwise Adagrad is exact under every sharding (rowwise Adagrad is not column-wise:
-    # each column shard keeps its own row state).
     sharder = _cpu_sharder()(
-        fused_params={"optimizer": EmbOptimType.EXACT_ADAGRAD, "learning_rate": LEARNING_RATE}
+        fused_params={"optimizer": EmbOptimType[run.optimizer.upper()], "learning_rate": LEARNING_RATE}
     )
     constraints = {
         name: ParameterConstraints(
