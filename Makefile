@@ -25,7 +25,7 @@ JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 CPP_TEST_BUILD := build/cpp
 
 .PHONY: setup setup-cpp setup-torchrec build train test test-cpp check-kernel-wall test-compat test-asan \
-	test-torchrec wheel bench format format-check clean
+	test-torchrec wheel bench bench-torchrec format format-check clean
 
 # A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
 # for targets that build recops differently: their recops/_C*.so would otherwise replace the
@@ -133,6 +133,10 @@ wheel: build
 
 bench: build
 	$(PY) benchmarks/run.py
+
+# Sharded DLRM steps/s on torchrec, FBGEMM's kernels vs recops' (benchmarks/suites/torchrec.py).
+bench-torchrec: build $(TORCHREC_STAMP)
+	$(TORCHREC_PY) benchmarks/run.py torchrec
 
 clean:
 	rm -rf build dist recops/*.so
