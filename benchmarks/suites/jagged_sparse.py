@@ -9,7 +9,7 @@ copied, padding written, index tensors read and written.
 Shapes follow FBGEMM's own benchmarks (bench/jagged_tensor_benchmark.py `device`: B=128, D=128,
 max_len=128, lengths uniform in [0, max_len), fp16; sparse_ops_benchmark cumsum 2048x1024) plus a
 production-like KJT permute (T=100, B=4096, ~5 ids per bag), torchrec's pooled-embedding regroup
-(permute_pooled_embs, 26 x 64 columns), torchrec's row-wise input distribution
+(permute_pooled_embs, 26 x 64 columns, B = 512 and 4096), torchrec's row-wise input distribution
 (block_bucketize_sparse_features, 26 x 4096 bags over 2 ranks), a large fp32 jagged<->dense case and
 a size sweep of jagged_to_padded_dense / dense_to_jagged written to results/sweep_jagged.{csv,png}.
 """
@@ -320,19 +320,21 @@ def permute_cases(gen) -> list[Case]:
 
 def permute_pooled_cases(gen) -> list[Case]:
     """KeyedTensor regrouping of pooled embeddings (torchrec's column-wise output path): 26
-    features of width 64 in a random order, B = 4096 rows, fp32. The torch reference is the
-    pure-PyTorch regroup torchrec falls back to (one slice per feature, then torch.cat), which
-    materialises nothing but the output, like upstream's."""
-    batch, features, dim = 4096, 26, 64
-    pooled = torch.randn(batch, features * dim, generator=gen)
+    features of width 64 in a random order, fp32, at the torchrec example's batch per process
+    (B = 512, in cache) and at B = 4096 (out of cache). The torch reference is the pure-PyTorch
+    regroup torchrec falls back to (one slice per feature, then torch.cat), which materialises
+    nothing but the output, like upstream's."""
+    features, dim = 26, 64
     offsets = torch.arange(features + 1) * dim
     permute = torch.randperm(features, generator=gen)
     inv_permute = torch.empty_like(permute)
     inv_permute[permute] = torch.arange(features)
     bounds = [(int(offsets[p]), int(offsets[p + 1])) for p in permute.tolist()]
-    args = (pooled, offsets, permute, offsets, inv_permute)  # equal widths: same inverse offsets
-    return [
-        Case(
+
+    def case(batch):
+        pooled = torch.randn(batch, features * dim, generator=gen)
+        args = (pooled, offsets, permute, offsets, inv_permute)  # equal widths: same inverse
+        return Case(
             f"permute_pooled_embs B={batch} T={features} D={dim} fp32",
             {
                 "recops": lambda: R.permute_pooled_embs(*args),
@@ -341,7 +343,8 @@ def permute_pooled_cases(gen) -> list[Case]:
             },
             2 * _nbytes(pooled),
         )
-    ]
+
+    return [case(512), case(4096)]
 
 
 def _torch_block_bucketize(lengths, ids, block_sizes, my_size):
