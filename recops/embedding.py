@@ -85,6 +85,8 @@ class OptimType(enum.Enum):
     EXACT_ROWWISE_ADAGRAD = "exact_row_wise_adagrad"
     ADAM = "adam"
     PARTIAL_ROWWISE_ADAM = "partial_row_wise_adam"
+    LAMB = "lamb"
+    PARTIAL_ROWWISE_LAMB = "partial_row_wise_lamb"
 
     def __str__(self) -> str:
         return self.value
@@ -132,9 +134,18 @@ _OPTIMIZERS = {
     OptimType.EXACT_ROWWISE_ADAGRAD: ("rowwise_adagrad", ("rowwise",)),
     OptimType.ADAM: ("adam", ("elementwise", "elementwise")),
     OptimType.PARTIAL_ROWWISE_ADAM: ("partial_rowwise_adam", ("elementwise", "rowwise")),
+    OptimType.LAMB: ("lamb", ("elementwise", "elementwise")),
+    OptimType.PARTIAL_ROWWISE_LAMB: ("partial_rowwise_lamb", ("elementwise", "rowwise")),
 }
-# The Adam family: bias-corrected by the step count `iter`, weight decay decoupled (FBGEMM's).
-_ADAM_FAMILY = (OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM)
+# The Adam family: moments with betas, bias-corrected by the step count `iter`. Adam's weight
+# decay is decoupled (FBGEMM's); LAMB's is part of its update direction (weight_decay_mode NONE).
+_ADAM_FAMILY = (
+    OptimType.ADAM,
+    OptimType.PARTIAL_ROWWISE_ADAM,
+    OptimType.LAMB,
+    OptimType.PARTIAL_ROWWISE_LAMB,
+)
+_LAMB_FAMILY = (OptimType.LAMB, OptimType.PARTIAL_ROWWISE_LAMB)
 # get_optimizer_state's names for the state buffers, as torch.optim names them.
 _STATE_NAMES = {
     OptimType.EXACT_SGD: (),
@@ -142,6 +153,8 @@ _STATE_NAMES = {
     OptimType.EXACT_ROWWISE_ADAGRAD: ("sum",),
     OptimType.ADAM: ("exp_avg", "exp_avg_sq"),
     OptimType.PARTIAL_ROWWISE_ADAM: ("exp_avg", "exp_avg_sq"),
+    OptimType.LAMB: ("exp_avg", "exp_avg_sq"),
+    OptimType.PARTIAL_ROWWISE_LAMB: ("exp_avg", "exp_avg_sq"),
 }
 
 _OUTPUT_DTYPES = {0: torch.float32, 1: torch.float16, 5: torch.bfloat16}
@@ -553,7 +566,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         step = int(self.iter.item()) + 1
         if self.optimizer in _ADAM_FAMILY:
             state.update(beta1=self.beta1, beta2=self.beta2, iter=step)
-            weight_decay_mode = WeightDecayMode.DECOUPLE
+            lamb = self.optimizer in _LAMB_FAMILY
+            weight_decay_mode = WeightDecayMode.NONE if lamb else WeightDecayMode.DECOUPLE
         lookup = getattr(ops, f"split_embedding_codegen_lookup_{suffix}_function")
         output = lookup(
             self.weights_host,

@@ -1242,7 +1242,8 @@ def make_tbe_forward(d):
     return args
 
 
-TBE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam")
+ADAM_FAMILY = ("adam", "partial_rowwise_adam", "lamb", "partial_rowwise_lamb")
+TBE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", *ADAM_FAMILY)
 
 
 def make_tbe_backward(optimizer, weighted):
@@ -1259,12 +1260,14 @@ def make_tbe_backward(optimizer, weighted):
             "rowwise_adagrad": [[1, 1]],
             "adam": [[4, 2], [4, 2]],
             "partial_rowwise_adam": [[4, 2], [1, 1]],
+            "lamb": [[4, 2], [4, 2]],
+            "partial_rowwise_lamb": [[4, 2], [1, 1]],
         }[optimizer]
         for k, (first, second) in enumerate(per_row, start=1):
             args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
             args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
-        if optimizer in ("adam", "partial_rowwise_adam"):
+        if optimizer in ADAM_FAMILY:
             args["iter"] = d.int(1, 5)
         return args
 

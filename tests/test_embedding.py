@@ -28,9 +28,12 @@ from recops import (
 
 ops = torch.ops.recops
 
-# Those FBGEMM's CPU module implements too, and the Adam family, which it has no CPU kernel for.
+# Those FBGEMM's CPU module implements too, and the Adam family (LAMB included), which it has no
+# CPU kernel for.
 FBGEMM_OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
-ADAM_FAMILY = [OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM]
+LAMB_FAMILY = [OptimType.LAMB, OptimType.PARTIAL_ROWWISE_LAMB]
+ADAM_FAMILY = [OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM, *LAMB_FAMILY]
+ROWWISE_SECOND_MOMENT = (OptimType.PARTIAL_ROWWISE_ADAM, OptimType.PARTIAL_ROWWISE_LAMB)
 OPTIMIZERS = FBGEMM_OPTIMIZERS + ADAM_FAMILY
 BETAS = (0.8, 0.9)  # the Adam family's beta1, beta2 in these tests
 POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
@@ -157,7 +160,9 @@ class Reference:
     def update(self, t, rows, g):
         w, lr, states = self.weights[t], LR, self.states[t] if self.states else []
         keep = 1.0
-        if self.optimizer in ADAM_FAMILY:  # FBGEMM's Adam decays decoupled, whatever the mode
+        if self.optimizer in LAMB_FAMILY:  # LAMB decays in its update direction, whatever the mode
+            pass
+        elif self.optimizer in ADAM_FAMILY:  # FBGEMM's Adam decays decoupled, whatever the mode
             keep = 1 - lr * self.wd
         elif self.wd_mode == WeightDecayMode.L2:
             g = g + self.wd * w[rows]
@@ -176,13 +181,23 @@ class Reference:
             (b1, b2), step = BETAS, self.iter
             m, v = states
             m[rows] = b1 * m[rows] + (1 - b1) * g
-            if self.optimizer == OptimType.ADAM:
-                v[rows] = b2 * v[rows] + (1 - b2) * g * g
-                denominator = (v[rows] / (1 - b2**step)).sqrt() + EPS
-            else:
+            if self.optimizer in ROWWISE_SECOND_MOMENT:
                 v[rows] = b2 * v[rows] + (1 - b2) * (g * g).mean(dim=1)
                 denominator = ((v[rows] / (1 - b2**step)).sqrt() + EPS)[:, None]
-            new = keep * w[rows] - lr * (m[rows] / (1 - b1**step)) / denominator
+            else:
+                v[rows] = b2 * v[rows] + (1 - b2) * g * g
+                denominator = (v[rows] / (1 - b2**step)).sqrt() + EPS
+            direction = (m[rows] / (1 - b1**step)) / denominator
+            if self.optimizer in LAMB_FAMILY:
+                # Each row is a layer: r = direction + wd * w, scaled by ||w|| / ||r|| (1 where a
+                # norm is 0).
+                r = direction + self.wd * w[rows]
+                w_norm = w[rows].norm(dim=1, keepdim=True)
+                r_norm = r.norm(dim=1, keepdim=True)
+                ratio = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, 1.0)
+                new = w[rows] - lr * ratio * r
+            else:
+                new = keep * w[rows] - lr * direction
         w[rows] = new.to(self.dtype).double()  # stored precision
 
 
@@ -519,9 +534,14 @@ def test_fbgemm_enums_are_accepted(fbgemm_ops):
         [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.ADAM
     )
     assert adam.optimizer == OptimType.ADAM
+    lamb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)],
+        optimizer=EmbOptimType.PARTIAL_ROWWISE_LAMB,
+    )
+    assert lamb.optimizer == OptimType.PARTIAL_ROWWISE_LAMB
     with pytest.raises(NotImplementedError, match="optimizer"):
         SplitTableBatchedEmbeddingBagsCodegen(
-            [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.LAMB
+            [(10, 4, FbgemmLocation.HOST, FbgemmDevice.CPU)], optimizer=EmbOptimType.LARS_SGD
         )
 
 
@@ -942,6 +962,8 @@ def test_enums_have_fbgemm_names_and_values():
         ("EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad"),
         ("ADAM", "adam"),
         ("PARTIAL_ROWWISE_ADAM", "partial_row_wise_adam"),
+        ("LAMB", "lamb"),
+        ("PARTIAL_ROWWISE_LAMB", "partial_row_wise_lamb"),
     ]
     assert recops.EmbOptimType is OptimType
     assert [(m.name, m.value) for m in WeightDecayMode] == [("NONE", 0), ("L2", 1), ("DECOUPLE", 2)]
@@ -1058,6 +1080,66 @@ def test_adam_family_state_layout_and_accessors():
     assert str(OptimType.PARTIAL_ROWWISE_ADAM) == "partial_row_wise_adam"
 
 
+def test_lamb_family_state_layout():
+    shapes = [(5, 4), (7, 8)]
+    lamb = make_module(shapes, [1, 0], OptimType.LAMB, PoolingMode.SUM)
+    partial = make_module(shapes, [1, 0], OptimType.PARTIAL_ROWWISE_LAMB, PoolingMode.SUM)
+    assert [[tuple(s.shape) for s in st] for st in lamb.split_optimizer_states()] == [
+        [(5, 4), (5, 4)],
+        [(7, 8), (7, 8)],
+    ]
+    assert [[tuple(s.shape) for s in st] for st in partial.split_optimizer_states()] == [
+        [(5, 4), (5,)],
+        [(7, 8), (7,)],
+    ]
+    assert [set(s) for s in lamb.get_optimizer_state()] == [{"exp_avg", "exp_avg_sq"}] * 2
+    assert str(OptimType.PARTIAL_ROWWISE_LAMB) == "partial_row_wise_lamb"
+
+
+@pytest.mark.parametrize("optimizer", LAMB_FAMILY, ids=lambda o: o.name)
+def test_lamb_trust_ratio_at_zero_norms(optimizer):
+    """A zero row still moves (trust ratio 1, not ||w|| / ||r|| = 0) and a zero update direction
+    leaves its row as it was (not inf * 0 = NaN)."""
+    module = make_module([(4, 8)], None, optimizer, PoolingMode.SUM)
+    with torch.no_grad():
+        module.split_embedding_weights()[0][0].zero_()
+    before = module.split_embedding_weights()[0].clone()
+    out = module(torch.tensor([0, 1]), torch.tensor([0, 1, 2]))
+    grad = torch.zeros_like(out)
+    grad[0] = 1.0  # bag 0 looks up the zero row 0; bag 1 (row 1) gets a zero gradient
+    out.backward(grad)
+    after = module.split_embedding_weights()[0]
+    assert torch.isfinite(after).all()
+    # First step: m / c1 = g and v / c2 = g^2 (rowwise: its mean), so r = g / (|g| + eps) and
+    # r = g / (sqrt(mean g^2) + eps) are both 1 / (1 + eps) per element, g being all ones.
+    torch.testing.assert_close(after[0], torch.full((8,), -LR / (1 + EPS)))
+    assert torch.equal(after[1:], before[1:])
+
+
+def test_lamb_op_rejects_a_weight_decay_mode():
+    module = make_module([(10, 8)], None, OptimType.LAMB, PoolingMode.SUM)
+    snapshot = state_snapshot(module)
+    with pytest.raises(RuntimeError, match=r"LAMB applies weight_decay in its own update"):
+        ops.backward_codegen_lamb_unweighted_exact(
+            torch.ones(1, 8),
+            module.weights_host.detach(),
+            module.weights_offsets,
+            module.D_offsets,
+            module.rows_per_table,
+            torch.tensor([1]),
+            torch.tensor([0, 1]),
+            0,
+            module.momentum1_host,
+            module.momentum1_offsets,
+            module.momentum2_host,
+            module.momentum2_offsets,
+            module.learning_rate_tensor,
+            weight_decay=0.1,
+            weight_decay_mode=1,
+        )
+    assert_state_unchanged(module, snapshot)
+
+
 @pytest.mark.parametrize("optimizer", ADAM_FAMILY, ids=lambda o: o.name)
 def test_adam_rejects_bad_betas_and_steps_before_any_update(optimizer):
     module = make_module([(10, 8)], None, optimizer, PoolingMode.SUM)
@@ -1074,7 +1156,7 @@ def test_adam_rejects_bad_betas_and_steps_before_any_update(optimizer):
         with pytest.raises(ValueError, match=match):
             out.sum().backward()
         module.update_hyper_parameters({"beta1": BETAS[0], "beta2": BETAS[1]})
-    suffix = "adam" if optimizer == OptimType.ADAM else "partial_rowwise_adam"
+    suffix = optimizer.name.lower()
     backward = getattr(ops, f"backward_codegen_{suffix}_unweighted_exact")
     layout = (
         torch.ones(1, 8),
@@ -1124,7 +1206,7 @@ def test_accessors():
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        (dict(optimizer="lamb"), "optimizer"),
+        (dict(optimizer="lars_sgd"), "optimizer"),
         (dict(cache_precision=SparseType.FP16), "cache_precision"),
         (dict(weights_precision=SparseType.INT8), "weights_precision"),
         (dict(cache_load_factor=0.5), "cache_load_factor"),
@@ -1229,7 +1311,16 @@ def test_opcheck_forward_and_grad_ops():
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 @pytest.mark.parametrize(
-    "name", ["sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam"]
+    "name",
+    [
+        "sgd",
+        "adagrad",
+        "rowwise_adagrad",
+        "adam",
+        "partial_rowwise_adam",
+        "lamb",
+        "partial_rowwise_lamb",
+    ],
 )
 def test_opcheck_backward_ops(name, weighted):
     module, indices, offsets, (w_off, d_off) = op_args()
@@ -1254,6 +1345,8 @@ def test_opcheck_backward_ops(name, weighted):
         "rowwise_adagrad": [rowwise],
         "adam": [elementwise, elementwise],
         "partial_rowwise_adam": [elementwise, rowwise],
+        "lamb": [elementwise, elementwise],
+        "partial_rowwise_lamb": [elementwise, rowwise],
     }[name]
     for size, state_offsets in layouts:
         args += [torch.zeros(size), torch.tensor(state_offsets)]

@@ -26,11 +26,11 @@ STEPS = 3
 MAX_BAG = 3  # bag lengths are 0 .. MAX_BAG: empty bags included
 LEARNING_RATE = 0.1
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise")
-# The fused optimizers trained here, by FBGEMM's EmbOptimType names (lower case). FBGEMM has CPU kernels for
-# Adagrad only; the Adam family runs on recops' kernels alone. Elementwise optimizers are exact
-# under every sharding; a rowwise state is per column shard, so partial rowwise Adam is not
-# column-wise exact.
-OPTIMIZERS = ("exact_adagrad", "adam", "partial_rowwise_adam")
+# The fused optimizers trained here, by FBGEMM's EmbOptimType names (lower case). FBGEMM has CPU
+# kernels for Adagrad only; the Adam family runs on recops' kernels alone. Elementwise optimizers
+# are exact under every sharding; a rowwise state, or LAMB's row norms, is per column shard, so
+# those are not column-wise exact.
+OPTIMIZERS = ("exact_adagrad", "adam", "partial_rowwise_adam", "lamb")
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,10 @@ def build(run: Run, world: int, pg):
         dense_device=torch.device("cpu"),
     )
     sharder = _cpu_sharder()(
-        fused_params={"optimizer": EmbOptimType[run.optimizer.upper()], "learning_rate": LEARNING_RATE}
+        fused_params={
+            "optimizer": EmbOptimType[run.optimizer.upper()],
+            "learning_rate": LEARNING_RATE,
+        }
     )
     constraints = {
         name: ParameterConstraints(

@@ -312,10 +312,12 @@ struct State {
 void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::vector<float> g,
                  int64_t D) {
   const OptimizerParams& p = problem.params;
-  if (p.weight_decay_mode == WeightDecay::kL2) {
+  const bool lamb =
+      problem.optimizer == Optimizer::kLamb || problem.optimizer == Optimizer::kPartialRowwiseLamb;
+  if (!lamb && p.weight_decay_mode == WeightDecay::kL2) {
     for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
   }
-  const float keep = p.weight_decay_mode == WeightDecay::kDecouple
+  const float keep = !lamb && p.weight_decay_mode == WeightDecay::kDecouple
                          ? 1.0f - p.learning_rate * p.weight_decay
                          : 1.0f;
   float mean_square = 0;
@@ -348,6 +350,26 @@ void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::ve
         w[d] = keep * w[d] - p.learning_rate * (m1[d] / p.bias_correction1) /
                                  (std::sqrt(v / p.bias_correction2) + p.eps);
       }
+      break;
+    }
+    case Optimizer::kLamb:
+    case Optimizer::kPartialRowwiseLamb: {
+      // r = Adam's direction + wd * w; w -= lr * (||w|| / ||r||, or 1 at a zero norm) * r.
+      const bool rowwise = problem.optimizer == Optimizer::kPartialRowwiseLamb;
+      if (rowwise) m2[0] = p.beta2 * m2[0] + (1 - p.beta2) * mean_square;
+      std::vector<float> r(D);
+      double w_norm = 0, r_norm = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        m1[d] = p.beta1 * m1[d] + (1 - p.beta1) * g[d];
+        if (!rowwise) m2[d] = p.beta2 * m2[d] + (1 - p.beta2) * g[d] * g[d];
+        const float v = rowwise ? m2[0] : m2[d];
+        r[d] = (m1[d] / p.bias_correction1) / (std::sqrt(v / p.bias_correction2) + p.eps) +
+               p.weight_decay * w[d];
+        w_norm += static_cast<double>(w[d]) * w[d];
+        r_norm += static_cast<double>(r[d]) * r[d];
+      }
+      const double ratio = w_norm > 0 && r_norm > 0 ? std::sqrt(w_norm / r_norm) : 1.0;
+      for (int64_t d = 0; d < D; ++d) w[d] -= static_cast<float>(p.learning_rate * ratio) * r[d];
       break;
     }
   }
@@ -425,9 +447,13 @@ Problem make_problem(Optimizer optimizer, WeightDecay decay = WeightDecay::kNone
   return problem;
 }
 
-constexpr Optimizer kOptimizers[] = {Optimizer::kSgd, Optimizer::kAdagrad,
-                                     Optimizer::kRowwiseAdagrad, Optimizer::kAdam,
-                                     Optimizer::kPartialRowwiseAdam};
+constexpr Optimizer kOptimizers[] = {Optimizer::kSgd,
+                                     Optimizer::kAdagrad,
+                                     Optimizer::kRowwiseAdagrad,
+                                     Optimizer::kAdam,
+                                     Optimizer::kPartialRowwiseAdam,
+                                     Optimizer::kLamb,
+                                     Optimizer::kPartialRowwiseLamb};
 
 template <typename weight_t>
 void check_update(const Batch& batch, const Problem& problem) {

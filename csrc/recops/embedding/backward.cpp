@@ -15,10 +15,6 @@ namespace {
 
 using kernels::Optimizer;
 
-bool is_adam(Optimizer optimizer) {
-  return optimizer == Optimizer::kAdam || optimizer == Optimizer::kPartialRowwiseAdam;
-}
-
 // State buffer k (`name`, e.g. momentum1) must hold every feature's table state (rows x
 // optimizer_state_size elements) at <name>_offsets[t]; features sharing a table share its state.
 at::Tensor checked_state_offsets(Optimizer optimizer, int k, const CheckedBatch& batch,
@@ -86,6 +82,10 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= 2,
               "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
               weight_decay_mode);
+  TORCH_CHECK(!kernels::decays_in_update(optimizer) || weight_decay_mode == 0,
+              "LAMB applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), "
+              "got ",
+              weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
               "learning_rate_tensor must be a float32 tensor of one value, got ",
@@ -95,7 +95,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   check_finite(weight_decay, "weight_decay", at::kFloat);
   if (optimizer != Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
   float bias_correction1 = 1, bias_correction2 = 1;
-  if (is_adam(optimizer)) {
+  if (kernels::uses_adam_moments(optimizer)) {
     TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ",
                       state.iter);
     bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);

@@ -1,6 +1,7 @@
 // The exact optimizers as policies: one step on one row given the row's summed gradient g (fp32).
 // Weight decay is shared: L2 folds wd * w into g first; DECOUPLE scales w by keep = 1 - lr * wd in
-// the step (keep = 1 otherwise, which leaves w exactly unscaled). Compiled per instruction set.
+// the step (keep = 1 otherwise, which leaves w exactly unscaled); LAMB decays in its own update
+// (decays_in_update). Compiled per instruction set.
 #pragma once
 
 #ifndef RECOPS_ISA_NS
@@ -89,6 +90,61 @@ struct PartialRowwiseAdam {
   }
 };
 
+// LAMB's step on one row (one row is one layer, as in FBGEMM): w -= lr * ratio * r for the
+// update direction r, with the trust ratio ||w|| / ||r||, or 1 where either norm is 0 (as the
+// paper's reference implementations do: FBGEMM's GPU kernel divides plainly, which freezes an
+// all-zero row and turns a zero direction into NaN).
+inline void trust_ratio_step(float* __restrict w, const float* __restrict r, int64_t D,
+                             float learning_rate) {
+  float w_square_sum = 0, r_square_sum = 0;
+#pragma omp simd reduction(+ : w_square_sum, r_square_sum)
+  for (int64_t d = 0; d < D; ++d) {
+    w_square_sum += w[d] * w[d];
+    r_square_sum += r[d] * r[d];
+  }
+  const float ratio = w_square_sum > 0 && r_square_sum > 0
+                          ? std::sqrt(w_square_sum) / std::sqrt(r_square_sum)
+                          : 1.0f;
+  const float multiplier = learning_rate * ratio;
+  for (int64_t d = 0; d < D; ++d) w[d] -= multiplier * r[d];
+}
+
+// LAMB: Adam's moments and bias corrections, the direction
+// r = (m / c1) / (sqrt(v / c2) + eps) + weight_decay * w (built in g's place), then
+// trust_ratio_step. Weight decay is part of r, so weight_decay_mode does not apply (keep = 1).
+struct Lamb {
+  static constexpr Optimizer kKind = Optimizer::kLamb;
+  static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float /*keep*/) {
+    float* __restrict m = s[0];
+    float* __restrict v = s[1];
+    for (int64_t d = 0; d < D; ++d) {
+      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
+      v[d] = p.beta2 * v[d] + (1.0f - p.beta2) * g[d] * g[d];
+      g[d] = (m[d] / p.bias_correction1) / (std::sqrt(v[d] / p.bias_correction2) + p.eps) +
+             p.weight_decay * w[d];
+    }
+    trust_ratio_step(w, g, D, p.learning_rate);
+  }
+};
+
+// LAMB with one second moment per row, as PartialRowwiseAdam.
+struct PartialRowwiseLamb {
+  static constexpr Optimizer kKind = Optimizer::kPartialRowwiseLamb;
+  static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float /*keep*/) {
+    float* __restrict m = s[0];
+    const float v = p.beta2 * s[1][0] + (1.0f - p.beta2) * mean_square(g, D);
+    s[1][0] = v;
+    const float denominator = std::sqrt(v / p.bias_correction2) + p.eps;
+    for (int64_t d = 0; d < D; ++d) {
+      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
+      g[d] = (m[d] / p.bias_correction1) / denominator + p.weight_decay * w[d];
+    }
+    trust_ratio_step(w, g, D, p.learning_rate);
+  }
+};
+
 // Applies Opt to one stored row, computing in fp32 and rounding once on the store. `g` is
 // clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
 template <typename Opt, typename weight_t>
@@ -101,12 +157,15 @@ void update_row(weight_t* row, float* const* state, float* g, int64_t D, const O
     to_float(row, scratch, D);
     w = scratch;
   }
-  if (p.weight_decay_mode == WeightDecay::kL2) {
-    for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
+  float keep = 1.0f;
+  if constexpr (!decays_in_update(Opt::kKind)) {
+    if (p.weight_decay_mode == WeightDecay::kL2) {
+      for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
+    }
+    if (p.weight_decay_mode == WeightDecay::kDecouple) {
+      keep = 1.0f - p.learning_rate * p.weight_decay;
+    }
   }
-  const float keep = p.weight_decay_mode == WeightDecay::kDecouple
-                         ? 1.0f - p.learning_rate * p.weight_decay
-                         : 1.0f;
   Opt::step(w, state, g, D, p, keep);
   if constexpr (!std::is_same_v<weight_t, float>) from_float(w, row, D);
 }

@@ -24,6 +24,10 @@ decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
       return fn(TypeTag<Adam>{});
     case Optimizer::kPartialRowwiseAdam:
       return fn(TypeTag<PartialRowwiseAdam>{});
+    case Optimizer::kLamb:
+      return fn(TypeTag<Lamb>{});
+    case Optimizer::kPartialRowwiseLamb:
+      return fn(TypeTag<PartialRowwiseLamb>{});
     default:
       return fn(TypeTag<ExactSgd>{});
   }
