@@ -1057,19 +1057,27 @@ def test_adam_matches_torch_optim_on_dense_tables(weight_decay):
     assert int(module.iter) == 5
 
 
-def test_adam_family_state_layout_and_accessors():
+@pytest.mark.parametrize(
+    "full, partial",
+    [
+        (OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM),
+        (OptimType.LAMB, OptimType.PARTIAL_ROWWISE_LAMB),
+    ],
+    ids=["adam", "lamb"],
+)
+def test_adam_family_state_layout_and_accessors(full, partial):
     shapes = [(5, 4), (7, 8)]
-    adam = make_module(shapes, [1, 0], OptimType.ADAM, PoolingMode.SUM)
-    partial = make_module(shapes, [1, 0], OptimType.PARTIAL_ROWWISE_ADAM, PoolingMode.SUM)
-    assert [[tuple(s.shape) for s in st] for st in adam.split_optimizer_states()] == [
+    elementwise = make_module(shapes, [1, 0], full, PoolingMode.SUM)
+    rowwise = make_module(shapes, [1, 0], partial, PoolingMode.SUM)
+    assert [[tuple(s.shape) for s in st] for st in elementwise.split_optimizer_states()] == [
         [(5, 4), (5, 4)],
         [(7, 8), (7, 8)],
     ]
-    assert [[tuple(s.shape) for s in st] for st in partial.split_optimizer_states()] == [
+    assert [[tuple(s.shape) for s in st] for st in rowwise.split_optimizer_states()] == [
         [(5, 4), (5,)],
         [(7, 8), (7,)],
     ]
-    for module in (adam, partial):
+    for module in (elementwise, rowwise):
         assert [set(s) for s in module.get_optimizer_state()] == [{"exp_avg", "exp_avg_sq"}] * 2
         module.update_hyper_parameters({"beta1": 0.5, "beta2": 0.75})
         assert (module.beta1, module.beta2) == (0.5, 0.75)
@@ -1077,23 +1085,6 @@ def test_adam_family_state_layout_and_accessors():
         out = module(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3]))
         assert int(module.iter) == 42  # the forward took step 42
         out.sum().backward()
-    assert str(OptimType.PARTIAL_ROWWISE_ADAM) == "partial_row_wise_adam"
-
-
-def test_lamb_family_state_layout():
-    shapes = [(5, 4), (7, 8)]
-    lamb = make_module(shapes, [1, 0], OptimType.LAMB, PoolingMode.SUM)
-    partial = make_module(shapes, [1, 0], OptimType.PARTIAL_ROWWISE_LAMB, PoolingMode.SUM)
-    assert [[tuple(s.shape) for s in st] for st in lamb.split_optimizer_states()] == [
-        [(5, 4), (5, 4)],
-        [(7, 8), (7, 8)],
-    ]
-    assert [[tuple(s.shape) for s in st] for st in partial.split_optimizer_states()] == [
-        [(5, 4), (5,)],
-        [(7, 8), (7,)],
-    ]
-    assert [set(s) for s in lamb.get_optimizer_state()] == [{"exp_avg", "exp_avg_sq"}] * 2
-    assert str(OptimType.PARTIAL_ROWWISE_LAMB) == "partial_row_wise_lamb"
 
 
 @pytest.mark.parametrize("optimizer", LAMB_FAMILY, ids=lambda o: o.name)
@@ -1114,30 +1105,6 @@ def test_lamb_trust_ratio_at_zero_norms(optimizer):
     # r = g / (sqrt(mean g^2) + eps) are both 1 / (1 + eps) per element, g being all ones.
     torch.testing.assert_close(after[0], torch.full((8,), -LR / (1 + EPS)))
     assert torch.equal(after[1:], before[1:])
-
-
-def test_lamb_op_rejects_a_weight_decay_mode():
-    module = make_module([(10, 8)], None, OptimType.LAMB, PoolingMode.SUM)
-    snapshot = state_snapshot(module)
-    with pytest.raises(RuntimeError, match=r"LAMB applies weight_decay in its own update"):
-        ops.backward_codegen_lamb_unweighted_exact(
-            torch.ones(1, 8),
-            module.weights_host.detach(),
-            module.weights_offsets,
-            module.D_offsets,
-            module.rows_per_table,
-            torch.tensor([1]),
-            torch.tensor([0, 1]),
-            0,
-            module.momentum1_host,
-            module.momentum1_offsets,
-            module.momentum2_host,
-            module.momentum2_offsets,
-            module.learning_rate_tensor,
-            weight_decay=0.1,
-            weight_decay_mode=1,
-        )
-    assert_state_unchanged(module, snapshot)
 
 
 @pytest.mark.parametrize("optimizer", ADAM_FAMILY, ids=lambda o: o.name)
@@ -1172,6 +1139,9 @@ def test_adam_rejects_bad_betas_and_steps_before_any_update(optimizer):
     m2 = (module.momentum2_host, module.momentum2_offsets)
     with pytest.raises(ValueError, match=r"iter must be >= 1"):
         backward(*layout, *m1, *m2, module.learning_rate_tensor, iter=0)
+    if optimizer in LAMB_FAMILY:
+        with pytest.raises(RuntimeError, match=r"LAMB applies weight_decay in its own update"):
+            backward(*layout, *m1, *m2, module.learning_rate_tensor, iter=2, weight_decay_mode=1)
     with pytest.raises(RuntimeError, match=r"momentum1 and momentum2 must not share memory"):
         backward(*layout, *m1, *m1, module.learning_rate_tensor, iter=2)
     assert_state_unchanged(module, snapshot)

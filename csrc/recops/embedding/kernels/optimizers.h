@@ -57,38 +57,42 @@ struct ExactRowwiseAdagrad {
   }
 };
 
-// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// w = keep * w - lr * (m / c1) / (sqrt(v / c2) + eps), elementwise, c = 1 - b^iter (FBGEMM's).
-struct Adam {
-  static constexpr Optimizer kKind = Optimizer::kAdam;
-  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
-                   const OptimizerParams& p, float keep) {
-    float* __restrict m = s[0];
-    float* __restrict v = s[1];
-    for (int64_t d = 0; d < D; ++d) {
-      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
-      v[d] = p.beta2 * v[d] + (1.0f - p.beta2) * g[d] * g[d];
-      w[d] = keep * w[d] - p.learning_rate * (m[d] / p.bias_correction1) /
-                               (std::sqrt(v[d] / p.bias_correction2) + p.eps);
-    }
-  }
-};
-
-// Adam with one second moment per row: v = b2 v + (1 - b2) mean_d(g^2), m elementwise.
-struct PartialRowwiseAdam {
-  static constexpr Optimizer kKind = Optimizer::kPartialRowwiseAdam;
-  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
-                   const OptimizerParams& p, float keep) {
-    float* __restrict m = s[0];
+// The Adam family's moments of one row and its bias-corrected direction, written over g:
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (kRowwiseSecondMoment: one v per row, from
+// mean_d(g^2)); g = (m / c1) / (sqrt(v / c2) + eps), c = 1 - b^iter (FBGEMM's).
+template <bool kRowwiseSecondMoment>
+void adam_direction(float* const* s, float* __restrict g, int64_t D, const OptimizerParams& p) {
+  float* __restrict m = s[0];
+  if constexpr (kRowwiseSecondMoment) {
     const float v = p.beta2 * s[1][0] + (1.0f - p.beta2) * mean_square(g, D);
     s[1][0] = v;
     const float denominator = std::sqrt(v / p.bias_correction2) + p.eps;
     for (int64_t d = 0; d < D; ++d) {
       m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
-      w[d] = keep * w[d] - p.learning_rate * (m[d] / p.bias_correction1) / denominator;
+      g[d] = (m[d] / p.bias_correction1) / denominator;
+    }
+  } else {
+    float* __restrict v = s[1];
+    for (int64_t d = 0; d < D; ++d) {
+      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
+      v[d] = p.beta2 * v[d] + (1.0f - p.beta2) * g[d] * g[d];
+      g[d] = (m[d] / p.bias_correction1) / (std::sqrt(v[d] / p.bias_correction2) + p.eps);
     }
   }
+}
+
+// Adam: w = keep * w - lr * direction.
+template <Optimizer kOptimizer, bool kRowwiseSecondMoment>
+struct AdamStep {
+  static constexpr Optimizer kKind = kOptimizer;
+  static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float keep) {
+    adam_direction<kRowwiseSecondMoment>(s, g, D, p);
+    for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - p.learning_rate * g[d];
+  }
 };
+using Adam = AdamStep<Optimizer::kAdam, false>;
+using PartialRowwiseAdam = AdamStep<Optimizer::kPartialRowwiseAdam, true>;
 
 // LAMB's step on one row (one row is one layer, as in FBGEMM): w -= lr * ratio * r for the
 // update direction r, with the trust ratio ||w|| / ||r||, or 1 where either norm is 0 (as the
@@ -109,41 +113,20 @@ inline void trust_ratio_step(float* __restrict w, const float* __restrict r, int
   for (int64_t d = 0; d < D; ++d) w[d] -= multiplier * r[d];
 }
 
-// LAMB: Adam's moments and bias corrections, the direction
-// r = (m / c1) / (sqrt(v / c2) + eps) + weight_decay * w (built in g's place), then
-// trust_ratio_step. Weight decay is part of r, so weight_decay_mode does not apply (keep = 1).
-struct Lamb {
-  static constexpr Optimizer kKind = Optimizer::kLamb;
+// LAMB: r = Adam's direction + weight_decay * w (built in g's place), then trust_ratio_step.
+// Weight decay is part of r, so weight_decay_mode does not apply (keep = 1, decays_in_update).
+template <Optimizer kOptimizer, bool kRowwiseSecondMoment>
+struct LambStep {
+  static constexpr Optimizer kKind = kOptimizer;
   static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
                    const OptimizerParams& p, float /*keep*/) {
-    float* __restrict m = s[0];
-    float* __restrict v = s[1];
-    for (int64_t d = 0; d < D; ++d) {
-      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
-      v[d] = p.beta2 * v[d] + (1.0f - p.beta2) * g[d] * g[d];
-      g[d] = (m[d] / p.bias_correction1) / (std::sqrt(v[d] / p.bias_correction2) + p.eps) +
-             p.weight_decay * w[d];
-    }
+    adam_direction<kRowwiseSecondMoment>(s, g, D, p);
+    for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
     trust_ratio_step(w, g, D, p.learning_rate);
   }
 };
-
-// LAMB with one second moment per row, as PartialRowwiseAdam.
-struct PartialRowwiseLamb {
-  static constexpr Optimizer kKind = Optimizer::kPartialRowwiseLamb;
-  static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
-                   const OptimizerParams& p, float /*keep*/) {
-    float* __restrict m = s[0];
-    const float v = p.beta2 * s[1][0] + (1.0f - p.beta2) * mean_square(g, D);
-    s[1][0] = v;
-    const float denominator = std::sqrt(v / p.bias_correction2) + p.eps;
-    for (int64_t d = 0; d < D; ++d) {
-      m[d] = p.beta1 * m[d] + (1.0f - p.beta1) * g[d];
-      g[d] = (m[d] / p.bias_correction1) / denominator + p.weight_decay * w[d];
-    }
-    trust_ratio_step(w, g, D, p.learning_rate);
-  }
-};
+using Lamb = LambStep<Optimizer::kLamb, false>;
+using PartialRowwiseLamb = LambStep<Optimizer::kPartialRowwiseLamb, true>;
 
 // Applies Opt to one stored row, computing in fp32 and rounding once on the store. `g` is
 // clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
