@@ -1,6 +1,6 @@
 """Table-batched embedding bags with fused optimizer (docs/ops.md section 7), side by side with
 FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen (SGD, Adagrad, rowwise Adagrad: it has no CPU
-Adam) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which updates
+Adam or LAMB) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which updates
 only the rows in the batch, as the fused Adam does).
 
 Workload: FBGEMM's TBE benchmark scaled to a small machine: T = 8 tables of 1e5 rows, D = 128,
@@ -81,7 +81,7 @@ def fbgemm_module(optimizer, weights):
 
 class TorchBags:
     """nn.EmbeddingBag per table with sparse gradients and a torch.optim sparse optimizer (none
-    for rowwise Adagrad and partial rowwise Adam, which torch.optim lacks)."""
+    for rowwise Adagrad, partial rowwise Adam and the LAMBs, which torch.optim lacks)."""
 
     def __init__(self, optimizer):
         self.bags = [torch.nn.EmbeddingBag(ROWS, D, mode="sum", sparse=True) for _ in range(T)]
