@@ -1,17 +1,21 @@
-// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h)
-// on small jagged batches against scalar loops in double written here from docs/ops.md
-// sections 3-5: causal and two-sided masks, with and without the relative time + position bias,
-// forward and backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence.
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h) on
+// small jagged batches against scalar loops in double written here from docs/ops.md sections 3-5:
+// causal and two-sided masks, with and without the relative time + position bias, forward and
+// backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence; and the block
+// loop they share (block_schedule.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 
@@ -117,6 +121,67 @@ TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {
   query_times(batch.sequences(), batch.key_time.data(), false, unshifted.data());
   EXPECT_EQ(shifted, batch.query_time);
   EXPECT_EQ(unshifted, batch.key_time);
+}
+
+// The one block loop of the HSTU-family kernels (block_schedule.h): every query row of every
+// sequence falls in exactly one block, which meets the keys its mask lets it see (causal with a
+// window of 40: the 40 keys before the block's first row up to its last row) and runs between its
+// item's begin_item and end_item; end_item gets the item's dK, dV partial at the sequence's rows.
+TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
+  const std::vector<int64_t> row_begin = {0, 70, 75, 75}, length = {70, 5, 0, 150};
+  const Sequences seqs{4, row_begin.data(), length.data(), 150};
+  const int64_t rows = 225, heads = 2, dqk = 3, dv = 4, chunks = 2, window = 40;
+  MaskSource<float> mask;
+  mask.max_attn_len = window;
+  std::vector<float> dk(chunks * rows * heads * dqk), dv_partials(chunks * rows * heads * dv);
+  const QkvGrads<float> qkv{nullptr, dk.data(), dv_partials.data(), rows, heads, dqk, dv};
+
+  std::vector<std::atomic<int>> visits(rows);
+  std::atomic<int> errors{0};
+  std::vector<std::vector<std::pair<const float*, const float*>>> ended(max_threads());
+  struct Recorder {  // stands in for the kernels' gradient accumulators
+    std::atomic<int>* errors;
+    std::vector<std::pair<const float*, const float*>>* ended;
+    int64_t length = -1;  // of the item under way; -1 between items
+    void begin_item(int64_t n) {
+      if (length != -1) ++*errors;
+      length = n;
+    }
+    void end_item(int64_t n, float* item_dk, float* item_dv) {
+      if (n != length) ++*errors;
+      ended->emplace_back(item_dk, item_dv);
+      length = -1;
+    }
+  };
+  struct Scratch {
+    Recorder grads;
+  };
+  for_each_backward_block(
+      seqs, mask, chunks, qkv,
+      [&](int64_t slot) {
+        return Scratch{{&errors, &ended[slot]}};
+      },
+      [&](Scratch& scratch, const Block& blk) {
+        const int64_t key0 = std::max<int64_t>(0, blk.row0 - window);
+        if (scratch.grads.length != blk.length || blk.key0 != key0 ||
+            blk.keys != blk.row0 + blk.rows - key0 || blk.rows > kQueryBlock) {
+          ++errors;
+        }
+        for (int64_t r = 0; r < blk.rows; ++r) ++visits[row_begin[blk.b] + blk.row0 + r];
+      });
+
+  EXPECT_EQ(errors.load(), 0);
+  for (int64_t row = 0; row < rows; ++row) EXPECT_EQ(visits[row].load(), 1) << "row " << row;
+  std::vector<std::pair<const float*, const float*>> got, expected;
+  for (const auto& slot : ended) got.insert(got.end(), slot.begin(), slot.end());
+  for (const WorkItem& item : make_work_items(length.data(), seqs.count, chunks)) {
+    const int64_t first = row_begin[item.sequence];
+    expected.emplace_back(qkv.dk_partial(item.chunk) + first * heads * dqk,
+                          qkv.dv_partial(item.chunk) + first * heads * dv);
+  }
+  std::sort(got.begin(), got.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(got, expected);
 }
 
 class HstuKernel : public ::testing::TestWithParam<Case> {};

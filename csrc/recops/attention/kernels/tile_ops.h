@@ -58,6 +58,11 @@ void add_into(T* acc, const T* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
 }
 
+template <typename T>
+void multiply_into(T* acc, const T* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] *= x[j];
+}
+
 // The bf16 bit pattern nearest to x (ties to even; NaN stays NaN): common/half_bits.h's
 // bf16_bits_from_float, with the NaN case as a select so that the tile loops calling it vectorise
 // (always inlined into each instruction-set variant).

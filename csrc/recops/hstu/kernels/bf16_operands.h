@@ -1,7 +1,8 @@
-// bf16 operands of the HSTU-family tile products: common/blas.h's gemm_bf16 (in the extension
-// oneDNN's bf16 batch-reduce GEMM micro-kernel as PyTorch exports it, fp32 accumulation into an
-// fp32 C), whose second operand is in VNNI layout: a [K, N] matrix stored as [K / 2, N, 2], the
-// two values of each pair of rows side by side (element (k, n) at ((k / 2) * ld + n) * 2 + k % 2).
+// bf16 operands of the HSTU-family tile products, laid out once per call: common/blas.h's
+// gemm_bf16 (in the extension oneDNN's bf16 batch-reduce GEMM micro-kernel as PyTorch exports it,
+// fp32 accumulation into an fp32 C), whose second operand is in VNNI layout: a [K, N] matrix
+// stored as [K / 2, N, 2], the two values of each pair of rows side by side (element (k, n) at
+// ((k / 2) * ld + n) * 2 + k % 2).
 //
 // Every dimension and leading dimension of these products is a multiple of kBf16Granule: tiles
 // are zero-padded to it (padded query rows and keys are masked out, padded head dims are zero),
@@ -9,11 +10,10 @@
 // keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t) in the kernels,
 // passed to gemm_bf16 as the layout-identical Bf16 (common/half_bits.h).
 //
-//  * PackedOperands: per sequence and head, built once per call in parallel: K^T [Dqk, N] and
-//    (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
-//    and (forward) V [N, Dv] for O = A V. Each is about one bf16 copy of K or V;
-//  * Bf16Gradients: per thread, the current work item's fp32 dK^T [H, Dqk, N] and dV^T [H, Dv, N]
-//    (accumulated by dK^T += Q^T dS, dV^T += dO^T A) and the block's bf16 Q, Q^T, dO, dO^T.
+// PackedOperands holds, per sequence and head, built once per call in parallel: K^T [Dqk, N] and
+// (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
+// and (forward) V [N, Dv] for O = A V. Each is about one bf16 copy of K or V. A query block is
+// padded to the granule (PaddedBlock) to meet them.
 #pragma once
 
 #include <algorithm>
@@ -21,12 +21,11 @@
 #include <cstring>
 #include <memory>
 
-#include "recops/attention/kernels/tile_ops.h"
 #include "recops/common/blas.h"
 #include "recops/common/cpu_isa.h"
 #include "recops/common/half_bits.h"
 #include "recops/common/parallel.h"
-#include "recops/hstu/kernels/tiles.h"
+#include "recops/hstu/kernels/batch.h"
 
 namespace recops::attention::kernels {
 
@@ -49,25 +48,6 @@ inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
                       const uint16_t* b_vnni, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   recops::gemm_bf16(m, n, k, reinterpret_cast<const Bf16*>(a), lda,
                     reinterpret_cast<const Bf16*>(b_vnni), ldb, c, ldc, accumulate);
-}
-
-// dst [rows_pad, cols_pad] (row stride cols_pad) = src [rows, cols] (row stride ld_src), zero
-// padded.
-inline void copy_padded(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld_src,
-                        uint16_t* dst, int64_t rows_pad, int64_t cols_pad) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * cols_pad, src + r * ld_src, cols * sizeof(uint16_t));
-    std::fill(dst + r * cols_pad + cols, dst + (r + 1) * cols_pad, uint16_t(0));
-  }
-  std::fill(dst + rows * cols_pad, dst + rows_pad * cols_pad, uint16_t(0));
-}
-
-// dst [cols_pad, rows_pad] = src [rows_pad, cols_pad] transposed (both padded).
-inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols_pad,
-                             uint16_t* dst) {
-  for (int64_t r = 0; r < rows_pad; ++r) {
-    for (int64_t c = 0; c < cols_pad; ++c) dst[c * rows_pad + r] = src[r * cols_pad + c];
-  }
 }
 
 // The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
@@ -197,63 +177,5 @@ inline PaddedBlock pad_block(const Block& blk) {
   p.ld = round_up(p.keys, kBf16Granule);
   return {p, round_up(blk.rows, kBf16Granule)};
 }
-
-// Per-thread bf16 block operands and fp32 key-side gradient accumulators of the bf16 backward.
-class Bf16Gradients {
- public:
-  Bf16Gradients(int64_t heads, int64_t dqk, int64_t dv, const PackedOperands& ops)
-      : heads_(heads),
-        dqk_(dqk),
-        dv_(dv),
-        dqk_pad_(ops.dqk_pad()),
-        dv_pad_(ops.dv_pad()),
-        n_pad_(ops.n_pad()),
-        q_(new uint16_t[kQueryBlock * dqk_pad_]),
-        q_t_(new uint16_t[kQueryBlock * dqk_pad_]),
-        go_(new uint16_t[kQueryBlock * dv_pad_]),
-        go_t_(new uint16_t[kQueryBlock * dv_pad_]),
-        dk_t_(new float[heads * dqk_pad_ * n_pad_]),
-        dv_t_(new float[heads * dv_pad_ * n_pad_]) {}
-
-  void begin_item() {
-    std::fill_n(dk_t_.get(), heads_ * dqk_pad_ * n_pad_, 0.0f);
-    std::fill_n(dv_t_.get(), heads_ * dv_pad_ * n_pad_, 0.0f);
-  }
-
-  // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T, zero padded
-  // (load_go: dO and dO^T only).
-  void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
-                  int64_t rows_pad) {
-    copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
-    transpose_padded(q_.get(), rows_pad, dqk_pad_, q_t_.get());
-    load_go(go, ld_go, rows, rows_pad);
-  }
-  void load_go(const uint16_t* go, int64_t ld_go, int64_t rows, int64_t rows_pad) {
-    copy_padded(go, rows, dv_, ld_go, go_.get(), rows_pad, dv_pad_);
-    transpose_padded(go_.get(), rows_pad, dv_pad_, go_t_.get());
-  }
-  const uint16_t* q() const { return q_.get(); }
-  const uint16_t* q_t() const { return q_t_.get(); }
-  const uint16_t* go() const { return go_.get(); }
-  const uint16_t* go_t() const { return go_t_.get(); }
-
-  float* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * n_pad_ + key0; }
-  float* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * n_pad_ + key0; }
-  int64_t ld() const { return n_pad_; }
-
-  // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (fp32, pointers at the sequence's first row).
-  void end_item(int64_t length, float* dk, float* dv) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, length, dk_t(h, 0), n_pad_, dk + h * dqk_, heads_ * dqk_, 1.0f, true);
-      transpose(dv_, length, dv_t(h, 0), n_pad_, dv + h * dv_, heads_ * dv_, 1.0f, true);
-    }
-  }
-
- private:
-  int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, n_pad_;
-  std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
-  std::unique_ptr<float[]> dk_t_, dv_t_;
-};
 
 }  // namespace recops::attention::kernels

@@ -8,10 +8,18 @@
 // M * sum_h dO_c,h V_h^T, scattered once per block.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
-#include <vector>
+#include <utility>
 
-#include "recops/hstu/kernels/hstu_attention.h"
+#include "recops/attention/kernels/tile_variants.h"
+#include "recops/common/blas.h"
+#include "recops/hstu/kernels/batch.h"
+#include "recops/hstu/kernels/block_schedule.h"
+#include "recops/hstu/kernels/fp32_operands.h"
+#include "recops/hstu/kernels/fp32_products.h"
+#include "recops/hstu/kernels/mask_and_bias.h"
 
 namespace recops::attention::kernels {
 
@@ -34,33 +42,15 @@ constexpr int kFuxiForwardTiles = kFuxiScores + 1;
 constexpr int kFuxiTimeGrad = kFuxiGrads + 1, kFuxiPositionGrad = kFuxiGrads + 2;
 constexpr int kFuxiBackwardTiles = kFuxiPositionGrad + 1;
 
+// The masked bias tiles of the time and position channels in arena t (null where the layout drops
+// a channel), for build_masked_bias_tiles.
 template <typename T>
-void multiply_into(T* tile, const T* mask, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) tile[j] *= mask[j];
-}
-
-// The mask tile and the masked bias tiles of head h (rebuilt per head only for per-head masks);
-// returns whether it built them. Rows [blk.rows, rows_pad) are zero (the bf16 kernels' padding).
-template <typename T>
-bool build_fuxi_tiles(const MaskSource<T>& mask, const BiasSource<T>& time,
-                      const BiasSource<T>& position, const Sequences& seqs, const Block& blk,
-                      int64_t rows_pad, const StructuredMask& sm, int64_t h,
-                      const FuxiLayout& layout, TileArena<T>& t) {
-  if (h > 0 && !mask.per_head()) return false;
-  const int64_t tile = rows_pad * blk.stride();
-  build_mask_tile(mask, sm, blk, h, t.tile(kFuxiMask));
-  zero_padded_rows(t.tile(kFuxiMask), blk, rows_pad);
-  const std::pair<FuxiChannel, int> channels[2] = {{FuxiChannel::kTime, kFuxiTime},
-                                                   {FuxiChannel::kPosition, kFuxiPosition}};
-  for (const auto& [channel, index] : channels) {
-    if (!layout.has(channel)) continue;
-    const bool time_channel = channel == FuxiChannel::kTime;
-    build_bias_tile(time_channel ? time : position, seqs, blk, 0, t.tile(index),
-                    time_channel ? t.buckets() : nullptr);
-    zero_padded_rows(t.tile(index), blk, rows_pad);
-    multiply_into(t.tile(index), t.tile(kFuxiMask), tile);
-  }
-  return true;
+std::array<MaskedBiasTile<T>, 2> fuxi_bias_tiles(const FuxiLayout& layout,
+                                                 const BiasSource<T>& time,
+                                                 const BiasSource<T>& position, TileArena<T>& t) {
+  return {
+      {{time, layout.has(FuxiChannel::kTime) ? t.tile(kFuxiTime) : nullptr, t.buckets()},
+       {position, layout.has(FuxiChannel::kPosition) ? t.tile(kFuxiPosition) : nullptr, nullptr}}};
 }
 
 // out: zero-initialised, addressed by `layout`.
@@ -69,39 +59,36 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                   const MaskSource<T>& mask, const BiasSource<T>& time,
                   const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
   const bool with_buckets = time.kind == BiasKind::kRelative;
   const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
   const TileOps<T>& passes = tile_ops<T>();
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
+  for_each_block_in_parallel(
+      seqs, mask, chunks,
       [&](int64_t slot) {
         return TileArena<T>(kFuxiForwardTiles, seqs.max_len, with_buckets, slot);
       },
-      [&](TileArena<T>& t, int64_t index) {
-        for_each_block(
-            seqs, mask, items[index], chunks, [&](const Block& blk, const StructuredMask& sm) {
-              const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-              const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-              for (int64_t h = 0; h < H; ++h) {
-                build_fuxi_tiles(mask, time, position, seqs, blk, blk.rows, sm, h, layout, t);
-                const T* v = in.v + (key0 * H + h) * dv;
-                T* s = t.tile(kFuxiScores);
-                gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
-                        kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
-                passes.silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                                   blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-                const std::pair<FuxiChannel, const T*> weights[3] = {
-                    {FuxiChannel::kSemantic, s},
-                    {FuxiChannel::kTime, t.tile(kFuxiTime)},
-                    {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
-                for (const auto& [channel, a] : weights) {
-                  if (!layout.has(channel)) continue;
-                  gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
-                          out + layout.at(row0, h, channel), layout.row_stride, false);
-                }
-              }
-            });
+      [&](TileArena<T>& t, const Block& blk) {
+        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
+        const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
+        for (int64_t h = 0; h < H; ++h) {
+          build_masked_bias_tiles(mask, seqs, blk, blk.rows, h, t.tile(kFuxiMask), bias_tiles);
+          const T* v = in.v + (key0 * H + h) * dv;
+          T* s = t.tile(kFuxiScores);
+          gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+                  kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
+          passes.silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
+                             blk.rows * blk.keys, shape.alpha, shape.silu_scale);
+          const std::pair<FuxiChannel, const T*> weights[3] = {
+              {FuxiChannel::kSemantic, s},
+              {FuxiChannel::kTime, t.tile(kFuxiTime)},
+              {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
+          for (const auto& [channel, a] : weights) {
+            if (!layout.has(channel)) continue;
+            gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
+                    out + layout.at(row0, h, channel), layout.row_stride, false);
+          }
+        }
       });
 }
 
@@ -120,8 +107,14 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
   const KeyValueTransposes<T> kv(seqs, H, shape.dqk, dv, in.k, in.v);
   const TileOps<T>& passes = tile_ops<T>();
   for_each_backward_block(
-      seqs, shape, mask, kFuxiBackwardTiles, time.kind == BiasKind::kRelative, chunks, grads.qkv,
-      [&](TileArena<T>& t, TransposedGradients<T>& tg, const Block& blk, const StructuredMask& sm) {
+      seqs, mask, chunks, grads.qkv,
+      [&](int64_t slot) {
+        return BackwardScratch<T>(kFuxiBackwardTiles, time.kind == BiasKind::kRelative, slot, shape,
+                                  seqs.max_len);
+      },
+      [&](BackwardScratch<T>& scratch, const Block& blk) {
+        TileArena<T>& t = scratch.tiles;
+        TransposedGradients<T>& tg = scratch.grads;
         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
         const int64_t tile = blk.rows * blk.keys;
         const std::pair<FuxiChannel, int> bias_channels[2] = {
@@ -129,8 +122,9 @@ void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuT
         for (const auto& [channel, grad_tile] : bias_channels) {
           if (layout.has(channel)) std::fill(t.tile(grad_tile), t.tile(grad_tile) + tile, T(0));
         }
+        const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
         for (int64_t h = 0; h < H; ++h) {
-          build_fuxi_tiles(mask, time, position, seqs, blk, blk.rows, sm, h, layout, t);
+          build_masked_bias_tiles(mask, seqs, blk, blk.rows, h, t.tile(kFuxiMask), bias_tiles);
           T* s = t.tile(kFuxiScores);
           // Semantic channel: as HSTU without bias.
           silu_head_backward(passes, shape, in, kv, seqs, blk, h,

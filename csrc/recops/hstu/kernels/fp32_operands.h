@@ -1,0 +1,60 @@
+// fp32 operands of the HSTU-family tile products, laid out once per call. gemm_nn (oneDNN's
+// brgemm micro-kernel, common/blas.h) multiplies untransposed row-major operands only, while the
+// kernels multiply by K^T and V^T (scores Q K^T, dO V^T): KeyValueTransposes holds, per sequence,
+// K^T [H, Dqk, N] and (for backward) V^T [H, Dv, N], built once per call in parallel: about one
+// extra copy of K (and V). The leading dimension N (the maximum length) stays the same from batch
+// to batch, as gemm_nn's kernel cache wants.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "recops/common/blas.h"
+#include "recops/common/parallel.h"
+#include "recops/hstu/kernels/batch.h"
+
+namespace recops::attention::kernels {
+
+// dst [B, cols, N] = per sequence b, its rows [row_begin[b], + length[b]) of src [rows, cols]
+// transposed (columns past the length are left as they are), sequences split between threads.
+template <typename T>
+void transpose_sequences(const Sequences& seqs, int64_t cols, const T* src, T* dst) {
+  parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      transpose(seqs.length[b], cols, src + seqs.row_begin[b] * cols, cols,
+                dst + b * cols * seqs.max_len, seqs.max_len);
+    }
+  });
+}
+
+template <typename T>
+class KeyValueTransposes {
+ public:
+  KeyValueTransposes(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv, const T* k,
+                     const T* v)
+      : heads_(heads),
+        dqk_(dqk),
+        dv_(dv),
+        max_len_(seqs.max_len),
+        k_t_(new T[seqs.count * heads * dqk * max_len_]),
+        v_t_(v != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
+    transpose_sequences(seqs, heads * dqk, k, k_t_.get());
+    if (v != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
+  }
+
+  // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()). Columns
+  // past a sequence's length are never written (nor read).
+  const T* k_t(int64_t b, int64_t h, int64_t key0) const {
+    return k_t_.get() + ((b * heads_ + h) * dqk_) * max_len_ + key0;
+  }
+  const T* v_t(int64_t b, int64_t h, int64_t key0) const {
+    return v_t_.get() + ((b * heads_ + h) * dv_) * max_len_ + key0;
+  }
+  int64_t ld() const { return max_len_; }
+
+ private:
+  int64_t heads_, dqk_, dv_, max_len_;
+  std::unique_ptr<T[]> k_t_, v_t_;  // uninitialised: a zero fill would be a wasted pass
+};
+
+}  // namespace recops::attention::kernels

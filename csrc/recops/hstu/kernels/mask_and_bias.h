@@ -1,0 +1,341 @@
+// The mask and the bias of the HSTU family's score tiles, and the tiles a query block builds from
+// them. The mask: the structured HSTU mask of one sequence (docs/ops.md section 4), as
+// generative-recommenders builds it (causal or two-sided, with contextual tokens, targets,
+// optionally in groups, and a window), or custom multipliers; it also gives the keys a query block
+// may see (MaskSource::block), so blocks skip the rest. The bias: dense, or relative (time and
+// position tables, in-tile). The tiles: per block the mask tile, the bias tile (HSTU) or the
+// masked bias tiles of FuXi-alpha's time and position channels, and the bias gradients scattered
+// back from a tile.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "recops/attention/kernels/tile_ops.h"
+#include "recops/hstu/kernels/batch.h"
+#include "recops/hstu/kernels/relative_bias_math.h"
+
+namespace recops::attention::kernels {
+
+// ---- The mask.
+//
+// Every rule of the structured mask is monotone in the position ids, so each query row sees a
+// union of at most four key intervals; rows are filled interval by interval instead of testing
+// every key.
+
+enum class MaskKind : int { kCausal = 0, kNone = 1, kCustom = 2 };
+
+struct StructuredMask {
+  bool causal = true;
+  int64_t length = 0;             // n
+  int64_t contextual_len = 0;     // c
+  int64_t num_targets = 0;        // t
+  int64_t target_group_size = 1;  // g
+  int64_t max_attn_len = 0;       // w, 0 = no window
+
+  int64_t top() const {
+    return length - num_targets - (contextual_len > 0 ? contextual_len - 1 : 0);
+  }
+  int64_t first_target() const { return length - num_targets; }
+
+  // id(p): context tokens share id 0, targets share id top().
+  int64_t id(int64_t p) const {
+    const int64_t raw = contextual_len > 0 ? std::max<int64_t>(p - contextual_len + 1, 0) : p;
+    return std::min(raw, top());
+  }
+
+  // First position whose id is >= x (length when none): ids never decrease with position.
+  int64_t first_with_id_at_least(int64_t x) const {
+    int64_t lo = 0, hi = length;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (id(mid) >= x) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+
+  // The key intervals [begin, end) query row i sees; returns how many (<= 4) were written.
+  int visible_intervals(int64_t i, int64_t begin[4], int64_t end[4]) const {
+    int count = 0;
+    auto add = [&](int64_t b, int64_t e) {
+      if (b < e) {
+        begin[count] = b;
+        end[count] = e;
+        ++count;
+      }
+    };
+    const int64_t di = id(i);
+    const bool windowed = max_attn_len > 0;
+    // d = id(i) - id(j) (causal) or |id(i) - id(j)|; keys with 0 < d <= w, and i itself.
+    const int64_t window_begin = windowed ? first_with_id_at_least(di - max_attn_len) : 0;
+    const int64_t same_id_begin = first_with_id_at_least(di);
+    add(window_begin, same_id_begin);
+    if (!causal) {
+      const int64_t after_same_id = first_with_id_at_least(di + 1);
+      const int64_t window_end = windowed ? first_with_id_at_least(di + max_attn_len + 1) : length;
+      add(after_same_id, window_end);
+    }
+    add(i, i + 1);
+    // Context tokens (id 0) see every non-target token.
+    if (contextual_len > 0 && di == 0) add(0, first_with_id_at_least(top()));
+    // A target sees the earlier (causal) or all (two-sided) members of its group.
+    const int64_t first = first_target();
+    if (target_group_size > 1 && num_targets > 0 && i >= first) {
+      const int64_t group_begin = first + (i - first) / target_group_size * target_group_size;
+      add(group_begin, causal ? i + 1 : std::min(group_begin + target_group_size, length));
+    }
+    return count;
+  }
+
+  // Keys [*begin, *end) that some row of [row_begin, row_end) may see; blocks skip the rest.
+  // Interval bounds never decrease with the row's id, so the block's first row bounds every
+  // begin and its last row every end, except for context rows, which see from key 0.
+  void key_range(int64_t row_begin, int64_t row_end, int64_t* begin, int64_t* end) const {
+    const bool has_context_rows = contextual_len > 0 && id(row_begin) == 0;
+    const int64_t first_id = id(row_begin), last_id = id(row_end - 1);
+    int64_t lo =
+        max_attn_len > 0 ? std::min(row_begin, first_with_id_at_least(first_id - max_attn_len)) : 0;
+    int64_t hi = row_end;
+    if (!causal) {
+      hi = max_attn_len > 0 ? std::max(hi, first_with_id_at_least(last_id + max_attn_len + 1))
+                            : length;
+      if (target_group_size > 1) hi = length;
+    }
+    if (has_context_rows) {
+      lo = 0;
+      hi = std::max(hi, first_with_id_at_least(top()));
+    }
+    *begin = lo;
+    *end = std::min(hi, length);
+  }
+};
+
+// A batch's mask: the structured mask's parameters, or custom multipliers.
+template <typename T>
+struct MaskSource {
+  MaskKind kind = MaskKind::kCausal;
+  int64_t contextual_len = 0, target_group_size = 1, max_attn_len = 0;
+  const int64_t* num_targets = nullptr;  // [B] or null
+  // kCustom: multipliers [Bm, Hm, N, N] contiguous; stride 0 on a broadcast dim.
+  const T* custom = nullptr;
+  int64_t custom_stride_b = 0, custom_stride_h = 0, custom_stride_row = 0;
+
+  bool per_head() const { return kind == MaskKind::kCustom && custom_stride_h != 0; }
+
+  StructuredMask structured(int64_t b, int64_t length) const {
+    StructuredMask m;
+    m.causal = kind == MaskKind::kCausal;
+    m.length = length;
+    m.contextual_len = contextual_len;
+    m.num_targets = num_targets == nullptr ? 0 : num_targets[b];
+    m.target_group_size = target_group_size;
+    m.max_attn_len = max_attn_len;
+    return m;
+  }
+
+  // Query rows [row0, row0 + rows) of sequence b (`length` rows) with the keys they may see: all
+  // of them for a custom mask, else the structured mask's key_range.
+  Block block(int64_t b, int64_t length, int64_t row0, int64_t rows) const {
+    Block blk{b, length, row0, rows, 0, 0};
+    int64_t key_end = length;
+    if (kind != MaskKind::kCustom) {
+      structured(b, length).key_range(row0, row0 + rows, &blk.key0, &key_end);
+    }
+    blk.keys = key_end - blk.key0;
+    return blk;
+  }
+};
+
+// ---- The bias.
+
+enum class BiasKind : int { kNone = 0, kDense = 1, kRelative = 2 };
+
+template <typename T>
+struct BiasSource {
+  BiasKind kind = BiasKind::kNone;
+  // kDense: fp32 [Bb, Hb, N, N] contiguous; stride 0 on a broadcast dim.
+  const T* dense = nullptr;
+  int64_t dense_stride_b = 0, dense_stride_h = 0, dense_stride_row = 0;
+  // kRelative: per-row key and query times, ts_w [num_buckets + 1] and/or pos_w [2N - 1] (a null
+  // table contributes nothing: FuXi-alpha keeps time and position in separate channels).
+  const double* key_time = nullptr;
+  const double* query_time = nullptr;
+  const T* ts_w = nullptr;
+  const T* pos_w = nullptr;
+  LogBucketizer::View buckets{};
+
+  bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
+};
+
+// The query time of every row of the sequences: the key time at query_time_index (the next
+// item's with the shift, as HSTU / FuXi-alpha; the last row its own). Other rows are left as
+// they are.
+inline void query_times(const Sequences& seqs, const double* key_time, bool query_time_shift,
+                        double* query_time) {
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    const double* t = key_time + seqs.row_begin[b];
+    double* tq = query_time + seqs.row_begin[b];
+    for (int64_t i = 0; i < seqs.length[b]; ++i) {
+      tq[i] = t[query_time_index(i, seqs.length[b], query_time_shift)];
+    }
+  }
+}
+
+// Gradient sinks for the bias: slices per thread slot, summed by the adapter. A dense bias with a
+// batch dim needs no per-thread copies (items of one sequence own disjoint query rows): its
+// thread stride is 0. Null sinks are skipped.
+template <typename T>
+struct BiasGrads {
+  T* dense = nullptr;  // [threads, Bb, Hb, N, N]
+  int64_t dense_thread_stride = 0;
+  double* ts_w = nullptr;  // [threads, num_buckets + 1]
+  int64_t ts_thread_stride = 0;
+  double* pos_w = nullptr;  // [threads, 2N - 1]
+  int64_t pos_thread_stride = 0;
+};
+
+// ---- The tiles of a query block.
+
+// Zeroes rows [blk.rows, rows_pad) of a tile (rows of blk.stride() values): the query rows the
+// bf16 kernels pad a block with.
+template <typename T>
+void zero_padded_rows(T* tile, const Block& blk, int64_t rows_pad) {
+  std::fill(tile + blk.rows * blk.stride(), tile + rows_pad * blk.stride(), T(0));
+}
+
+template <typename T>
+void build_mask_tile(const MaskSource<T>& src, const Block& blk, int64_t head, T* tile) {
+  const StructuredMask structured = src.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    T* row = tile + r * blk.stride();
+    const int64_t i = blk.row0 + r;
+    std::fill(row + blk.keys, row + blk.stride(), T(0));
+    if (src.kind == MaskKind::kCustom) {
+      const T* m = src.custom + blk.b * src.custom_stride_b + head * src.custom_stride_h +
+                   i * src.custom_stride_row + blk.key0;
+      std::memcpy(row, m, blk.keys * sizeof(T));
+      continue;
+    }
+    std::fill(row, row + blk.keys, T(0));
+    int64_t begin[4], end[4];
+    const int n = structured.visible_intervals(i, begin, end);
+    for (int k = 0; k < n; ++k) {
+      const int64_t b = std::max(begin[k], blk.key0), e = std::min(end[k], blk.key0 + blk.keys);
+      if (b < e) std::fill(row + (b - blk.key0), row + (e - blk.key0), T(1));
+    }
+  }
+}
+
+// bias tile; for the relative bias also the time bucket of every pair (reused by backward).
+template <typename T>
+void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
+                     int64_t head, T* tile, int32_t* bucket_tile) {
+  const int64_t first_row = seqs.row_begin[blk.b];
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    T* row = tile + r * blk.stride();
+    const int64_t i = blk.row0 + r;
+    std::fill(row + blk.keys, row + blk.stride(), T(0));
+    if (src.kind == BiasKind::kDense) {
+      const T* bias = src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
+                      i * src.dense_stride_row + blk.key0;
+      std::memcpy(row, bias, blk.keys * sizeof(T));
+      continue;
+    }
+    // Relative: ts_w[bucket(tq_i - t_j)] + pos_w[N - 1 + j - i].
+    if (src.pos_w != nullptr) {
+      std::memcpy(row, src.pos_w + (seqs.max_len - 1 - i + blk.key0), blk.keys * sizeof(T));
+    } else {
+      std::fill(row, row + blk.keys, T(0));
+    }
+    if (src.ts_w == nullptr) continue;
+    const double query_time = src.query_time[first_row + i];
+    const double* key_time = src.key_time + first_row + blk.key0;
+    int32_t* buckets = bucket_tile + r * blk.stride();
+    for (int64_t j = 0; j < blk.keys; ++j) {
+      buckets[j] = src.buckets(std::abs(query_time - key_time[j]));
+      row[j] += src.ts_w[buckets[j]];
+    }
+  }
+}
+
+// The mask tile and (unless there is none) the bias tile of head h, built for h == 0 and again per
+// head when they have a head dim (HSTU). Rows [blk.rows, rows_pad) are zero (the bf16 kernels'
+// padding; rows_pad is blk.rows in the fp32 kernels).
+template <typename T>
+void build_mask_and_bias_tiles(const MaskSource<T>& mask, const BiasSource<T>& bias,
+                               const Sequences& seqs, const Block& blk, int64_t rows_pad, int64_t h,
+                               T* mask_tile, T* bias_tile, int32_t* buckets) {
+  if (h == 0 || mask.per_head()) {
+    build_mask_tile(mask, blk, h, mask_tile);
+    zero_padded_rows(mask_tile, blk, rows_pad);
+  }
+  if (bias.kind != BiasKind::kNone && (h == 0 || bias.per_head())) {
+    build_bias_tile(bias, seqs, blk, h, bias_tile, buckets);
+    zero_padded_rows(bias_tile, blk, rows_pad);
+  }
+}
+
+// A bias channel of FuXi-alpha (time, position): its bias, shared by all heads, and the tile that
+// M * bias goes to (null: the channel is absent); buckets receives the relative bias's time
+// buckets, or is null.
+template <typename T>
+struct MaskedBiasTile {
+  const BiasSource<T>& bias;
+  T* tile;
+  int32_t* buckets;
+};
+
+// The mask tile of head h and the masked bias tiles of the channels, rebuilt per head only for
+// per-head masks; returns whether it built them. Rows [blk.rows, rows_pad) are zero (the bf16
+// kernels' padding).
+template <typename T>
+bool build_masked_bias_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Block& blk,
+                             int64_t rows_pad, int64_t h, T* mask_tile,
+                             const std::array<MaskedBiasTile<T>, 2>& channels) {
+  if (h > 0 && !mask.per_head()) return false;
+  const int64_t tile = rows_pad * blk.stride();
+  build_mask_tile(mask, blk, h, mask_tile);
+  zero_padded_rows(mask_tile, blk, rows_pad);
+  for (const MaskedBiasTile<T>& channel : channels) {
+    if (channel.tile == nullptr) continue;
+    build_bias_tile(channel.bias, seqs, blk, 0, channel.tile, channel.buckets);
+    zero_padded_rows(channel.tile, blk, rows_pad);
+    multiply_into(channel.tile, static_cast<const T*>(mask_tile), tile);
+  }
+  return true;
+}
+
+// Adds the bias gradient of one tile (dS summed over the heads sharing the bias).
+template <typename T>
+void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
+                           int64_t head, const T* grad_tile, const int32_t* bucket_tile,
+                           const BiasGrads<T>& sink, int64_t slot) {
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    const T* g = grad_tile + r * blk.stride();
+    const int64_t i = blk.row0 + r;
+    if (src.kind == BiasKind::kDense) {
+      T* d = sink.dense + slot * sink.dense_thread_stride + blk.b * src.dense_stride_b +
+             head * src.dense_stride_h + i * src.dense_stride_row + blk.key0;
+      add_into(d, g, blk.keys);
+      continue;
+    }
+    if (sink.pos_w != nullptr) {
+      double* pos = sink.pos_w + slot * sink.pos_thread_stride + (seqs.max_len - 1 - i + blk.key0);
+      for (int64_t j = 0; j < blk.keys; ++j) pos[j] += g[j];
+    }
+    if (sink.ts_w != nullptr) {
+      double* ts = sink.ts_w + slot * sink.ts_thread_stride;
+      const int32_t* buckets = bucket_tile + r * blk.stride();
+      for (int64_t j = 0; j < blk.keys; ++j) ts[buckets[j]] += g[j];
+    }
+  }
+}
+
+}  // namespace recops::attention::kernels
