@@ -1,7 +1,7 @@
 """Table-batched embedding bags with fused optimizer (docs/ops.md section 7), side by side with
 FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen (SGD, Adagrad, rowwise Adagrad: it has no CPU
-Adam or LAMB) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which updates
-only the rows in the batch, as the fused Adam does).
+Adam or LAMB) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which
+updates only the rows in the batch, as the fused Adam does).
 
 Workload: FBGEMM's TBE benchmark scaled to a small machine: T = 8 tables of 1e5 rows, D = 128,
 B = 512, bags of L = 20, fp32, indices uniform or Zipf(1.15) (FBGEMM's generator: distinct
