@@ -44,9 +44,16 @@ inline uint16_t* bf16_bits_of(Bf16* x) {
   return reinterpret_cast<uint16_t*>(x);
 }
 
-// x[i] <- bf16(scale * x[i]) for n bf16 values.
-inline void scale_bf16(uint16_t* x, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_from_float(scale * float_from_bf16_bits(x[i]));
+// x[i] <- bf16(scale * x[i]) for n bf16 values, through an fp32 chunk and the vectorised
+// rounding of the tile conversions.
+inline void scale_bf16(const TileKernels& kernels, uint16_t* x, int64_t n, float scale) {
+  constexpr int64_t kChunk = 256;
+  float wide[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    for (int64_t i = 0; i < m; ++i) wide[i] = float_from_bf16_bits(x[i0 + i]);
+    kernels.to_bf16(wide, x + i0, m, scale);
+  }
 }
 
 // The sizes of a call's bf16 products: head dims, keys and position rows rounded up to
@@ -128,14 +135,14 @@ struct DisentangledBf16Scratch {
 
 // Lays out the item's operands; P2C^T = pos_query (scale K^T); zeroes the backward's
 // accumulators.
-inline void prepare_item_bf16(const DisentangledShape<float>& s, const Unit<Bf16>& unit,
-                              bool backward, DisentangledBf16Scratch& t) {
+inline void prepare_item_bf16(const TileKernels& kernels, const DisentangledShape<float>& s,
+                              const Unit<Bf16>& unit, bool backward, DisentangledBf16Scratch& t) {
   const Bf16Padding& pad = t.pad;
   const uint16_t* k = bf16_bits_of(unit.k);
   const uint16_t* v = bf16_bits_of(unit.v);
   const int64_t ld_pos = s.heads * s.dqk;
   pack_vnni_transposed(k, unit.keys, s.dqk, s.dqk, pad.dqk, pad.keys, t.k_t_scaled.data());
-  scale_bf16(t.k_t_scaled.data(), pad.dqk * pad.keys, s.scale);
+  scale_bf16(kernels, t.k_t_scaled.data(), pad.dqk * pad.keys, s.scale);
   if (backward) {
     pack_vnni_rows(k, unit.keys, s.dqk, s.dqk, pad.keys, pad.dqk, t.k_vnni.data());
     pack_vnni_transposed(v, unit.keys, s.dv, s.dv, pad.dv, pad.keys, t.v_t_vnni.data());
@@ -148,7 +155,7 @@ inline void prepare_item_bf16(const DisentangledShape<float>& s, const Unit<Bf16
     if (backward) {
       transpose_padded(t.pos_key_scaled.data(), pad.positions, pad.dqk, t.pos_key_t.data());
     }
-    scale_bf16(t.pos_key_scaled.data(), pad.positions * pad.dqk, s.scale);
+    scale_bf16(kernels, t.pos_key_scaled.data(), pad.positions * pad.dqk, s.scale);
   }
   const int64_t keys_pad = round_up(unit.keys, kBf16Granule);
   if (s.p2c) {
@@ -238,7 +245,7 @@ inline void disentangled_forward(const DisentangledProblem<Bf16>& p, int64_t chu
       [&](DisentangledBf16Scratch& t, int64_t index) {
         const WorkItem item = items[index];
         const Unit<Bf16> unit(p, item.sequence);
-        prepare_item_bf16(p.shape, unit, false, t);
+        prepare_item_bf16(kernels, p.shape, unit, false, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
           forward_block_bf16(kernels, p, unit, row0, rows, t, o);
         });
@@ -355,7 +362,7 @@ inline void disentangled_backward(const DisentangledProblem<Bf16>& p, int64_t ch
       [&](DisentangledBf16Scratch& t, int64_t index) {
         const WorkItem item = items[index];
         const Unit<Bf16> unit(p, item.sequence);
-        prepare_item_bf16(s, unit, true, t);
+        prepare_item_bf16(kernels, s, unit, true, t);
         for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
           backward_block_bf16(kernels, p, unit, row0, rows, t, in, g);
         });
