@@ -12,9 +12,10 @@
 //    scale, rounded once (HF's bf16 reference divides K by the scale in bf16 as well), so that Q
 //    enters four products exactly; V (forward); V^T, K, pos_key^T, pos_query^T (backward);
 //  * per query block: Q, Q^T, and in backward dO, dO^T;
-//  * per key tile (w = n rounded up keys): the probabilities P, the score gradients dS; per
+//  * per key tile (its n keys padded to w): the probabilities P, the score gradients dS; per
 //    block / item: dC2P^T / dP2C^T.
-// The position scores C2P^T (per block) and P2C^T (per item) are fp32 products, as in fp32.
+// The position scores C2P^T (per block) and P2C^T (per item) are bf16 products too; they and the
+// score tiles are fp32 results, read by the diagonal layout as in the fp32 kernel.
 //
 // Results: O rows rounded to bf16 from the block's fp32 accumulator; dQ rows rounded to bf16 once
 // the block is done; dK, dV (per-chunk partials) and d pos_key, d pos_query (per-thread partials)
