@@ -361,6 +361,162 @@ def test_brgemm_tile_products():
     torch.testing.assert_close(fallback, out, atol=1e-5, rtol=1e-5)
 
 
+# --------------------------------------------------------------------------- bf16
+# On CPUs with AVX512_BF16 the tile products run on bf16 operands with fp32 accumulation
+# (kernels/disentangled_attention_bf16.h); elsewhere, or with RECOPS_CPU_ISA capped below
+# AVX-512, bf16 computes in fp32. Accuracy rule (flash-attention's): against the float64
+# reference fed the same bf16 values, recops' error (output, probabilities and every gradient)
+# is at most twice the error of the reference run in bf16, on both paths.
+BF16 = torch.bfloat16
+DROPOUT_SEED = 1234
+
+
+@pytest.fixture(params=["native", "fp32_fallback"])
+def bf16_path(request, monkeypatch):
+    if request.param == "fp32_fallback":
+        monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
+    else:
+        monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
+    return request.param
+
+
+def cpu_has_bf16_dot():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512_bf16" in f.read()
+    except OSError:
+        return False
+
+
+def check_bf16_accuracy(inputs, mask=None, dropout_p=0.0, **options):
+    """recops in bf16 vs the reference in bf16, both measured against the float64 reference on the
+    same bf16 values (outputs, probabilities and the gradients of a loss on both)."""
+    master = [t.detach().to(BF16).to(F64) for t in inputs]
+    keep = None
+    if dropout_p > 0:  # the kernel's dropout mask (the same in every dtype), replayed
+        torch.manual_seed(DROPOUT_SEED)
+        _, probs = recops.disentangled_attention(
+            *master, mask, dropout_p=dropout_p, return_probs=True, **options
+        )
+        keep = probs != 0
+
+    def fused(*xs):
+        torch.manual_seed(DROPOUT_SEED)
+        return recops.disentangled_attention(
+            *xs, mask, dropout_p=dropout_p, return_probs=True, **options
+        )
+
+    def ref(*xs):
+        return reference(*xs, mask, keep=keep, dropout_p=dropout_p, **options)
+
+    out, probs = ref(*master)
+    grad_out = torch.randn_like(out).to(BF16).to(F64)
+    grad_probs = torch.randn_like(probs).to(BF16).to(F64)
+
+    def run(fn, dtype):
+        leaves = [t.to(dtype).requires_grad_(True) for t in master]
+        out, probs, grads = outputs_and_grads(fn, leaves, grad_out.to(dtype), grad_probs.to(dtype))
+        assert out.dtype == probs.dtype == dtype
+        return [out.double(), probs.double()] + [None if g is None else g.double() for g in grads]
+
+    exact, bf16_ref, got = run(ref, F64), run(ref, BF16), run(fused, BF16)
+    names = ["output", "probs", "q", "k", "v", "pos_key", "pos_query"]
+    for name, e, r, g in zip(names, exact, bf16_ref, got, strict=True):
+        if e is None:
+            assert g is None or not g.abs().any(), name
+            continue
+        ref_err = (r - e).abs().max().item() if e.numel() else 0.0
+        err = (g - e).abs().max().item() if e.numel() else 0.0
+        floor = 1e-6 * (e.abs().max().item() if e.numel() else 0.0) + 1e-30
+        assert err <= 2 * ref_err + floor, f"{name}: error {err:.3e}, bf16 reference {ref_err:.3e}"
+
+
+@pytest.mark.parametrize("pos_att_type", SUBSETS)
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_bf16_accuracy_position_terms(pos_att_type, positions, bf16_path):
+    buckets, max_rel = positions
+    inputs = make_inputs(2, 3, 40, 40, 16, span_of(buckets, max_rel))
+    check_bf16_accuracy(
+        inputs, pos_att_type=pos_att_type, position_buckets=buckets, max_relative_positions=max_rel
+    )
+
+
+def bf16_masks(batch, q_len, k_len):
+    lengths = torch.tensor([q_len, q_len - 9, 1, 0])[:batch]
+    dense = torch.rand(batch, 1, q_len, k_len) > 0.4
+    dense[0, 0, 4] = False  # a query row that sees no key
+    dense[1, 0, 20:] = False
+    return {
+        "padding": torch.arange(q_len)[None, :] < lengths[:, None],
+        "padding_with_holes": torch.rand(batch, q_len) > 0.3,
+        "dense": dense,
+    }
+
+
+@pytest.mark.parametrize("mask", ["padding", "padding_with_holes", "dense"])
+def test_bf16_accuracy_masks(mask, bf16_path):
+    # 70 query rows and keys: two query blocks, padded head dims (24, 8).
+    inputs = make_inputs(4, 2, 70, 70, 24, 8, dv=8)
+    check_bf16_accuracy(inputs, bf16_masks(4, 70, 70)[mask], position_buckets=8)
+
+
+@pytest.mark.parametrize("mask", [None, "padding_with_holes"])
+def test_bf16_accuracy_dropout(mask, bf16_path):
+    inputs = make_inputs(2, 2, 40, 40, 16, 8)
+    m = None if mask is None else bf16_masks(2, 40, 40)[mask]
+    check_bf16_accuracy(inputs, m, dropout_p=0.25, position_buckets=8, max_relative_positions=24)
+
+
+@pytest.mark.parametrize(
+    "q_len, k_len, d, dv, positions",
+    [
+        (11, 70, 8, 8, (8, 24)),  # Sq != Sk
+        (70, 20, 5, 7, (-1, 6)),  # head dims off the 16-value granule
+        (300, 300, 32, 32, (16, 48)),  # two key tiles, five query blocks
+        (600, 600, 16, 16, (256, 512)),  # HF's default bucketing
+    ],
+)
+def test_bf16_accuracy_lengths_and_head_dims(q_len, k_len, d, dv, positions, bf16_path):
+    buckets, max_rel = positions
+    inputs = make_inputs(1, 2, q_len, k_len, d, span_of(buckets, max_rel), dv=dv)
+    check_bf16_accuracy(inputs, position_buckets=buckets, max_relative_positions=max_rel)
+
+
+def test_bf16_accuracy_noncontiguous_and_chunked(bf16_path):
+    # [B, S, H, d] projections viewed as [B, H, S, d], as the module passes them; one unit over 4
+    # threads, so its query blocks go to several work items (partial dk, dv and table gradients).
+    q, k, v, pk, pq = make_inputs(1, 1, 200, 200, 16, 16)
+    q = q.detach().transpose(1, 2).contiguous().transpose(1, 2)
+    with num_threads(4):
+        check_bf16_accuracy((q, k, v, pk, pq), position_buckets=16, max_relative_positions=48)
+
+
+def test_bf16_empty_inputs(bf16_path):
+    for batch, length in ((0, 5), (2, 0)):
+        inputs = make_inputs(batch, 2, length, length, 4, 8, dtype=BF16)
+        out, probs = recops.disentangled_attention(*inputs, position_buckets=8, return_probs=True)
+        assert out.dtype == probs.dtype == BF16
+        assert out.shape == (batch, 2, length, 4) and probs.shape == (batch, 2, length, length)
+        grads = torch.autograd.grad(out.float().sum(), inputs, allow_unused=True)
+        assert all(g is None or not g.any() for g in grads)
+
+
+def test_bf16_fallback_is_the_fp32_computation(monkeypatch):
+    """Under the ISA cap bf16 inputs are computed in fp32 and rounded once; without it, on a CPU
+    with bf16 dot products, the native path runs (and rounds its operands: other results)."""
+    inputs = [t.detach() for t in make_inputs(2, 2, 70, 70, 16, 8, dtype=BF16)]
+    options = dict(position_buckets=8, max_relative_positions=24)
+    monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
+    fallback = recops.disentangled_attention(*inputs, **options)
+    fp32 = recops.disentangled_attention(*(t.float() for t in inputs), **options)
+    assert torch.equal(fallback, fp32.to(BF16))
+    monkeypatch.delenv("RECOPS_CPU_ISA")
+    native = recops.disentangled_attention(*inputs, **options)
+    if cpu_has_bf16_dot():
+        assert not torch.equal(native, fallback)
+    torch.testing.assert_close(native.float(), fp32, atol=2e-2, rtol=2e-2)
+
+
 # --------------------------------------------------------------------------- gradcheck
 @pytest.mark.parametrize("pos_att_type", [("c2p", "p2c"), ("p2c",)])
 def test_gradcheck(pos_att_type):

@@ -1,6 +1,7 @@
 // DeBERTa disentangled attention (deberta/kernels/disentangled_attention.h) with both position
 // terms (c2p + p2c) against a scalar softmax attention in double written here from docs/ops.md
-// section 6, forward and backward; and the relative-position log buckets
+// section 6, forward and backward; its bf16-operand kernel (disentangled_attention_bf16.h)
+// against the fp32 kernel on the same bf16 values; and the relative-position log buckets
 // (kernels/deberta_positions.h) against HF's formula evaluated step by step.
 #include <gtest/gtest.h>
 
@@ -12,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
 #include "recops/deberta/kernels/deberta_positions.h"
 #include "recops/deberta/kernels/disentangled_attention.h"
+#include "recops/deberta/kernels/disentangled_attention_bf16.h"
 
 namespace recops::attention::kernels {
 namespace {
@@ -64,8 +67,7 @@ TEST_P(DisentangledKernel, ForwardAndBackwardMatchScalarSoftmax) {
   };
 
   std::vector<double> out(B * H * Sq * D, 0.0), lse_ref(B * H * Sq), dq(q.size(), 0.0),
-      dk(k.size(), 0.0), dv(v.size(), 0.0), dpk(pk.size(), 0.0), dpq(pq.size(), 0.0),
-      d_rows(B * H * Sq);
+      dk(k.size(), 0.0), dv(v.size(), 0.0), dpk(pk.size(), 0.0), dpq(pq.size(), 0.0);
   for (int64_t u = 0; u < B * H; ++u) {
     const int64_t h = u % H;
     const double* qu = &q[u * Sq * D];
@@ -98,7 +100,6 @@ TEST_P(DisentangledKernel, ForwardAndBackwardMatchScalarSoftmax) {
         dp[j] = g;
         drow += p[j] * g;
       }
-      d_rows[u * Sq + i] = drow;
       for (int64_t j = 0; j < Sk; ++j) {
         const double ds = scale * p[j] * (dp[j] - drow);
         const int64_t d = position(i, j);
@@ -135,7 +136,8 @@ TEST_P(DisentangledKernel, ForwardAndBackwardMatchScalarSoftmax) {
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
       gdv(chunks * dv.size(), 0.0), gpk(threads * pk.size(), 0.0), gpq(threads * pq.size(), 0.0);
-  const DisentangledBackwardInputs<double> in{go.data(), nullptr, lse.data(), d_rows.data()};
+  const DisentangledBackwardInputs<double> in{
+      .grad_out = go.data(), .out = got.data(), .lse = lse.data()};
   disentangled_backward(
       problem, chunks, in,
       DisentangledGrads<double>{gdq.data(), gdk.data(), gdv.data(), gpk.data(), gpq.data()});
@@ -165,6 +167,160 @@ TEST_P(DisentangledKernel, ForwardAndBackwardMatchScalarSoftmax) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DisentangledKernel,
                          ::testing::Values(Shape{1, 2, 7, 5, 4, 3}, Shape{2, 1, 70, 300, 8, 16},
                                            Shape{1, 1, 130, 40, 16, 80}));
+
+// The bf16-operand kernel against the fp32 kernel fed the same (bf16) values: outputs and every
+// gradient within bf16 rounding of the products' operands. Shapes with head dims, query blocks,
+// key tiles and position tables off the 16-value granule (padded), several key tiles, each
+// position-term subset, a dense mask with a fully masked row, dropout and probability gradients.
+struct Bf16Case {
+  int64_t batch, heads, q_len, k_len, dqk, dv, span;
+  bool c2p, p2c, masked;
+  double dropout_p;
+};
+
+class DisentangledBf16Kernel : public ::testing::TestWithParam<Bf16Case> {};
+
+// Bf16 values and the same values as float.
+struct Bf16Values {
+  std::vector<Bf16> bits;
+  std::vector<float> values;
+  Bf16Values(int64_t n, uint32_t seed) : bits(n), values(n) {
+    const auto x = random_values(n, seed);
+    for (int64_t i = 0; i < n; ++i) {
+      bits[i] = Bf16(static_cast<float>(x[i]));
+      values[i] = static_cast<float>(bits[i]);
+    }
+  }
+};
+
+// max |got - want| <= tol * max |want| (and the same NaN-free shape).
+void expect_close_to_scale(const std::vector<float>& got, const std::vector<float>& want,
+                           double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i;
+    scale = std::max(scale, std::abs(double(want[i])));
+    err = std::max(err, std::abs(double(got[i]) - double(want[i])));
+  }
+  EXPECT_LE(err, tol * std::max(scale, 1e-6)) << what << " (scale " << scale << ")";
+}
+
+std::vector<float> bf16_to_float(const std::vector<Bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i]);
+  return out;
+}
+
+std::vector<float> sum_parts(const std::vector<float>& parts, size_t n) {
+  std::vector<float> out(n, 0.0f);
+  for (size_t p = 0; p < parts.size() / n; ++p) {
+    for (size_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
+  }
+  return out;
+}
+
+TEST_P(DisentangledBf16Kernel, MatchesFp32KernelOnBf16Values) {
+  const Bf16Case c = GetParam();
+  const int64_t B = c.batch, H = c.heads, Sq = c.q_len, Sk = c.k_len, P = 2 * c.span;
+  const Bf16Values q(B * H * Sq * c.dqk, 11), k(B * H * Sk * c.dqk, 12), v(B * H * Sk * c.dv, 13),
+      pk(P * H * c.dqk, 14), pq(P * H * c.dqk, 15), go(B * H * Sq * c.dv, 16),
+      gp(B * H * Sq * Sk, 17);
+  std::vector<int32_t> delta(Sq + position_index_keys(Sk) - 1);
+  relative_position_index(Sq, position_index_keys(Sk), -1, -1, c.span, delta.data());
+  // Batch row 0 keeps every pair but row 3 (which sees no key); the others keep about 70%.
+  std::vector<uint8_t> keep(B * Sq * Sk, 1);
+  std::mt19937 rng(5);
+  for (int64_t b = 1; c.masked && b < B; ++b) {
+    for (int64_t i = 0; i < Sq * Sk; ++i) keep[b * Sq * Sk + i] = rng() % 10 < 7;
+  }
+  if (c.masked) std::fill(keep.begin() + 3 * Sk, keep.begin() + 4 * Sk, uint8_t(0));
+  const std::vector<int64_t> q_extent(B, Sq), k_extent(B, Sk);
+  DisentangledMask mask;
+  mask.dense = c.masked ? keep.data() : nullptr;
+  mask.q_extent = q_extent.data();
+  mask.k_extent = k_extent.data();
+  const float scale = 1.0f / std::sqrt(float(c.dqk) * 3);
+  const DisentangledShape<float> shape{B, H, Sq, Sk, c.dqk, c.dv, P, scale, c.c2p, c.p2c};
+  const auto problem = [&](auto tag, const auto& pick) {
+    DisentangledProblem<typename decltype(tag)::type> p;
+    p.shape = shape;
+    p.q = pick(q);
+    p.k = pick(k);
+    p.v = pick(v);
+    p.pos_key = c.c2p ? pick(pk) : nullptr;
+    p.pos_query = c.p2c ? pick(pq) : nullptr;
+    p.delta = c.c2p || c.p2c ? delta.data() : nullptr;
+    p.mask = mask;
+    p.dropout_p = float(c.dropout_p);
+    p.seed = 99;
+    return p;
+  };
+  const auto fp32 = problem(TypeTag<float>{}, [](const Bf16Values& x) { return x.values.data(); });
+  const auto bf16 = problem(TypeTag<Bf16>{}, [](const Bf16Values& x) { return x.bits.data(); });
+  const int64_t chunks = 2, threads = max_threads(), units = B * H;
+
+  std::vector<float> out(units * Sq * c.dv, 0.0f), lse(units * Sq, INFINITY),
+      probs(units * Sq * Sk, 0.0f);
+  disentangled_forward(fp32, chunks,
+                       DisentangledOutputs<float>{out.data(), lse.data(), probs.data()});
+  std::vector<Bf16> out_b(out.size(), Bf16(0.0f));
+  std::vector<float> lse_b(lse.size(), INFINITY), probs_b(probs.size(), 0.0f);
+  disentangled_forward(bf16, chunks,
+                       DisentangledOutputs<Bf16>{out_b.data(), lse_b.data(), probs_b.data()});
+  expect_close_to_scale(bf16_to_float(out_b), out, 1e-2, "out");
+  for (size_t i = 0; i < lse.size(); ++i) {
+    ASSERT_EQ(std::isinf(lse_b[i]), std::isinf(lse[i])) << "lse at " << i;
+    if (!std::isinf(lse[i])) {
+      ASSERT_NEAR(lse_b[i], lse[i], 1e-2 * (1 + std::abs(lse[i]))) << "lse at " << i;
+    }
+  }
+  expect_close_to_scale(probs_b, probs, 1e-2, "probs");
+
+  // Backward from the bf16 forward's results (as the adapter passes them), on both kernels.
+  std::vector<float> out_f = bf16_to_float(out_b), probs_f(probs_b.size());
+  std::vector<Bf16> probs_bits(probs_b.size());
+  for (size_t i = 0; i < probs_b.size(); ++i) {
+    probs_bits[i] = Bf16(probs_b[i]);
+    probs_f[i] = static_cast<float>(probs_bits[i]);
+  }
+  const auto grads = [&](auto tag, const auto& problem_of, const auto& in) {
+    using E = typename decltype(tag)::type;
+    std::vector<E> dq(q.values.size(), E(0.0f));
+    std::vector<float> dk(chunks * k.values.size(), 0.0f), dv(chunks * v.values.size(), 0.0f),
+        dpk(threads * pk.values.size(), 0.0f), dpq(threads * pq.values.size(), 0.0f);
+    disentangled_backward(
+        problem_of, chunks, in,
+        DisentangledGrads<E>{dq.data(), dk.data(), dv.data(), dpk.data(), dpq.data()});
+    std::vector<float> dq_f(dq.size());
+    for (size_t i = 0; i < dq.size(); ++i) dq_f[i] = static_cast<float>(dq[i]);
+    return std::vector<std::vector<float>>{
+        dq_f, sum_parts(dk, k.values.size()), sum_parts(dv, v.values.size()),
+        sum_parts(dpk, pk.values.size()), sum_parts(dpq, pq.values.size())};
+  };
+  const auto want = grads(TypeTag<float>{}, fp32,
+                          DisentangledBackwardInputs<float>{.grad_out = go.values.data(),
+                                                            .grad_probs = gp.values.data(),
+                                                            .probs = probs_f.data(),
+                                                            .out = out_f.data(),
+                                                            .lse = lse_b.data()});
+  const auto got = grads(TypeTag<Bf16>{}, bf16,
+                         DisentangledBackwardInputs<Bf16>{.grad_out = go.bits.data(),
+                                                          .grad_probs = gp.bits.data(),
+                                                          .probs = probs_bits.data(),
+                                                          .out = out_b.data(),
+                                                          .lse = lse_b.data()});
+  const char* names[] = {"dq", "dk", "dv", "d pos_key", "d pos_query"};
+  for (int i = 0; i < 5; ++i) expect_close_to_scale(got[i], want[i], 1.5e-2, names[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DisentangledBf16Kernel,
+    ::testing::Values(Bf16Case{1, 2, 7, 5, 4, 3, 3, true, true, false, 0.0},
+                      Bf16Case{2, 1, 70, 300, 8, 5, 16, true, true, true, 0.0},
+                      Bf16Case{1, 1, 130, 40, 16, 16, 80, true, false, false, 0.0},
+                      Bf16Case{2, 2, 33, 47, 20, 12, 9, false, true, true, 0.3},
+                      Bf16Case{1, 1, 64, 272, 32, 32, 8, false, false, false, 0.0}));
 
 // HF's make_log_bucket_position evaluated step by step as torch does for int64 relative
 // positions: float32 division, logarithms (here in double, then rounded), ceil.

@@ -1,8 +1,8 @@
 // ATen adapter of DeBERTa disentangled attention (docs/ops.md section 6): validation, the relative-
-// position index table, masks, compute-type dispatch (bf16 / fp16 / fp32 compute in fp32, float64
-// in double) and the per-chunk / per-thread partial gradients of the kernel.
+// position index table, masks, the kernel's element type (bf16 runs the bf16-operand kernel where
+// the CPU has bf16 dot products, else it computes in fp32 as fp16 and fp32 do; float64 in double)
+// and the per-chunk / per-thread partial gradients of the kernel.
 #include <ATen/Parallel.h>
-#include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/sum.h>
@@ -18,6 +18,7 @@
 #include "recops/common/dispatch.h"
 #include "recops/deberta/kernels/deberta_positions.h"
 #include "recops/deberta/kernels/disentangled_attention.h"
+#include "recops/deberta/kernels/disentangled_attention_bf16.h"
 #include "recops/deberta/ops.h"
 
 namespace recops::attention {
@@ -181,43 +182,60 @@ PreparedMask prepare_mask(const std::optional<at::Tensor>& mask, const Geometry&
   return p;
 }
 
-// Inputs in the compute type with the kernel's view of them.
-template <typename T>
+// Whether the call runs the bf16-operand kernel: bf16 inputs, head dims it can pad, and the CPU's
+// bf16 micro-kernel (bf16_tiles_available: AVX512_BF16, oneDNN, and RECOPS_CPU_ISA allowing
+// AVX-512). Otherwise bf16 computes in fp32, on converted copies of the inputs.
+bool runs_bf16_kernel(const at::Tensor& q, const Geometry& g) {
+  return q.scalar_type() == at::kBFloat16 && g.dqk > 0 && g.dv > 0 && bf16_tiles_available();
+}
+
+// Calls fn(TypeTag<E>{}) with the kernel's element type E: Bf16 (runs_bf16_kernel), else the
+// compute type (float or double).
+template <typename Fn>
+decltype(auto) dispatch_element_type(const at::Tensor& q, const Geometry& g, Fn&& fn) {
+  if (runs_bf16_kernel(q, g)) return fn(TypeTag<Bf16>{});
+  return dispatch_compute_type(q.scalar_type(), fn);
+}
+
+// Inputs in the kernel's element type E with the kernel's view of them.
+template <typename E>
 struct Prepared {
   at::Tensor q, k, v, pos_key, pos_query;
   std::vector<int32_t> delta;  // kernels::relative_position_index
   PreparedMask mask;
-  DisentangledProblem<T> problem;
+  DisentangledProblem<E> problem;
 };
 
-template <typename T>
-void prepare(Prepared<T>& p, const Geometry& g, const at::Tensor& q, const at::Tensor& k,
+template <typename E>
+void prepare(Prepared<E>& p, const Geometry& g, const at::Tensor& q, const at::Tensor& k,
              const at::Tensor& v, const std::optional<at::Tensor>& pos_key,
              const std::optional<at::Tensor>& pos_query,
              const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& o) {
-  constexpr at::ScalarType compute = c10::CppTypeToScalarType<T>::value;
-  p.q = q.to(compute).contiguous();
-  p.k = k.to(compute).contiguous();
-  p.v = v.to(compute).contiguous();
+  using T = accumulate_t<E>;
+  constexpr at::ScalarType dtype = scalar_type_of<E>();
+  p.q = q.to(dtype).contiguous();
+  p.k = k.to(dtype).contiguous();
+  p.v = v.to(dtype).contiguous();
   p.mask = prepare_mask(attention_mask, g);
-  DisentangledProblem<T>& d = p.problem;
+  DisentangledProblem<E>& d = p.problem;
   d.shape = DisentangledShape<T>{g.batch, g.heads, g.q_len,    g.k_len,
                                  g.dqk,   g.dv,    2 * g.span, static_cast<T>(g.scale),
                                  g.c2p,   g.p2c};
-  d.q = p.q.template const_data_ptr<T>();
-  d.k = p.k.template const_data_ptr<T>();
-  d.v = p.v.template const_data_ptr<T>();
+  d.q = data_as<E>(p.q);
+  d.k = data_as<E>(p.k);
+  d.v = data_as<E>(p.v);
   if (g.c2p) {
-    p.pos_key = pos_key->to(compute).contiguous();
-    d.pos_key = p.pos_key.template const_data_ptr<T>();
+    p.pos_key = pos_key->to(dtype).contiguous();
+    d.pos_key = data_as<E>(p.pos_key);
   }
   if (g.p2c) {
-    p.pos_query = pos_query->to(compute).contiguous();
-    d.pos_query = p.pos_query.template const_data_ptr<T>();
+    p.pos_query = pos_query->to(dtype).contiguous();
+    d.pos_query = data_as<E>(p.pos_query);
   }
   if ((g.c2p || g.p2c) && g.q_len > 0 && g.k_len > 0) {
-    p.delta.resize(g.q_len + g.k_len - 1);
-    relative_position_index(g.q_len, g.k_len, o.position_buckets, o.max_relative_positions, g.span,
+    const int64_t keys = position_index_keys(g.k_len);
+    p.delta.resize(g.q_len + keys - 1);
+    relative_position_index(g.q_len, keys, o.position_buckets, o.max_relative_positions, g.span,
                             p.delta.data());
     d.delta = p.delta.data();
   }
@@ -251,18 +269,19 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> disentangled_atten
     const std::optional<at::Tensor>& attention_mask, const DisentangledOptions& options,
     bool return_probs) {
   const Geometry g = validate(q, k, v, pos_key, pos_query, options);
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    Prepared<T> p;
+  return dispatch_element_type(q, g, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    using T = accumulate_t<E>;
+    Prepared<E> p;
     prepare(p, g, q, k, v, pos_key, pos_query, attention_mask, options);
-    const auto opts = p.q.options();
-    at::Tensor out = at::zeros({g.batch, g.heads, g.q_len, g.dv}, opts);
+    const auto compute = q.options().dtype(scalar_type_of<T>());
+    at::Tensor out = at::zeros({g.batch, g.heads, g.q_len, g.dv}, p.q.options());
     at::Tensor lse =
-        at::full({g.batch, g.heads, g.q_len}, std::numeric_limits<double>::infinity(), opts);
+        at::full({g.batch, g.heads, g.q_len}, std::numeric_limits<double>::infinity(), compute);
     at::Tensor probs;
-    if (return_probs) probs = at::zeros({g.batch, g.heads, g.q_len, g.k_len}, opts);
-    DisentangledOutputs<T> o{out.mutable_data_ptr<T>(), lse.mutable_data_ptr<T>(),
-                             return_probs ? probs.mutable_data_ptr<T>() : nullptr};
+    if (return_probs) probs = at::zeros({g.batch, g.heads, g.q_len, g.k_len}, compute);
+    DisentangledOutputs<E> o{mutable_data_as<E>(out), mutable_data_as<T>(lse),
+                             return_probs ? mutable_data_as<T>(probs) : nullptr};
     disentangled_forward(p.problem, choose_chunks(g.batch * g.heads, at::get_num_threads()), o);
     std::optional<at::Tensor> probs_out;
     if (return_probs) probs_out = probs.to(q.scalar_type());
@@ -305,41 +324,42 @@ disentangled_attention_backward(
                 "grad_probs needs the returned probs, both of shape ",
                 at::IntArrayRef(probs_shape));
   }
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    constexpr at::ScalarType compute = c10::CppTypeToScalarType<T>::value;
-    Prepared<T> p;
+  return dispatch_element_type(q, g, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    using T = accumulate_t<E>;
+    constexpr at::ScalarType dtype = scalar_type_of<E>();
+    Prepared<E> p;
     prepare(p, g, q, k, v, pos_key, pos_query, attention_mask, options);
-    const at::Tensor go = grad_output.to(compute).contiguous();
-    const at::Tensor lse = softmax_lse.to(compute).contiguous();
-    // D_i = sum_j P_ij dP_ij = rowsum(dO * O) (+ rowsum(probs * grad_probs)).
-    at::Tensor d = (go * output.to(compute)).sum(-1);
-    at::Tensor gp;
+    const at::Tensor go = grad_output.to(dtype).contiguous();
+    const at::Tensor out = output.to(dtype).contiguous();
+    const at::Tensor lse = softmax_lse.contiguous();
+    at::Tensor gp, pr;
     if (grad_probs.has_value()) {
-      gp = grad_probs->to(compute).contiguous();
-      d = d + (probs->to(compute) * gp).sum(-1);
+      gp = grad_probs->to(dtype).contiguous();
+      pr = probs->to(dtype).contiguous();
     }
-    d = d.contiguous();
     const int64_t chunks = choose_chunks(g.batch * g.heads, at::get_num_threads());
     const int64_t threads = at::get_num_threads();
-    const auto opts = p.q.options();
-    at::Tensor dq = at::zeros({g.batch, g.heads, g.q_len, g.dqk}, opts);
-    at::Tensor dk = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dqk}, opts);
-    at::Tensor dv = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dv}, opts);
+    const auto compute = q.options().dtype(scalar_type_of<T>());
+    at::Tensor dq = at::zeros({g.batch, g.heads, g.q_len, g.dqk}, p.q.options());
+    at::Tensor dk = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dqk}, compute);
+    at::Tensor dv = at::zeros({chunks, g.batch, g.heads, g.k_len, g.dv}, compute);
     at::Tensor dpk, dpq;
-    DisentangledGrads<T> grads{dq.mutable_data_ptr<T>(), dk.mutable_data_ptr<T>(),
-                               dv.mutable_data_ptr<T>()};
+    DisentangledGrads<E> grads{mutable_data_as<E>(dq), mutable_data_as<T>(dk),
+                               mutable_data_as<T>(dv)};
     if (g.c2p) {
-      dpk = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, opts);
-      grads.dpos_key = dpk.mutable_data_ptr<T>();
+      dpk = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, compute);
+      grads.dpos_key = mutable_data_as<T>(dpk);
     }
     if (g.p2c) {
-      dpq = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, opts);
-      grads.dpos_query = dpq.mutable_data_ptr<T>();
+      dpq = at::zeros({threads, 2 * g.span, g.heads, g.dqk}, compute);
+      grads.dpos_query = mutable_data_as<T>(dpq);
     }
-    const DisentangledBackwardInputs<T> in{go.const_data_ptr<T>(),
-                                           gp.defined() ? gp.const_data_ptr<T>() : nullptr,
-                                           lse.const_data_ptr<T>(), d.const_data_ptr<T>()};
+    const DisentangledBackwardInputs<E> in{.grad_out = data_as<E>(go),
+                                           .grad_probs = gp.defined() ? data_as<E>(gp) : nullptr,
+                                           .probs = pr.defined() ? data_as<E>(pr) : nullptr,
+                                           .out = data_as<E>(out),
+                                           .lse = data_as<T>(lse)};
     disentangled_backward(p.problem, chunks, in, grads);
     std::optional<at::Tensor> grad_pos_key, grad_pos_query;
     if (g.c2p) grad_pos_key = sum_partials(dpk, pos_key->scalar_type());
