@@ -25,3 +25,14 @@ def fbgemm_ops():
     if not recops.fbgemm_loaded:
         pytest.skip("fbgemm_gpu is not loaded in this configuration")
     return torch.ops.fbgemm
+
+
+@pytest.fixture(params=["native", "fp32_fallback"])
+def bf16_path(request, monkeypatch):
+    """bf16 attention both ways: on the CPU's bf16 tiles where it has them ("native"), and with the
+    ISA capped below AVX-512 ("fp32_fallback"), where bf16 computes in fp32."""
+    if request.param == "fp32_fallback":
+        monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
+    else:
+        monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
+    return request.param

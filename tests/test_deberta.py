@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from cpu_features import cpu_has_bf16_dot
 from threads import num_threads
 
 import recops
@@ -369,23 +370,6 @@ def test_brgemm_tile_products():
 # is at most twice the error of the reference run in bf16, on both paths.
 BF16 = torch.bfloat16
 DROPOUT_SEED = 1234
-
-
-@pytest.fixture(params=["native", "fp32_fallback"])
-def bf16_path(request, monkeypatch):
-    if request.param == "fp32_fallback":
-        monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
-    else:
-        monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
-    return request.param
-
-
-def cpu_has_bf16_dot():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:
-        return False
 
 
 def check_bf16_accuracy(inputs, mask=None, dropout_p=0.0, **options):

@@ -6,7 +6,6 @@ bf16 plain-PyTorch reference's own."""
 import pytest
 import torch
 from test_fuxi_attention import _dense_biases, _fused_reference_biases, _jagged, fuxi_reference
-from test_hstu_bf16 import path  # noqa: F401  (fixture: native and fp32-fallback paths)
 
 import recops
 
@@ -51,7 +50,7 @@ MASKS = [
 @pytest.mark.parametrize("channels", ["semantic", "time", "position", "all"])
 @pytest.mark.parametrize("reference_layout", [False, True])
 @pytest.mark.parametrize("mask", range(len(MASKS)))
-def test_bf16_accuracy_dense_biases(channels, reference_layout, mask, path):  # noqa: F811
+def test_bf16_accuracy_dense_biases(channels, reference_layout, mask, bf16_path):
     n, lengths = 140, [5, 0, 140, 71]
     q, k, v, offsets = _jagged(lengths, dqk=32, dv=32)
     ts_bias, pos_bias = _dense_biases(len(lengths), n)
@@ -92,7 +91,7 @@ def test_bf16_accuracy_dense_biases(channels, reference_layout, mask, path):  # 
 
 
 @pytest.mark.parametrize("dqk, dv", [(64, 64), (5, 7)])
-def test_bf16_accuracy_fused_tables(dqk, dv, path):  # noqa: F811
+def test_bf16_accuracy_fused_tables(dqk, dv, bf16_path):
     n, lengths = 130, [130, 0, 1, 67]
     q, k, v, offsets = _jagged(lengths, dqk=dqk, dv=dv)
     timestamps = torch.randint(0, 10**6, (sum(lengths),)).sort().values
@@ -113,7 +112,7 @@ def test_bf16_accuracy_fused_tables(dqk, dv, path):  # noqa: F811
     errors_within_rule(lambda dtype: [t.to(dtype) for t in masters], reference, fused)
 
 
-def test_bf16_accuracy_dense_layout_custom_mask(path):  # noqa: F811
+def test_bf16_accuracy_dense_layout_custom_mask(bf16_path):
     batch, n, heads, d = 3, 70, 2, 16
     q, k, v = (torch.randn(batch, n, heads, d, dtype=F64).to(BF16).to(F64) for _ in range(3))
     custom = torch.rand(batch, 1, n, n) > 0.3

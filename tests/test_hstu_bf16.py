@@ -7,6 +7,7 @@ bf16, on every mask, bias and layout, on both paths."""
 
 import pytest
 import torch
+from cpu_features import cpu_has_bf16_dot
 from hstu_reference import hstu_reference
 from test_hstu_attention import (
     LENGTHS,
@@ -23,24 +24,6 @@ from test_hstu_attention import (
 import recops
 
 BF16, F64 = torch.bfloat16, torch.float64
-PATHS = ["native", "fp32_fallback"]
-
-
-@pytest.fixture(params=PATHS)
-def path(request, monkeypatch):
-    if request.param == "fp32_fallback":
-        monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
-    else:
-        monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
-    return request.param
-
-
-def cpu_has_bf16_dot():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:
-        return False
 
 
 def run(fn, master, dtype, grad_out, options):
@@ -71,7 +54,7 @@ def check_bf16_accuracy(tensors, **options):
 
 @pytest.mark.parametrize("bias", ["none", "dense", "relative"])
 @pytest.mark.parametrize("mask", list(MASKS))
-def test_bf16_accuracy_masks_and_biases(mask, bias, path):
+def test_bf16_accuracy_masks_and_biases(mask, bias, bf16_path):
     tensors = jagged_qkv(LENGTHS, heads=2, dqk=32, dv=32)
     options = dict(seq_offsets=offsets_of(LENGTHS), max_seq_len=MAX_LEN, alpha=0.7)
     options.update(mask_options(mask))
@@ -84,7 +67,7 @@ def test_bf16_accuracy_masks_and_biases(mask, bias, path):
 
 
 @pytest.mark.parametrize("dqk, dv, heads", [(64, 64, 2), (5, 7, 3), (24, 40, 1), (1, 3, 4)])
-def test_bf16_accuracy_head_dims(dqk, dv, heads, path):
+def test_bf16_accuracy_head_dims(dqk, dv, heads, bf16_path):
     """Head dims that are not multiples of the products' 16-value granule are zero-padded."""
     lengths = [33, 0, 100, 1, 64]
     check_bf16_accuracy(
@@ -97,7 +80,7 @@ def test_bf16_accuracy_head_dims(dqk, dv, heads, path):
 
 
 @pytest.mark.parametrize("bias", ["none", "relative"])
-def test_bf16_accuracy_dense_layout_and_custom_mask(bias, path):
+def test_bf16_accuracy_dense_layout_and_custom_mask(bias, bf16_path):
     batch, n, heads, d = 3, 70, 2, 16
     tensors = {name: torch.randn(batch, n, heads, d, dtype=F64) for name in ("q", "k", "v")}
     options = dict(lengths=torch.tensor([70, 0, 33]), mask=torch.rand(batch, 1, n, n) < 0.6)
@@ -107,7 +90,7 @@ def test_bf16_accuracy_dense_layout_and_custom_mask(bias, path):
     check_bf16_accuracy(tensors, **options)
 
 
-def test_bf16_non_contiguous_and_empty(path):
+def test_bf16_non_contiguous_and_empty(bf16_path):
     packed = torch.randn(40, 2, 48, dtype=F64)
     q, k, v = packed.split([16, 16, 16], dim=-1)
     check_bf16_accuracy({"q": q, "k": k, "v": v}, seq_offsets=offsets_of([40, 0]), max_seq_len=40)
