@@ -45,24 +45,14 @@ namespace recops::attention::kernels {
 // laid out here once per item (scale K^T, V^T, pos_key^T, pos_query^T) or per query block
 // (Q^T, scale Q^T, dO^T), and dK, dV are accumulated transposed over the item.
 template <typename T>
-struct SoftmaxScratch {
+struct SoftmaxScratch : SoftmaxTiles<T> {
   SingleThreadedBlas blas;
-  std::vector<T> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum, row_d;
   std::vector<T> k_t, v_t, q_t, q_t_scaled, go_t, dq_t, pos_key_t, pos_query_t, dk_t, dv_t;
   int64_t slot;
 
   SoftmaxScratch(const DisentangledShape<T>& s, bool backward, int64_t thread_slot)
-      : blas(),
-        scores(kQueryBlock * kKeyTile),
-        grads(backward ? kQueryBlock * kKeyTile : 0),
-        diag(s.c2p || s.p2c ? (kKeyTile + kQueryBlock - 1) * kQueryBlock : 0),
-        c2p_t(s.c2p ? s.positions * kQueryBlock : 0),
-        dc2p_t(s.c2p && backward ? s.positions * kQueryBlock : 0),
-        p2c_t(s.p2c ? s.positions * s.k_len : 0),
-        dp2c_t(s.p2c && backward ? s.positions * s.k_len : 0),
-        row_max(kQueryBlock),
-        row_sum(kQueryBlock),
-        row_d(backward ? kQueryBlock : 0),
+      : SoftmaxTiles<T>(s, backward, s.positions, s.k_len),
+        blas(),
         k_t(s.dqk * s.k_len),
         v_t(backward ? s.dv * s.k_len : 0),
         q_t(backward ? s.dqk * kQueryBlock : 0),
@@ -74,13 +64,6 @@ struct SoftmaxScratch {
         dk_t(backward ? s.dqk * s.k_len : 0),
         dv_t(backward ? s.dv * s.k_len : 0),
         slot(thread_slot) {}
-
-  PositionTiles<T> positions(const DisentangledShape<T>& s) {
-    return {diag.data(), s.c2p ? c2p_t.data() : nullptr, s.p2c ? p2c_t.data() : nullptr, s.k_len};
-  }
-  PositionTiles<T> position_grads(const DisentangledShape<T>& s) {
-    return {diag.data(), s.c2p ? dc2p_t.data() : nullptr, s.p2c ? dp2c_t.data() : nullptr, s.k_len};
-  }
 };
 
 // Lays out scale K^T [dqk, k_len] for the unit's keys (the right operand of Q K^T and of P2C^T).

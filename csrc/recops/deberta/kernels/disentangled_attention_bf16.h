@@ -69,22 +69,16 @@ struct Bf16Padding {
         positions(round_up(s.positions, kBf16Granule)) {}
 };
 
-// Per-thread scratch of the bf16 kernels (see the file comment); fp32 tiles as the fp32 kernel's
-// SoftmaxScratch, with P2C^T / dP2C^T rows of the padded key count.
-struct DisentangledBf16Scratch {
+// Per-thread scratch of the bf16 kernels (see the file comment): the fp32 SoftmaxTiles, position
+// rows and P2C^T rows padded, and the bf16 operands.
+struct DisentangledBf16Scratch : SoftmaxTiles<float> {
   DisentangledBf16Scratch(const DisentangledShape<float>& s, bool backward, int64_t thread_slot)
-      : pad(s),
+      : DisentangledBf16Scratch(s, backward, thread_slot, Bf16Padding(s)) {}
+  DisentangledBf16Scratch(const DisentangledShape<float>& s, bool backward, int64_t thread_slot,
+                          const Bf16Padding& padding)
+      : SoftmaxTiles<float>(s, backward, padding.positions, padding.keys),
+        pad(padding),
         slot(thread_slot),
-        scores(kQueryBlock * kKeyTile),
-        grads(backward ? kQueryBlock * kKeyTile : 0),
-        diag(s.c2p || s.p2c ? (kKeyTile + kQueryBlock - 1) * kQueryBlock : 0),
-        c2p_t(s.c2p ? pad.positions * kQueryBlock : 0),
-        dc2p_t(s.c2p && backward ? pad.positions * kQueryBlock : 0),
-        p2c_t(s.p2c ? pad.positions * pad.keys : 0),
-        dp2c_t(s.p2c && backward ? pad.positions * pad.keys : 0),
-        row_max(kQueryBlock),
-        row_sum(kQueryBlock),
-        row_d(backward ? kQueryBlock : 0),
         acc(kQueryBlock * (backward ? pad.dqk : pad.dv)),
         dq_t(s.c2p && backward ? pad.dqk * kQueryBlock : 0),
         dk_t(backward ? pad.dqk * pad.keys : 0),
@@ -114,19 +108,10 @@ struct DisentangledBf16Scratch {
   DisentangledBf16Scratch(const DisentangledBf16Scratch&) = delete;
   DisentangledBf16Scratch& operator=(const DisentangledBf16Scratch&) = delete;
 
-  PositionTiles<float> positions(const DisentangledShape<float>& s) {
-    return {diag.data(), s.c2p ? c2p_t.data() : nullptr, s.p2c ? p2c_t.data() : nullptr, pad.keys};
-  }
-  PositionTiles<float> position_grads(const DisentangledShape<float>& s) {
-    return {diag.data(), s.c2p ? dc2p_t.data() : nullptr, s.p2c ? dp2c_t.data() : nullptr,
-            pad.keys};
-  }
-
   Bf16Padding pad;
   int64_t slot;
-  // fp32: product tiles, position scores and their gradients, the block's softmax state and
-  // output (forward) or dQ (backward) accumulator, the item's dK^T, dV^T and table gradients.
-  std::vector<float> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum, row_d;
+  // fp32 beside SoftmaxTiles: the block's output (forward) or dQ (backward) accumulator, the
+  // item's dK^T, dV^T and table gradients.
   std::vector<float> acc, dq_t, dk_t, dv_t, dpos_key, dpos_query;
   // bf16 bits: the item's operands, the block's, the tiles' (P, dS, dC2P^T or dP2C^T).
   std::vector<uint16_t> k_t_scaled, k_vnni, v_vnni, v_t_vnni, pos_key_scaled, pos_key_t, pos_query;

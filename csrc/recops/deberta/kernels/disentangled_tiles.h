@@ -159,6 +159,37 @@ struct PositionTiles {
   int64_t p2c_ld;
 };
 
+// The tiles between the products that both kernels keep per thread, in the compute type: the
+// score and score-gradient tiles, the diagonal layout, the position scores C2P^T
+// [position_rows, kQueryBlock] (per block) and P2C^T [position_rows, p2c_ld] (per item) with
+// their gradients, and the rows' softmax statistics. The bf16 kernel pads position_rows and
+// p2c_ld to its product granule; the fp32 kernel passes the shape's.
+template <typename T>
+struct SoftmaxTiles {
+  SoftmaxTiles(const DisentangledShape<T>& s, bool backward, int64_t position_rows, int64_t p2c_ld)
+      : p2c_ld(p2c_ld),
+        scores(kQueryBlock * kKeyTile),
+        grads(backward ? kQueryBlock * kKeyTile : 0),
+        diag(s.c2p || s.p2c ? (kKeyTile + kQueryBlock - 1) * kQueryBlock : 0),
+        c2p_t(s.c2p ? position_rows * kQueryBlock : 0),
+        dc2p_t(s.c2p && backward ? position_rows * kQueryBlock : 0),
+        p2c_t(s.p2c ? position_rows * p2c_ld : 0),
+        dp2c_t(s.p2c && backward ? position_rows * p2c_ld : 0),
+        row_max(kQueryBlock),
+        row_sum(kQueryBlock),
+        row_d(backward ? kQueryBlock : 0) {}
+
+  PositionTiles<T> positions(const DisentangledShape<T>& s) {
+    return {diag.data(), s.c2p ? c2p_t.data() : nullptr, s.p2c ? p2c_t.data() : nullptr, p2c_ld};
+  }
+  PositionTiles<T> position_grads(const DisentangledShape<T>& s) {
+    return {diag.data(), s.c2p ? dc2p_t.data() : nullptr, s.p2c ? dp2c_t.data() : nullptr, p2c_ld};
+  }
+
+  int64_t p2c_ld;
+  std::vector<T> scores, grads, diag, c2p_t, dc2p_t, p2c_t, dp2c_t, row_max, row_sum, row_d;
+};
+
 // Position index of diagonal 0 of the tile (query rows [row0, row0 + rows), keys from kt0).
 template <typename E>
 const int32_t* tile_delta(const DisentangledProblem<E>& p, int64_t row0, int64_t rows,
