@@ -1279,19 +1279,36 @@ def test_opcheck_forward_and_grad_ops():
         )
 
 
+# The optimizers' op-name suffixes, and their state buffers (momentum, offsets) for op_args()'s
+# two tables (12 x 8 and 9 x 4): D values a row elementwise, one rowwise.
+OP_NAMES = [
+    "sgd",
+    "adagrad",
+    "rowwise_adagrad",
+    "adam",
+    "partial_rowwise_adam",
+    "lamb",
+    "partial_rowwise_lamb",
+]
+
+
+def state_buffers(name):
+    elementwise = (12 * 8 + 9 * 4, [0, 96, 0])
+    rowwise = (12 + 9, [0, 12, 0])
+    layouts = {
+        "sgd": [],
+        "adagrad": [elementwise],
+        "rowwise_adagrad": [rowwise],
+        "adam": [elementwise, elementwise],
+        "partial_rowwise_adam": [elementwise, rowwise],
+        "lamb": [elementwise, elementwise],
+        "partial_rowwise_lamb": [elementwise, rowwise],
+    }[name]
+    return [t for size, offsets in layouts for t in (torch.zeros(size), torch.tensor(offsets))]
+
+
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize(
-    "name",
-    [
-        "sgd",
-        "adagrad",
-        "rowwise_adagrad",
-        "adam",
-        "partial_rowwise_adam",
-        "lamb",
-        "partial_rowwise_lamb",
-    ],
-)
+@pytest.mark.parametrize("name", OP_NAMES)
 def test_opcheck_backward_ops(name, weighted):
     module, indices, offsets, (w_off, d_off) = op_args()
     grad = torch.randn(3, int(d_off[-1]))
@@ -1307,19 +1324,7 @@ def test_opcheck_backward_ops(name, weighted):
     ]
     if weighted:
         args.append(torch.rand(indices.numel()))
-    rowwise = (sum([12, 9]), [0, 12, 0])
-    elementwise = (12 * 8 + 9 * 4, [0, 96, 0])
-    layouts = {
-        "sgd": [],
-        "adagrad": [elementwise],
-        "rowwise_adagrad": [rowwise],
-        "adam": [elementwise, elementwise],
-        "partial_rowwise_adam": [elementwise, rowwise],
-        "lamb": [elementwise, elementwise],
-        "partial_rowwise_lamb": [elementwise, rowwise],
-    }[name]
-    for size, state_offsets in layouts:
-        args += [torch.zeros(size), torch.tensor(state_offsets)]
+    args += state_buffers(name)
     args.append(torch.tensor(0.1))
     kind = "weighted" if weighted else "unweighted"
     torch.library.opcheck(getattr(ops, f"backward_codegen_{name}_{kind}_exact"), tuple(args))
@@ -1345,7 +1350,7 @@ def test_opcheck_bounds_check():
     )
 
 
-@pytest.mark.parametrize("name", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize("name", OP_NAMES)
 def test_opcheck_lookup_functions(name):
     module, indices, offsets, (w_off, d_off) = op_args()
     psw = torch.rand(indices.numel(), requires_grad=True)
@@ -1362,10 +1367,7 @@ def test_opcheck_lookup_functions(name):
         psw,
         None,
     ]
-    if name != "sgd":
-        size = 21 if name == "rowwise_adagrad" else 12 * 8 + 9 * 4
-        state_offsets = [0, 12, 0] if name == "rowwise_adagrad" else [0, 96, 0]
-        args += [torch.zeros(size), torch.tensor(state_offsets)]
+    args += state_buffers(name)
     args.append(torch.tensor(0.1))
     torch.library.opcheck(
         getattr(ops, f"split_embedding_codegen_lookup_{name}_function"), tuple(args)
