@@ -130,6 +130,26 @@ class Limits:
     matmul_gflops: float  # large fp32 matmul, the faster of MKL (torch.mm) and oneDNN
     threads: int
     matmul_bf16_gflops: float = 0.0  # large bf16 matmul (fp32 accumulation), torch.mm / oneDNN
+    cpu: str = ""  # the CPU's model and its bf16 matrix units (cpu_description)
+
+
+def cpu_description() -> str:
+    """The CPU's model name and whether it has AMX bf16 tiles: the workplace's machines differ
+    from run to run (an AMX CPU's bf16 matmul is several times its AVX512_BF16-only peers'), so a
+    table names the machine it was measured on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "unknown CPU"
+    fields = {}
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name", "unknown CPU")
+    flags = fields.get("flags", "").split()
+    units = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return f"{model} ({', '.join(units) or 'no bf16 dot products'})"
 
 
 def _matmul_gflops(m, dtype):
@@ -166,6 +186,7 @@ def measure_limits() -> Limits:
         matmul_gflops=_matmul_gflops(2048, torch.float32),
         threads=torch.get_num_threads(),
         matmul_bf16_gflops=_matmul_gflops(2048, torch.bfloat16),
+        cpu=cpu_description(),
     )
 
 
@@ -197,12 +218,20 @@ def check_matches(reference, candidate, dtype, case):
     assert (actual - expected).abs().max().item() <= tol * scale, case
 
 
-def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_factor):
+def _recops_baselines(fp32_case, phase):
+    """compare_to of a recops row of measure_fwd_bwd: the reference, and recops on fp32_case."""
+    same_work = [["recops", f"{fp32_case} {phase}", "recops float32"]] if fp32_case else []
+    return ["reference", *same_work]
+
+
+def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_factor, fp32_case=None):
     """Rows for each of impls ({"reference": fn, "recops": fn}, recops compared to the
     reference): fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
     peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's. Checks
     first that recops matches the reference (check_matches). Rows record the dtype (the table
-    rates a bf16 row against the bf16 matmul limit)."""
+    rates a bf16 row against the bf16 matmul limit). fp32_case: the case measured on the same
+    inputs in float32, whose recops rows the recops rows here are also compared to (so a bf16
+    row says its speed-up over recops' own fp32 on identical work)."""
     check_matches(impls["reference"], impls["recops"], dtype, case)
     rows = []
     for impl, fn in impls.items():
@@ -224,7 +253,7 @@ def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_fact
                 flops=flops,
                 peak_bytes=peak_extra_bytes(call),
                 extra={
-                    "compare_to": ["reference"] if impl == "recops" else [],
+                    "compare_to": _recops_baselines(fp32_case, phase) if impl == "recops" else [],
                     "dtype": str(dtype).split(".")[-1],
                 },
             )

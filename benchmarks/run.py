@@ -39,7 +39,7 @@ def _versions():
 
 def format_table(rows, limits):
     lines = [
-        f"machine: {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s "
+        f"machine: {limits.cpu}, {limits.threads} threads, copy {limits.copy_gbps:.1f} GB/s "
         f"({limits.copy_1thread_gbps:.1f} on one thread), "
         f"fp32 matmul {limits.matmul_gflops:.1f} GFLOP/s, "
         f"bf16 matmul {limits.matmul_bf16_gflops:.1f} GFLOP/s, {_versions()}; "
@@ -51,11 +51,7 @@ def format_table(rows, limits):
     ]
     by_key = {(r.suite, r.case, r.impl): r for r in rows}
     for r in rows:
-        speedups = []
-        for base in r.extra.get("compare_to", []):
-            b = by_key.get((r.suite, r.case, base))
-            if b is not None:
-                speedups.append(f"{b.seconds / r.seconds:.2f}x {base}")
+        speedups = [f"{b.seconds / r.seconds:.2f}x {label}" for label, b in _baselines(r, by_key)]
         rate = r.bytes_moved / r.seconds / 1e9
         gbps = f"{rate:.1f} ({100 * rate / limits.copy_gbps:.0f}%)" if r.bytes_moved else ""
         flop_rate = r.flops / r.seconds / 1e9
@@ -77,15 +73,25 @@ def _matmul_share(row, flop_rate, limits):
     return f"{100 * flop_rate / limits.matmul_gflops:.0f}%"
 
 
+def _baselines(row, by_key):
+    """(label, row) of each measured baseline in row.extra["compare_to"]: an impl name (that impl
+    on the same case) or [impl, case, label] (that impl on another case, e.g. the same inputs in
+    float32)."""
+    found = []
+    for base in row.extra.get("compare_to", []):
+        impl, case, label = (base, row.case, base) if isinstance(base, str) else base
+        b = by_key.get((row.suite, case, impl))
+        if b is not None:
+            found.append((label, b))
+    return found
+
+
 def speedup_summary(rows, by_key):
     """Geometric mean and minimum of each (suite, impl, baseline) speed-up over the cases."""
     ratios = {}
     for r in rows:
-        for base in r.extra.get("compare_to", []):
-            b = by_key.get((r.suite, r.case, base))
-            if b is not None:
-                key = (r.suite, r.impl, base)
-                ratios.setdefault(key, []).append((b.seconds / r.seconds, r.case))
+        for label, b in _baselines(r, by_key):
+            ratios.setdefault((r.suite, r.impl, label), []).append((b.seconds / r.seconds, r.case))
     if not ratios:
         return []
     lines = [

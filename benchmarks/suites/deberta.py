@@ -74,12 +74,11 @@ def fused(q, k, v, pos_key, pos_query, mask2):
     )
 
 
-def _inputs(batch, n, dtype):
-    def leaf(*shape):
-        return (0.5 * torch.randn(*shape)).to(dtype).requires_grad_(True)
-
-    q, k, v = (leaf(batch, HEADS, n, HEAD_DIM) for _ in range(3))
-    pos_key, pos_query = (leaf(2 * SPAN, HEADS, HEAD_DIM) for _ in range(2))
+def _inputs(batch, n):
+    """float32 q, k, v, pos_key, pos_query and the masks; run() casts the five to each dtype, so
+    both dtypes of a shape run on the same inputs."""
+    q, k, v = (0.5 * torch.randn(batch, HEADS, n, HEAD_DIM) for _ in range(3))
+    pos_key, pos_query = (0.5 * torch.randn(2 * SPAN, HEADS, HEAD_DIM) for _ in range(2))
     mask2 = torch.ones(batch, n, dtype=torch.bool)
     extended = mask2.long().unsqueeze(1).unsqueeze(2)
     mask4 = extended * extended.squeeze(-2).unsqueeze(-1)  # HF's get_attention_mask
@@ -91,8 +90,10 @@ def run(limits):
     rows = []
     for batch, n in SHAPES:
         relative_pos = build_relative_position(n, n, BUCKETS, MAX_RELATIVE)
+        inputs, mask2, mask4 = _inputs(batch, n)
+        fp32_case = None
         for dtype in (torch.float32, torch.bfloat16):
-            leaves, mask2, mask4 = _inputs(batch, n, dtype)
+            leaves = [t.to(dtype).requires_grad_(True) for t in inputs]
             impls = {
                 "reference": functools.partial(reference, *leaves, mask4, relative_pos),
                 "recops": functools.partial(fused, *leaves, mask2),
@@ -100,5 +101,8 @@ def run(limits):
             # flops: q.k, q.pos_key, k.pos_query and P.v, each 2 B H S X d with X = S or 2 span.
             fwd_flops = 2 * batch * HEADS * HEAD_DIM * n * (2 * n + 4 * SPAN)
             case = f"B={batch} H={HEADS} S={n} {str(dtype).split('.')[-1]}"
-            rows += measure_fwd_bwd("deberta", case, impls, leaves, dtype, fwd_flops, 2)
+            rows += measure_fwd_bwd(
+                "deberta", case, impls, leaves, dtype, fwd_flops, 2, fp32_case=fp32_case
+            )
+            fp32_case = fp32_case or case
     return rows

@@ -30,6 +30,7 @@ from suites.hstu import (
     SHAPES,
     _inputs,
     _leaves,
+    in_dtype,
     position_bias,
     time_bias,
 )
@@ -73,15 +74,21 @@ def run(limits):
     torch.manual_seed(0)
     rows = []
     for batch, n in SHAPES:
+        inputs, offsets, lengths, extras = _inputs(batch, n, True)
+        # Semantic FLOPs as HSTU's, plus the two bias channels' products with V.
+        fwd_flops = 2 * HEADS * 4 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
+        fp32_case = None
         for dtype in (torch.float32, torch.bfloat16):
-            qkv, offsets, lengths, extra = _inputs(batch, n, dtype, True, True)
+            qkv, extra = in_dtype(inputs, extras, dtype)
             mask = causal_float_mask(n, dtype)
-            # Semantic FLOPs as HSTU's, plus the two bias channels' products with V.
-            fwd_flops = 2 * HEADS * 4 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
             case = f"B={batch} N={n} {str(dtype).split('.')[-1]} +rel-bias"
             impls = {
                 name: functools.partial(fn, *qkv, offsets, n, **extra, mask=mask)
                 for name, fn in (("reference", reference), ("recops", fused))
             }
-            rows += measure_fwd_bwd("fuxi", case, impls, _leaves(qkv, extra), dtype, fwd_flops, 2)
+            leaves = _leaves(qkv, extra)
+            rows += measure_fwd_bwd(
+                "fuxi", case, impls, leaves, dtype, fwd_flops, 2, fp32_case=fp32_case
+            )
+            fp32_case = fp32_case or case
     return rows

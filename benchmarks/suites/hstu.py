@@ -123,22 +123,30 @@ def _timestamps(lengths, n):
     raise RuntimeError("could not draw timestamps on which both bucket conventions agree")
 
 
-def _inputs(batch, n, dtype, with_bias, requires_grad):
+def _inputs(batch, n, with_bias):
+    """float32 q, k, v (and the relative bias's timestamps and tables), offsets and lengths; the
+    suites cast them to each dtype (in_dtype), so both dtypes of a shape run on the same work."""
     lengths = torch.randint(n // 2, n + 1, (batch,))
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
     total = int(offsets[-1])
-    qkv = [
-        (0.5 * torch.randn(total, HEADS, HEAD_DIM)).to(dtype).requires_grad_(requires_grad)
-        for _ in range(3)
-    ]
+    qkv = [0.5 * torch.randn(total, HEADS, HEAD_DIM) for _ in range(3)]
     extra = {}
     if with_bias:
         extra = dict(
             timestamps=_timestamps(lengths, n),
-            ts_w=(0.02 * torch.randn(NUM_BUCKETS + 1)).to(dtype).requires_grad_(requires_grad),
-            pos_w=(0.02 * torch.randn(2 * n - 1)).to(dtype).requires_grad_(requires_grad),
+            ts_w=0.02 * torch.randn(NUM_BUCKETS + 1),
+            pos_w=0.02 * torch.randn(2 * n - 1),
         )
     return qkv, offsets, lengths, extra
+
+
+def in_dtype(qkv, extra, dtype):
+    """(qkv, extra) with every float tensor cast to `dtype` as a leaf that requires grad."""
+
+    def leaf(t):
+        return t.to(dtype).requires_grad_(True) if t.is_floating_point() else t
+
+    return [leaf(t) for t in qkv], {name: leaf(t) for name, t in extra.items()}
 
 
 def _leaves(qkv, extra):
@@ -149,19 +157,21 @@ def run(limits):
     torch.manual_seed(0)
     rows = []
     for batch, n in SHAPES:
-        for dtype in (torch.float32, torch.bfloat16):
-            for with_bias in (False, True):
-                qkv, offsets, lengths, extra = _inputs(batch, n, dtype, with_bias, True)
-                fwd_flops = 2 * HEADS * 2 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
-                case = (
-                    f"B={batch} N={n} {str(dtype).split('.')[-1]}"
-                    f"{' +rel-bias' if with_bias else ''}"
-                )
+        for with_bias in (False, True):
+            inputs, offsets, lengths, extras = _inputs(batch, n, with_bias)
+            fwd_flops = 2 * HEADS * 2 * HEAD_DIM * float((lengths.double() ** 2).sum()) / 2
+            fp32_case = None
+            for dtype in (torch.float32, torch.bfloat16):
+                qkv, extra = in_dtype(inputs, extras, dtype)
+                bias = " +rel-bias" if with_bias else ""
+                case = f"B={batch} N={n} {str(dtype).split('.')[-1]}{bias}"
                 impls = {
                     name: functools.partial(fn, *qkv, offsets, n, **extra)
                     for name, fn in (("reference", reference), ("recops", fused))
                 }
+                leaves = _leaves(qkv, extra)
                 rows += measure_fwd_bwd(
-                    "hstu", case, impls, _leaves(qkv, extra), dtype, fwd_flops, 2.5
+                    "hstu", case, impls, leaves, dtype, fwd_flops, 2.5, fp32_case=fp32_case
                 )
+                fp32_case = fp32_case or case
     return rows
