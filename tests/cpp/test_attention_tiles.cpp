@@ -290,6 +290,33 @@ TEST(AttentionTiles, Bf16Operands) {
   }
 }
 
+// transpose_bf16 and transpose_bf16_pairs of `k` on shapes with full 16 x 16 blocks and edges,
+// with row strides past the columns read, against element-by-element transposes.
+void expect_bf16_transposes(const TileKernels& k) {
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 45}, {16, 32}, {5, 3}, {0, 7}}) {
+    const int64_t ld_src = 2 * cols + 3, ld_dst = rows + 5;
+    std::vector<uint16_t> src(std::max<int64_t>(rows, 1) * ld_src);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 7919 + 13);
+    std::vector<uint16_t> dst(cols * ld_dst, 0), pairs(cols * ld_dst * 2, 0);
+    k.transpose_bf16(src.data(), rows, cols, ld_src, dst.data(), ld_dst);
+    k.transpose_bf16_pairs(src.data(), rows, cols, ld_src, pairs.data(), ld_dst);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(dst[c * ld_dst + r], src[r * ld_src + c]) << rows << "x" << cols;
+        for (int64_t e = 0; e < 2; ++e) {
+          ASSERT_EQ(pairs[(c * ld_dst + r) * 2 + e], src[r * ld_src + 2 * c + e]) << rows;
+        }
+      }
+    }
+    // Nothing past the transposed rows is written.
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = rows; r < ld_dst; ++r) ASSERT_EQ(dst[c * ld_dst + r], 0);
+    }
+  }
+}
+
+TEST(AttentionTiles, Bf16Transposes) { expect_bf16_transposes(baseline::kTileKernels); }
+
 TEST(AttentionTiles, DoubleTilesRunTheBaselineBodies) {
   const TileOps<double>& ops = tile_ops<double>(CpuIsa::kAvx512);
   EXPECT_EQ(&ops, &baseline::kDoubleTileOps);
@@ -437,6 +464,8 @@ TEST_P(TileVariant, Bf16Operands) {
   EXPECT_EQ(r1, r2);
   EXPECT_EQ(v1, v2);
 }
+
+TEST_P(TileVariant, Bf16Transposes) { expect_bf16_transposes(variant()); }
 
 INSTANTIATE_TEST_SUITE_P(Isa, TileVariant, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const ::testing::TestParamInfo<CpuIsa>& info) {

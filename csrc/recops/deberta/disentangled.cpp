@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "recops/common/checks.h"
+#include "recops/common/partials.h"
 #include "recops/common/dispatch.h"
 #include "recops/deberta/kernels/deberta_positions.h"
 #include "recops/deberta/kernels/disentangled_attention.h"
@@ -242,11 +243,6 @@ void prepare(Prepared<E>& p, const Geometry& g, const at::Tensor& q, const at::T
   d.mask = p.mask.view;
   d.dropout_p = static_cast<T>(o.dropout_p);
   d.seed = static_cast<uint64_t>(o.seed);
-}
-
-// Sums per-chunk or per-thread partial gradients [parts, ...] into `like`'s dtype.
-at::Tensor sum_partials(const at::Tensor& partials, at::ScalarType dtype) {
-  return (partials.size(0) == 1 ? partials[0] : partials.sum(0)).to(dtype);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "recops/common/checks.h"
+#include "recops/common/partials.h"
 
 namespace recops::attention {
 
@@ -247,7 +248,7 @@ at::Tensor reduce_dense_bias_grad(const BiasGradBuffers& buffers, const Prepared
 }
 
 at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) {
-  return buffer.sum(0).to(table.scalar_type());
+  return sum_partials(buffer, table.scalar_type());
 }
 
 QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks) {
@@ -261,7 +262,8 @@ QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t
 std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::Tensor& q,
                                                                       const at::Tensor& k,
                                                                       const at::Tensor& v) const {
-  return {dq.to(q.scalar_type()), dk.sum(0).to(k.scalar_type()), dv.sum(0).to(v.scalar_type())};
+  return {dq.to(q.scalar_type()), sum_partials(dk, k.scalar_type()),
+          sum_partials(dv, v.scalar_type())};
 }
 
 bool Bf16Inputs::applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

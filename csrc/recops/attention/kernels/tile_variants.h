@@ -62,6 +62,13 @@ struct TileKernels {
   void (*backward_operands_to_bf16)(const float* a, const float* ds, int64_t rows, int64_t cols,
                                     float alpha, uint16_t* a_vnni, uint16_t* ds_rows,
                                     uint16_t* ds_vnni);
+  // dst[c * ld_dst + r] = src[r * ld_src + c]: a [rows, cols] matrix of bf16 bits transposed.
+  void (*transpose_bf16)(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld_src,
+                         uint16_t* dst, int64_t ld_dst);
+  // The same for pairs of bf16 values moved as one (columns 2c, 2c + 1 of src row r to
+  // dst[(c * ld_dst + r) * 2 + {0, 1}]): src^T in VNNI layout, for [rows, 2 * pairs] src.
+  void (*transpose_bf16_pairs)(const uint16_t* src, int64_t rows, int64_t pairs, int64_t ld_src,
+                               uint16_t* dst, int64_t ld_dst);
 };
 
 namespace baseline {

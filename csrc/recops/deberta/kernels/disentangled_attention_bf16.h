@@ -1,7 +1,7 @@
 // DeBERTa disentangled attention on bf16 operands: disentangled_attention.h's algorithm (work
 // items, query blocks, key tiles, the diagonal layout of the position terms) with every tile
 // product on the bf16 micro-kernel, fp32 accumulation (gemm_bf16; VNNI layouts and zero padding
-// from hstu/kernels/bf16_operands.h and bf16_products.h). Everything between the products runs in
+// from attention/kernels/bf16_layouts.h). Everything between the products runs in
 // fp32 on the fp32 product tiles, with the fp32 kernel's code (disentangled_tiles.h): position
 // terms and their gradients, masking, the online softmax, dropout and the softmax backward; a
 // tile's result is rounded to bf16 once, as the next product's operand (TileKernels' conversions).
@@ -29,12 +29,11 @@
 #include <limits>
 #include <vector>
 
+#include "recops/attention/kernels/bf16_layouts.h"
 #include "recops/common/blas.h"
 #include "recops/common/half_bits.h"
 #include "recops/common/parallel.h"
 #include "recops/deberta/kernels/disentangled_tiles.h"
-#include "recops/hstu/kernels/bf16_operands.h"
-#include "recops/hstu/kernels/bf16_products.h"
 
 namespace recops::attention::kernels {
 

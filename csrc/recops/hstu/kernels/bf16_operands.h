@@ -1,14 +1,6 @@
-// bf16 operands of the HSTU-family tile products, laid out once per call: common/blas.h's
-// gemm_bf16 (in the extension oneDNN's bf16 batch-reduce GEMM micro-kernel as PyTorch exports it,
-// fp32 accumulation into an fp32 C), whose second operand is in VNNI layout: a [K, N] matrix
-// stored as [K / 2, N, 2], the two values of each pair of rows side by side (element (k, n) at
-// ((k / 2) * ld + n) * 2 + k % 2).
-//
-// Every dimension and leading dimension of these products is a multiple of kBf16Granule: tiles
-// are zero-padded to it (padded query rows and keys are masked out, padded head dims are zero),
-// which bounds the set of shapes oneDNN generates kernels for as blas.h's fp32 products do, and
-// keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t) in the kernels,
-// passed to gemm_bf16 as the layout-identical Bf16 (common/half_bits.h).
+// bf16 operands of the HSTU-family tile products, laid out once per call (the layouts:
+// attention/kernels/bf16_layouts.h). Padded query rows and keys are masked out, padded head dims
+// are zero.
 //
 // PackedOperands holds, per sequence and head, built once per call in parallel: K^T [Dqk, N] and
 // (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
@@ -18,89 +10,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
-#include "recops/common/blas.h"
-#include "recops/common/cpu_isa.h"
-#include "recops/common/half_bits.h"
+#include "recops/attention/kernels/bf16_layouts.h"
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/batch.h"
 
 namespace recops::attention::kernels {
-
-constexpr int64_t kBf16Granule = kBrgemmGranule;
-
-inline int64_t round_up(int64_t x, int64_t granule) {
-  return (x + granule - 1) / granule * granule;
-}
-
-// Whether bf16 tiles run on the bf16 micro-kernel: gemm_bf16_available() (in the extension: the
-// CPU has AVX512_BF16 dot products and oneDNN is enabled) and the ISA cap (RECOPS_CPU_ISA)
-// allows AVX-512. Otherwise the adapters compute in fp32.
-inline bool bf16_tiles_available() {
-  return cpu_isa() == CpuIsa::kAvx512 && gemm_bf16_available();
-}
-
-// C[m, n] (+)= A[m, k] B[k, n]: A row-major (lda), B in VNNI layout (ldb), C fp32 (ldc), on bf16
-// bit patterns.
-inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                      const uint16_t* b_vnni, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  recops::gemm_bf16(m, n, k, reinterpret_cast<const Bf16*>(a), lda,
-                    reinterpret_cast<const Bf16*>(b_vnni), ldb, c, ldc, accumulate);
-}
-
-// The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
-// columns (2p, 2p + 1) of row j lands at ((p * ld) + j) * 2 as one 32-bit word, so this is a
-// transpose of words (memcpy moves them: no aliasing of the uint16_t buffers), in square blocks
-// that keep reads and writes within a few cache lines. Zero past (d, n).
-inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src,
-                                 int64_t d_pad, int64_t ld, uint16_t* dst) {
-  constexpr int64_t kBlock = 16;
-  const int64_t pairs = d / 2;
-  for (int64_t p = 0; p < d_pad / 2; ++p) {  // zero what the copies below leave
-    uint16_t* row = dst + p * ld * 2;
-    std::fill(p < pairs ? row + 2 * n : row, row + 2 * ld, uint16_t(0));
-  }
-  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-    const int64_t j1 = std::min(n, j0 + kBlock);
-    for (int64_t p0 = 0; p0 < pairs; p0 += kBlock) {
-      const int64_t p1 = std::min(pairs, p0 + kBlock);
-      for (int64_t p = p0; p < p1; ++p) {
-        for (int64_t j = j0; j < j1; ++j) {
-          std::memcpy(dst + (p * ld + j) * 2, src + j * ld_src + 2 * p, 2 * sizeof(uint16_t));
-        }
-      }
-    }
-  }
-  if (d % 2 != 0) {  // the last column pairs with the zero padding
-    for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + j) * 2] = src[j * ld_src + d - 1];
-  }
-}
-
-// The VNNI layout [n_pad / 2, d_pad, 2] of src [n, d] (row stride ld_src): rows 2p and 2p + 1
-// interleaved value by value. Zero past (n, d).
-inline void pack_vnni_rows(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src, int64_t n_pad,
-                           int64_t d_pad, uint16_t* dst) {
-  for (int64_t j = 0; j < n; j += 2) {
-    const uint16_t* even = src + j * ld_src;
-    uint16_t* out = dst + j * d_pad;
-    if (j + 1 < n) {
-      const uint16_t* odd = even + ld_src;
-      for (int64_t c = 0; c < d; ++c) {
-        out[2 * c] = even[c];
-        out[2 * c + 1] = odd[c];
-      }
-    } else {
-      for (int64_t c = 0; c < d; ++c) {
-        out[2 * c] = even[c];
-        out[2 * c + 1] = 0;
-      }
-    }
-    std::fill(out + 2 * d, out + 2 * d_pad, uint16_t(0));
-  }
-  std::fill(dst + round_up(n, 2) * d_pad, dst + n_pad * d_pad, uint16_t(0));
-}
 
 // Per-call VNNI copies of K and V, per sequence and head (see the file comment).
 class PackedOperands {

@@ -23,25 +23,6 @@
 
 namespace recops::attention::kernels {
 
-// dst [rows_pad, cols_pad] (row stride cols_pad) = src [rows, cols] (row stride ld_src), zero
-// padded.
-inline void copy_padded(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld_src,
-                        uint16_t* dst, int64_t rows_pad, int64_t cols_pad) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * cols_pad, src + r * ld_src, cols * sizeof(uint16_t));
-    std::fill(dst + r * cols_pad + cols, dst + (r + 1) * cols_pad, uint16_t(0));
-  }
-  std::fill(dst + rows * cols_pad, dst + rows_pad * cols_pad, uint16_t(0));
-}
-
-// dst [cols_pad, rows_pad] = src [rows_pad, cols_pad] transposed (both padded).
-inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols_pad,
-                             uint16_t* dst) {
-  for (int64_t r = 0; r < rows_pad; ++r) {
-    for (int64_t c = 0; c < cols_pad; ++c) dst[c * rows_pad + r] = src[r * cols_pad + c];
-  }
-}
-
 // Per-thread bf16 block operands and fp32 key-side gradient accumulators of the bf16 backward.
 class Bf16Gradients {
  public:
