@@ -4,6 +4,8 @@ Every suite (benchmarks/suites/<family>.py) defines ``run(limits) -> list[Row]``
 the limits once, runs every suite in one process and prints/saves one table.
 """
 
+import contextlib
+import gc
 import math
 import os
 import statistics
@@ -14,18 +16,33 @@ import torch
 from memory import peak_extra_bytes
 
 
+@contextlib.contextmanager
+def no_garbage_collection():
+    """Timings run with Python's cyclic garbage collector off, as `timeit` runs them: a
+    collection that lands inside a timed call scans every object the interpreter holds (torch's
+    modules included) and charges that to whichever implementation happened to be running."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def median_time(fn, *, warmup: int = 3, min_runs: int = 5, min_seconds: float = 0.3) -> float:
     """Median wall time of fn() in seconds over at least min_runs runs and min_seconds."""
     for _ in range(warmup):
         fn()
     times = []
     start = time.perf_counter()
-    while len(times) < min_runs or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 1000:
-            break
+    with no_garbage_collection():
+        while len(times) < min_runs or time.perf_counter() - start < min_seconds:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+            if len(times) >= 1000:
+                break
     return statistics.median(times)
 
 
@@ -42,15 +59,16 @@ def compare_times(
     times = {name: [] for name in names}
     start = time.perf_counter()
     rounds = 0
-    while rounds < min_runs or time.perf_counter() - start < min_seconds:
-        for i in range(len(names)):
-            name = names[(rounds + i) % len(names)]
-            t0 = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - t0)
-        rounds += 1
-        if rounds >= max_runs:
-            break
+    with no_garbage_collection():
+        while rounds < min_runs or time.perf_counter() - start < min_seconds:
+            for i in range(len(names)):
+                name = names[(rounds + i) % len(names)]
+                t0 = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - t0)
+            rounds += 1
+            if rounds >= max_runs:
+                break
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
