@@ -315,7 +315,9 @@ void expect_bf16_transposes(const TileKernels& k) {
   }
 }
 
-TEST(AttentionTiles, Bf16Transposes) { expect_bf16_transposes(baseline::kTileKernels); }
+TEST(AttentionTiles, Bf16Transposes) {
+  expect_bf16_transposes(baseline::kTileKernels);
+}
 
 TEST(AttentionTiles, DoubleTilesRunTheBaselineBodies) {
   const TileOps<double>& ops = tile_ops<double>(CpuIsa::kAvx512);
@@ -465,7 +467,9 @@ TEST_P(TileVariant, Bf16Operands) {
   EXPECT_EQ(v1, v2);
 }
 
-TEST_P(TileVariant, Bf16Transposes) { expect_bf16_transposes(variant()); }
+TEST_P(TileVariant, Bf16Transposes) {
+  expect_bf16_transposes(variant());
+}
 
 INSTANTIATE_TEST_SUITE_P(Isa, TileVariant, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const ::testing::TestParamInfo<CpuIsa>& info) {

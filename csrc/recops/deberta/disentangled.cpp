@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "recops/common/checks.h"
-#include "recops/common/partials.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/partials.h"
 #include "recops/deberta/kernels/deberta_positions.h"
 #include "recops/deberta/kernels/disentangled_attention.h"
 #include "recops/deberta/kernels/disentangled_attention_bf16.h"

@@ -338,10 +338,9 @@ constexpr TileOps<T> make_tile_ops() {
           &accumulate_uniform_position_grads<T>};
 }
 
-const TileKernels kTileKernels = {make_tile_ops<float>(),     &to_bf16,
-                                  &to_bf16_vnni,               &silu_scores_to_bf16,
-                                  &backward_operands_to_bf16, &transpose_bf16,
-                                  &transpose_bf16_pairs};
+const TileKernels kTileKernels = {
+    make_tile_ops<float>(),     &to_bf16,        &to_bf16_vnni,        &silu_scores_to_bf16,
+    &backward_operands_to_bf16, &transpose_bf16, &transpose_bf16_pairs};
 
 #if RECOPS_ISA_LEVEL == 0
 const TileOps<double> kDoubleTileOps = make_tile_ops<double>();
