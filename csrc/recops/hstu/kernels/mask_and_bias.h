@@ -312,6 +312,24 @@ bool build_masked_bias_tiles(const MaskSource<T>& mask, const Sequences& seqs, c
   return true;
 }
 
+// sums[buckets[j]] += g[j] for j < n. Chronological keys fall in long runs of one log bucket:
+// each run is summed in registers, four partial sums wide, and added to its bucket once, instead
+// of a chain of adds through one memory slot (each waiting for the previous one's store).
+template <typename T>
+void add_by_bucket(const T* g, const int32_t* buckets, int64_t n, double* sums) {
+  for (int64_t j = 0; j < n;) {
+    const int32_t bucket = buckets[j];
+    int64_t end = j + 1;
+    while (end < n && buckets[end] == bucket) ++end;
+    double partial[4] = {0.0, 0.0, 0.0, 0.0};
+    for (; j + 4 <= end; j += 4) {
+      for (int k = 0; k < 4; ++k) partial[k] += g[j + k];
+    }
+    for (; j < end; ++j) partial[0] += g[j];
+    sums[bucket] += (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  }
+}
+
 // Adds the bias gradient of one tile (dS summed over the heads sharing the bias).
 template <typename T>
 void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
@@ -331,9 +349,8 @@ void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, cons
       for (int64_t j = 0; j < blk.keys; ++j) pos[j] += g[j];
     }
     if (sink.ts_w != nullptr) {
-      double* ts = sink.ts_w + slot * sink.ts_thread_stride;
-      const int32_t* buckets = bucket_tile + r * blk.stride();
-      for (int64_t j = 0; j < blk.keys; ++j) ts[buckets[j]] += g[j];
+      add_by_bucket(g, bucket_tile + r * blk.stride(), blk.keys,
+                    sink.ts_w + slot * sink.ts_thread_stride);
     }
   }
 }
