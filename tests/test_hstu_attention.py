@@ -375,6 +375,37 @@ def test_non_contiguous_inputs():
     compare({"q": q, "k": k, "v": v}, **options)
 
 
+@pytest.mark.parametrize("op", ["hstu", "fuxi"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_projection_slices_read_in_place(op, dtype):
+    """q, k, v as an HSTU layer makes them: column slices of one projection [L, U | V | Q | K],
+    viewed as [L, H, D] (rows contiguous, far apart). The kernels read them in place; outputs
+    and every gradient equal those from contiguous copies exactly."""
+    lengths, heads, dqk, dv, n = [50, 0, 70, 3], 2, 12, 20, 70
+    rows = sum(lengths)
+    widths = [heads * dv, heads * dv, heads * dqk, heads * dqk]  # u, v, q, k
+    projection = torch.randn(rows, sum(widths)).to(dtype)
+    timestamps = torch.randint(0, 10**6, (len(lengths), n)).sort(dim=1).values
+    options = dict(seq_offsets=offsets_of(lengths), max_seq_len=n, timestamps=timestamps)
+    attention = recops.hstu_attention if op == "hstu" else recops.fuxi_attention
+    ts_w, pos_w = (0.1 * t.to(dtype) for t in relative_tables(n).values())
+
+    def run(in_place):
+        leaf = projection.clone().requires_grad_()
+        _, v, q, k = leaf.split(widths, dim=1)
+        q, k, v = q.view(rows, heads, dqk), k.view(rows, heads, dqk), v.view(rows, heads, dv)
+        if not in_place:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        else:
+            assert not q.is_contiguous() and q.stride(0) == sum(widths)
+        out = attention(q, k, v, ts_w=ts_w, pos_w=pos_w, **options)
+        out.backward(torch.ones_like(out))
+        return out, leaf.grad
+
+    for got, want in zip(run(in_place=True), run(in_place=False), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("with_lengths", [False, True])
 @pytest.mark.parametrize("bias", ["none", "dense", "relative"])
 def test_dense_layout(with_lengths, bias):

@@ -256,7 +256,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   const int64_t chunks = 2, threads = max_threads();
   const Sequences seqs = batch.sequences();
   const HstuShape<double> shape{H, dqk, dv, alpha, scale};
-  const HstuTensors<double> in{q.data(), k.data(), v.data()};
+  const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
   MaskSource<double> mask;
   mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
   const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
@@ -312,8 +312,8 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   }
   std::vector<float> got_f(out.size(), 0.0f);
   hstu_forward(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
-               HstuTensors<float>{qf.data(), kf.data(), vf.data()}, mask_f, bias_f, chunks,
-               got_f.data());
+               HstuTensors<float>{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}},
+               mask_f, bias_f, chunks, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
 }
 
@@ -384,7 +384,7 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
 
   const int64_t chunks = 2, threads = max_threads();
   const HstuShape<double> shape{H, dqk, dv, alpha, scale};
-  const HstuTensors<double> in{q.data(), k.data(), v.data()};
+  const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
   MaskSource<double> mask;
   mask.kind = causal ? MaskKind::kCausal : MaskKind::kNone;
   const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));

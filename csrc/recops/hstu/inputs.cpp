@@ -266,6 +266,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::
           sum_partials(dv, v.scalar_type())};
 }
 
+at::Tensor with_contiguous_rows(const at::Tensor& t) {
+  // Size-1 dims may carry any stride.
+  const bool rows_contiguous =
+      (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2));
+  return rows_contiguous ? t : t.contiguous();
+}
+
 bool Bf16Inputs::applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
          v.scalar_type() == at::kBFloat16 && q.size(2) > 0 && v.size(2) > 0 &&

@@ -145,12 +145,26 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table);
 
 // bf16 q, k, v (contiguous) for the bf16 tile kernels, which run when every one of q, k, v is
 // bf16 and bf16_tiles_available(); otherwise the adapters compute in fp32 (ComputeInputs).
+// t when its rows ([H, D]) are contiguous, however far apart (a slice of a wider projection:
+// the kernels read it in place, kernels::Rows), else a contiguous copy.
+at::Tensor with_contiguous_rows(const at::Tensor& t);
+
+// The kernels' view of an input with contiguous rows.
+template <typename E>
+kernels::Rows<E> rows_of(const at::Tensor& t, const E* data) {
+  return {data, t.stride(0)};
+}
+
 struct Bf16Inputs {
   at::Tensor q, k, v;
   static bool applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   Bf16Inputs(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in)
-      : q(q_in.contiguous()), k(k_in.contiguous()), v(v_in.contiguous()) {}
-  kernels::Bf16Tensors view() const { return {bits(q), bits(k), bits(v)}; }
+      : q(with_contiguous_rows(q_in)),
+        k(with_contiguous_rows(k_in)),
+        v(with_contiguous_rows(v_in)) {}
+  kernels::Bf16Tensors view() const {
+    return {rows_of(q, bits(q)), rows_of(k, bits(k)), rows_of(v, bits(v))};
+  }
   kernels::HstuShape<float> shape(const HstuOptions& o) const {
     return {q.size(1), q.size(2), v.size(2), static_cast<float>(o.alpha),
             static_cast<float>(o.silu_scale)};
@@ -160,16 +174,17 @@ struct Bf16Inputs {
   }
 };
 
-// q, k, v converted to the compute type T, contiguous.
+// q, k, v converted to the compute type T, with contiguous rows.
 template <typename T>
 struct ComputeInputs {
   at::Tensor q, k, v;
   ComputeInputs(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in)
-      : q(q_in.to(c10::CppTypeToScalarType<T>::value).contiguous()),
-        k(k_in.to(c10::CppTypeToScalarType<T>::value).contiguous()),
-        v(v_in.to(c10::CppTypeToScalarType<T>::value).contiguous()) {}
+      : q(with_contiguous_rows(q_in.to(c10::CppTypeToScalarType<T>::value))),
+        k(with_contiguous_rows(k_in.to(c10::CppTypeToScalarType<T>::value))),
+        v(with_contiguous_rows(v_in.to(c10::CppTypeToScalarType<T>::value))) {}
   kernels::HstuTensors<T> view() const {
-    return {q.const_data_ptr<T>(), k.const_data_ptr<T>(), v.const_data_ptr<T>()};
+    return {rows_of(q, q.const_data_ptr<T>()), rows_of(k, k.const_data_ptr<T>()),
+            rows_of(v, v.const_data_ptr<T>())};
   }
   kernels::HstuShape<T> shape(const HstuOptions& o) const {
     return {q.size(1), q.size(2), v.size(2), static_cast<T>(o.alpha), static_cast<T>(o.silu_scale)};

@@ -20,19 +20,24 @@ struct HstuShape {
   T alpha = T(1), silu_scale = T(1);
 };
 
-template <typename T>
-struct HstuTensors {
-  const T* q = nullptr;  // [rows, H, Dqk]
-  const T* k = nullptr;  // [rows, H, Dqk]
-  const T* v = nullptr;  // [rows, H, Dv]
+// A [rows, H, D] input whose rows are [H, D] contiguous, `stride` values apart: H * D when the
+// tensor is contiguous, more when it is a slice of a wider projection (HSTU splits U, V, Q, K
+// out of one linear layer's output), which the kernels then read in place.
+template <typename E>
+struct Rows {
+  const E* data = nullptr;
+  int64_t stride = 0;
+
+  // Head h (of d values) of row `row`.
+  const E* at(int64_t row, int64_t h, int64_t d) const { return data + row * stride + h * d; }
 };
 
-// q, k [rows, H, Dqk] and v [rows, H, Dv] as bf16 bits.
-struct Bf16Tensors {
-  const uint16_t* q = nullptr;
-  const uint16_t* k = nullptr;
-  const uint16_t* v = nullptr;
+// q, k [rows, H, Dqk] and v [rows, H, Dv]; bf16 as bit patterns (Bf16Tensors).
+template <typename T>
+struct HstuTensors {
+  Rows<T> q, k, v;
 };
+using Bf16Tensors = HstuTensors<uint16_t>;
 
 // One query block of one sequence: rows [row0, row0 + rows) meet keys [key0, key0 + keys). Its
 // tiles have rows of stride() values: `keys`, or `ld` when the bf16 kernels pad them (columns

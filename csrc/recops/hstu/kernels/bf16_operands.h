@@ -26,8 +26,8 @@ class PackedOperands {
   };
 
   // k [rows, H, dqk] and v [rows, H, dv] (bf16 bits).
-  PackedOperands(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv, const uint16_t* k,
-                 const uint16_t* v, Which which)
+  PackedOperands(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
+                 const Rows<uint16_t>& k, const Rows<uint16_t>& v, Which which)
       : heads_(heads),
         dqk_pad_(round_up(dqk, kBf16Granule)),
         dv_pad_(round_up(dv, kBf16Granule)),
@@ -41,9 +41,9 @@ class PackedOperands {
     parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / heads, h = u % heads, len = seqs.length[b];
-        const uint16_t* kh = k + (seqs.row_begin[b] * heads + h) * dqk;
-        const uint16_t* vh = v + (seqs.row_begin[b] * heads + h) * dv;
-        const int64_t ldk = heads * dqk, ldv = heads * dv;
+        const uint16_t* kh = k.at(seqs.row_begin[b], h, dqk);
+        const uint16_t* vh = v.at(seqs.row_begin[b], h, dv);
+        const int64_t ldk = k.stride, ldv = v.stride;
         if (k_t_)
           pack_vnni_transposed(kh, len, dqk, ldk, dqk_pad_, n_pad_, k_t_.get() + u * per_head_k);
         if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);

@@ -15,13 +15,14 @@
 
 namespace recops::attention::kernels {
 
-// dst [B, cols, N] = per sequence b, its rows [row_begin[b], + length[b]) of src [rows, cols]
-// transposed (columns past the length are left as they are), sequences split between threads.
+// dst [B, cols, N] = per sequence b, its rows [row_begin[b], + length[b]) of src (rows of
+// `cols` values) transposed (columns past the length are left as they are), sequences split
+// between threads.
 template <typename T>
-void transpose_sequences(const Sequences& seqs, int64_t cols, const T* src, T* dst) {
+void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src, T* dst) {
   parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      transpose(seqs.length[b], cols, src + seqs.row_begin[b] * cols, cols,
+      transpose(seqs.length[b], cols, src.at(seqs.row_begin[b], 0, 0), src.stride,
                 dst + b * cols * seqs.max_len, seqs.max_len);
     }
   });
@@ -30,16 +31,17 @@ void transpose_sequences(const Sequences& seqs, int64_t cols, const T* src, T* d
 template <typename T>
 class KeyValueTransposes {
  public:
-  KeyValueTransposes(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv, const T* k,
-                     const T* v)
+  // v.data null: K^T only.
+  KeyValueTransposes(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
+                     const Rows<T>& k, const Rows<T>& v)
       : heads_(heads),
         dqk_(dqk),
         dv_(dv),
         max_len_(seqs.max_len),
         k_t_(new T[seqs.count * heads * dqk * max_len_]),
-        v_t_(v != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
+        v_t_(v.data != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
     transpose_sequences(seqs, heads * dqk, k, k_t_.get());
-    if (v != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
+    if (v.data != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
   }
 
   // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()). Columns

@@ -104,17 +104,17 @@ void silu_head_backward(const TileOps<T>& passes, const HstuShape<T>& shape,
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
   const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-  const T* q = in.q + (row0 * H + h) * dqk;
+  const T* q = in.q.at(row0, h, dqk);
   T* dq = dq_rows + (row0 * H + h) * dqk;
-  gemm_nn(blk.rows, blk.keys, dqk, q, H * dqk, kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys,
+  gemm_nn(blk.rows, blk.keys, dqk, q, in.q.stride, kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys,
           false);
   gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv.v_t(blk.b, h, blk.key0), kv.ld(), ds, blk.keys,
           false);
   passes.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-  gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k + (key0 * H + h) * dqk, H * dqk, dq, H * dqk,
+  gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k.at(key0, h, dqk), in.k.stride, dq, H * dqk,
           false);
   scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
-  gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, H * dqk, shape.alpha), kQueryBlock, ds,
+  gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, in.q.stride, shape.alpha), kQueryBlock, ds,
           blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
   gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, s, blk.keys,
           tg.dv_t(h, blk.key0), tg.ld(), true);

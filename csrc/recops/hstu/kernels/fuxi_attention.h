@@ -60,7 +60,7 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
                   const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
   const bool with_buckets = time.kind == BiasKind::kRelative;
-  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, Rows<T>{});
   const TileOps<T>& passes = tile_ops<T>();
   for_each_block_in_parallel(
       seqs, mask, chunks,
@@ -73,9 +73,9 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
         const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
         for (int64_t h = 0; h < H; ++h) {
           build_masked_bias_tiles(mask, seqs, blk, blk.rows, h, t.tile(kFuxiMask), bias_tiles);
-          const T* v = in.v + (key0 * H + h) * dv;
+          const T* v = in.v.at(key0, h, dv);
           T* s = t.tile(kFuxiScores);
-          gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+          gemm_nn(blk.rows, blk.keys, dqk, in.q.at(row0, h, dqk), in.q.stride,
                   kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
           passes.silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
                              blk.rows * blk.keys, shape.alpha, shape.silu_scale);
@@ -85,7 +85,7 @@ void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
               {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
           for (const auto& [channel, a] : weights) {
             if (!layout.has(channel)) continue;
-            gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, H * dv,
+            gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, in.v.stride,
                     out + layout.at(row0, h, channel), layout.row_stride, false);
           }
         }

@@ -56,7 +56,7 @@ inline void fuxi_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
               passes.to_bf16(t.fp32.tile(kFuxiPosition), t.tile(kPositionA), tile, 1.0f);
             }
           }
-          copy_padded(in.q + (row0 * H + h) * dqk, blk.rows, dqk, H * dqk, q, pb.rows_pad, dqk_pad);
+          copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
           gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.n_pad(),
                     s, ld, false);
           passes.silu_scores_to_bf16(s, nullptr, t.fp32.tile(kFuxiMask), tile, shape.alpha,
@@ -117,7 +117,7 @@ inline void fuxi_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
             }
           }
           // Semantic channel: as HSTU without bias.
-          tg.load_block(in.q + (row0 * H + h) * dqk, H * dqk,
+          tg.load_block(in.q.at(row0, h, dqk), in.q.stride,
                         grad_out + layout.at(row0, h, FuxiChannel::kSemantic), layout.row_stride,
                         blk.rows, pb.rows_pad);
           silu_head_backward_bf16(passes, shape, ops, pb, h, nullptr, t.fp32.tile(kFuxiMask), s,

@@ -32,7 +32,7 @@ template <typename T>
 void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
                   const MaskSource<T>& mask, const BiasSource<T>& bias, int64_t chunks, T* out) {
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, nullptr);
+  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, Rows<T>{});
   const TileOps<T>& passes = tile_ops<T>();
   for_each_block_in_parallel(
       seqs, mask, chunks,
@@ -46,11 +46,11 @@ void hstu_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTe
           build_mask_and_bias_tiles(mask, bias, seqs, blk, blk.rows, h, t.tile(kMask),
                                     t.tile(kBias), t.buckets());
           T* s = t.tile(kScores);
-          gemm_nn(blk.rows, blk.keys, dqk, in.q + (row0 * H + h) * dqk, H * dqk,
+          gemm_nn(blk.rows, blk.keys, dqk, in.q.at(row0, h, dqk), in.q.stride,
                   kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
           passes.silu_scores(s, bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias),
                              t.tile(kMask), blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-          gemm_nn(blk.rows, dv, blk.keys, s, blk.keys, in.v + (key0 * H + h) * dv, H * dv,
+          gemm_nn(blk.rows, dv, blk.keys, s, blk.keys, in.v.at(key0, h, dv), in.v.stride,
                   out + (row0 * H + h) * dv, H * dv, false);
         }
       });

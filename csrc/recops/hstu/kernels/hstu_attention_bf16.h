@@ -48,7 +48,7 @@ inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
         for (int64_t h = 0; h < H; ++h) {
           build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, t.fp32.tile(kM),
                                     t.fp32.tile(kB), t.fp32.buckets());
-          copy_padded(in.q + (row0 * H + h) * dqk, blk.rows, dqk, H * dqk, q, pb.rows_pad, dqk_pad);
+          copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
           gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.n_pad(),
                     s, ld, false);
           passes.silu_scores_to_bf16(s, bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
@@ -88,7 +88,7 @@ inline void hstu_backward_bf16(const Sequences& seqs, const HstuShape<float>& sh
         for (int64_t h = 0; h < H; ++h) {
           build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, t.fp32.tile(kMask),
                                     t.fp32.tile(kBias), t.fp32.buckets());
-          scratch.grads.load_block(in.q + (row0 * H + h) * dqk, H * dqk,
+          scratch.grads.load_block(in.q.at(row0, h, dqk), in.q.stride,
                                    grad_out + (row0 * H + h) * dv, H * dv, blk.rows, pb.rows_pad);
           float* ds = t.fp32.tile(kGrads);
           silu_head_backward_bf16(passes, shape, ops, pb, h,

@@ -258,9 +258,11 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
     const double query_time = src.query_time[first_row + i];
     const double* key_time = src.key_time + first_row + blk.key0;
     int32_t* buckets = bucket_tile + r * blk.stride();
+    const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
+    const T* ts_w = src.ts_w;
     for (int64_t j = 0; j < blk.keys; ++j) {
-      buckets[j] = src.buckets(std::abs(query_time - key_time[j]));
-      row[j] += src.ts_w[buckets[j]];
+      buckets[j] = bucket(std::abs(query_time - key_time[j]));
+      row[j] += ts_w[buckets[j]];
     }
   }
 }
