@@ -406,6 +406,19 @@ def test_projection_slices_read_in_place(op, dtype):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_rows_closer_than_their_width(rows):
+    """Broadcast rows (row stride 0) and a single row of any stride: the same as contiguous."""
+    row = torch.randn(2, 8)
+    q = row.unsqueeze(0).expand(rows, 2, 8)
+    single = torch.as_strided(torch.randn(16), (1, 2, 8), (0, 8, 1))
+    for t, n in ((q, rows), (single, 1)):
+        offsets = torch.tensor([0, n])
+        out = recops.hstu_attention(t, t, t, offsets, n)
+        expected = recops.hstu_attention(*(t.contiguous() for _ in range(3)), offsets, n)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("with_lengths", [False, True])
 @pytest.mark.parametrize("bias", ["none", "dense", "relative"])
 def test_dense_layout(with_lengths, bias):

@@ -267,10 +267,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::
 }
 
 at::Tensor with_contiguous_rows(const at::Tensor& t) {
-  // Size-1 dims may carry any stride.
+  // Size-1 dims may carry any stride. Rows closer than their width (broadcast or overlapping)
+  // are copied: the BLAS takes no leading dimension below a row's width.
   const bool rows_contiguous =
       (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2));
-  return rows_contiguous ? t : t.contiguous();
+  const bool rows_apart = t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2);
+  return rows_contiguous && rows_apart ? t : t.contiguous();
 }
 
 bool Bf16Inputs::applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -149,10 +149,11 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table);
 // the kernels read it in place, kernels::Rows), else a contiguous copy.
 at::Tensor with_contiguous_rows(const at::Tensor& t);
 
-// The kernels' view of an input with contiguous rows.
+// The kernels' view of an input with contiguous rows (with_contiguous_rows); a single row's
+// stride may be anything, so it is given the row's width.
 template <typename E>
 kernels::Rows<E> rows_of(const at::Tensor& t, const E* data) {
-  return {data, t.stride(0)};
+  return {data, t.size(0) <= 1 ? t.size(1) * t.size(2) : t.stride(0)};
 }
 
 struct Bf16Inputs {
