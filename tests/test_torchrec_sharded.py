@@ -81,19 +81,28 @@ def results(tmp_path_factory):
     return found
 
 
-def _assert_same_training(a, b, what):
+# Against one process, sharded training differs by rounding: the ranks' dense gradients are
+# all-reduced in another order than one process sums them, and an Adagrad row whose gradients
+# nearly cancel amplifies that. FBGEMM's own kernels on 4 processes differ from one process by
+# 4e-6 (relative 3e-5) on one such row (an Intel Xeon with AMX, 2026-12-02), so comparisons with
+# one process allow 1e-4; runs on the same number of processes must agree to 1e-5.
+ACROSS_WORLDS = dict(rtol=1e-4, atol=1e-5)
+SAME_WORLD = dict(rtol=1e-5, atol=1e-6)
+
+
+def _assert_same_training(a, b, what, tolerance):
     tables_a, tables_b = dlrm.assemble(a), dlrm.assemble(b)
     for name in tables_a:
         assert not tables_a[name].isnan().any(), f"{what}: table {name} not fully covered"
-        torch.testing.assert_close(tables_a[name], tables_b[name], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(tables_a[name], tables_b[name], **tolerance)
     dense_a, dense_b = a[0]["dense"], b[0]["dense"]
     assert dense_a.keys() == dense_b.keys() and dense_a
     for key in dense_a:
-        torch.testing.assert_close(dense_a[key], dense_b[key], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(dense_a[key], dense_b[key], **tolerance)
     # Each rank's loss is over its slice; their mean is the loss over the global batch.
     mean_a = torch.stack([r["losses"] for r in a]).mean(0)
     mean_b = torch.stack([r["losses"] for r in b]).mean(0)
-    torch.testing.assert_close(mean_a, mean_b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mean_a, mean_b, **tolerance)
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -101,9 +110,9 @@ def _assert_same_training(a, b, what):
 def test_sharded_recops_equals_single_process_and_fbgemm(results, sharding, world):
     recops_run = results[(sharding, "recops", "exact_adagrad", world)]
     single = results[("single", "fbgemm", "exact_adagrad", 1)]
-    _assert_same_training(recops_run, single, "vs single process")
+    _assert_same_training(recops_run, single, "vs single process", ACROSS_WORLDS)
     fbgemm_run = results[(sharding, "fbgemm", "exact_adagrad", world)]
-    _assert_same_training(recops_run, fbgemm_run, "vs FBGEMM kernels")
+    _assert_same_training(recops_run, fbgemm_run, "vs FBGEMM kernels", SAME_WORLD)
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -116,7 +125,7 @@ def test_sharded_adam_equals_single_process(results, optimizer, sharding, world)
         pytest.skip(f"{sharding} {optimizer} works per column shard: not one process's optimizer")
     ranks = results[(sharding, "recops", optimizer, world)]
     single = results[("single", "recops", optimizer, 1)]
-    _assert_same_training(ranks, single, f"{optimizer} vs single process")
+    _assert_same_training(ranks, single, f"{optimizer} vs single process", ACROSS_WORLDS)
     adagrad = results[("single", "fbgemm", "exact_adagrad", 1)]
     assert not torch.equal(single[0]["losses"], adagrad[0]["losses"]), "optimizer not applied"
     update = f"recops::backward_codegen_{optimizer}_unweighted_exact"
