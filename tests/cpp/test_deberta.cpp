@@ -18,9 +18,13 @@
 #include "recops/deberta/kernels/deberta_positions.h"
 #include "recops/deberta/kernels/disentangled_attention.h"
 #include "recops/deberta/kernels/disentangled_attention_bf16.h"
+#include "test_util.h"
 
 namespace recops::attention::kernels {
 namespace {
+
+using test::expect_near_all;
+using test::sum_parts;
 
 std::vector<double> random_values(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -28,22 +32,6 @@ std::vector<double> random_values(int64_t n, uint32_t seed) {
   std::vector<double> v(n);
   for (double& x : v) x = dist(rng);
   return v;
-}
-
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                     const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
-  }
-}
-
-std::vector<double> sum_parts(const std::vector<double>& parts, size_t n) {
-  std::vector<double> out(n, 0.0);
-  for (size_t p = 0; p < parts.size() / n; ++p) {
-    for (size_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
-  }
-  return out;
 }
 
 struct Shape {
@@ -209,14 +197,6 @@ void expect_close_to_scale(const std::vector<float>& got, const std::vector<floa
 std::vector<float> bf16_to_float(const std::vector<Bf16>& x) {
   std::vector<float> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i]);
-  return out;
-}
-
-std::vector<float> sum_parts(const std::vector<float>& parts, size_t n) {
-  std::vector<float> out(n, 0.0f);
-  for (size_t p = 0; p < parts.size() / n; ++p) {
-    for (size_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
-  }
   return out;
 }
 

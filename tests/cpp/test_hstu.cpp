@@ -18,9 +18,13 @@
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
+#include "test_util.h"
 
 namespace recops::attention::kernels {
 namespace {
+
+using test::expect_near_all;
+using test::sum_parts;
 
 std::vector<double> random_values(int64_t n, uint32_t seed, double scale = 1.0) {
   std::mt19937 rng(seed);
@@ -95,23 +99,6 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(info.param.causal ? "Causal" : "TwoSided") +
          (info.param.relative_bias ? "RelativeBias" : "NoBias");
-}
-
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                     const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
-  }
-}
-
-// Sums per-chunk / per-thread partials [parts, n] into [n].
-std::vector<double> sum_parts(const std::vector<double>& parts, int64_t n) {
-  std::vector<double> out(n, 0.0);
-  for (size_t p = 0; p < parts.size() / n; ++p) {
-    for (int64_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
-  }
-  return out;
 }
 
 TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "recops/common/cpu_isa.h"
@@ -69,6 +71,25 @@ std::vector<T> offsets_of(const std::vector<T>& lengths) {
   std::vector<T> offsets(lengths.size() + 1, 0);
   for (size_t i = 0; i < lengths.size(); ++i) offsets[i + 1] = offsets[i] + lengths[i];
   return offsets;
+}
+
+// Sums per-chunk / per-thread partials [parts, n] into [n].
+template <typename T>
+std::vector<T> sum_parts(const std::vector<T>& parts, size_t n) {
+  std::vector<T> out(n, T(0));
+  for (size_t p = 0; p < parts.size() / n; ++p) {
+    for (size_t i = 0; i < n; ++i) out[i] += parts[p * n + i];
+  }
+  return out;
+}
+
+// Every element of got within tol * (1 + |want|) of want's.
+inline void expect_near_all(const std::vector<double>& got, const std::vector<double>& want,
+                            double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
+  }
 }
 
 }  // namespace recops::test
