@@ -175,18 +175,8 @@ void transpose_bf16_pairs(const uint16_t* src, int64_t rows, int64_t pairs, int6
 namespace shear16 {
 
 using Vec16 = lanes16::Vec<float>;
-
-RECOPS_ALWAYS_INLINE void load16(const float* p, Vec16& v) {
-  lanes16::load<float>(p, v);
-}
-
-RECOPS_ALWAYS_INLINE void store16(float* p, const Vec16& v) {
-  lanes16::store<float>(p, v);
-}
-
-RECOPS_ALWAYS_INLINE void transpose16(Vec16* m) {
-  lanes16::transpose<float>(m);
-}
+using lanes16::load;
+using lanes16::store;
 
 // Full 16 x 16 blocks in a group of 16 rows of an n-column tile.
 inline int64_t full_blocks(int64_t n) {
@@ -200,14 +190,14 @@ inline void unshear_add(const float* diag, int64_t rows, int64_t n, int64_t lane
     for (int64_t m = 0; m < blocks; ++m) {
       Vec16 v[16];
       const float* d = diag + (rows - 1 - r0 + 16 * m) * lanes + r0;
-      for (int e = 0; e < 16; ++e) load16(d + e * lanes, v[e]);
-      transpose16(v);
+      for (int e = 0; e < 16; ++e) load<float>(d + e * lanes, v[e]);
+      lanes16::transpose<float>(v);
       for (int t = 0; t < 16; ++t) {
         float* row = tile + (r0 + t) * n + 16 * m + t;
         Vec16 sum;
-        load16(row, sum);
+        load<float>(row, sum);
         sum += v[t];
-        store16(row, sum);
+        store<float>(row, sum);
       }
     }
     for (int64_t t = 0; t < 16; ++t) {
@@ -232,10 +222,10 @@ inline void shear_tile(const float* tile, int64_t rows, int64_t n, float* diag, 
     const int64_t blocks = full_blocks(n);
     for (int64_t m = 0; m < blocks; ++m) {
       Vec16 v[16];
-      for (int t = 0; t < 16; ++t) load16(tile + (r0 + t) * n + 16 * m + t, v[t]);
-      transpose16(v);
+      for (int t = 0; t < 16; ++t) load<float>(tile + (r0 + t) * n + 16 * m + t, v[t]);
+      lanes16::transpose<float>(v);
       float* d = diag + (rows - 1 - r0 + 16 * m) * lanes + r0;
-      for (int e = 0; e < 16; ++e) store16(d + e * lanes, v[e]);
+      for (int e = 0; e < 16; ++e) store<float>(d + e * lanes, v[e]);
     }
     for (int64_t t = 0; t < 16; ++t) {
       const int64_t r = r0 + t;
