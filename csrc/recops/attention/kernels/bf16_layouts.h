@@ -8,7 +8,8 @@
 // are zero-padded to it, which bounds the set of shapes oneDNN generates kernels for as blas.h's
 // fp32 products do, and keeps K even as the layout needs. Values are bf16 bit patterns (uint16_t)
 // in the kernels, passed to gemm_bf16 as the layout-identical Bf16 (common/half_bits.h).
-// Transposes run on the variant's in-register 16 x 16 blocks (tile_variants.h).
+// Transposes run on the variant's in-register 16 x 16 blocks: callers pass the variant's table
+// (tile_kernels(cpu_isa()), looked up once per call or per thread, not per block).
 #pragma once
 
 #include <algorithm>
@@ -46,14 +47,15 @@ inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
 // The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
 // columns (2p, 2p + 1) of row j lands at ((p * ld) + j) * 2, so this is a transpose of pairs.
 // Zero past (d, n).
-inline void pack_vnni_transposed(const uint16_t* src, int64_t n, int64_t d, int64_t ld_src,
-                                 int64_t d_pad, int64_t ld, uint16_t* dst) {
+inline void pack_vnni_transposed(const TileKernels& kernels, const uint16_t* src, int64_t n,
+                                 int64_t d, int64_t ld_src, int64_t d_pad, int64_t ld,
+                                 uint16_t* dst) {
   const int64_t pairs = d / 2;
   for (int64_t p = 0; p < d_pad / 2; ++p) {  // zero what the transpose below leaves
     uint16_t* row = dst + p * ld * 2;
     std::fill(p < pairs ? row + 2 * n : row, row + 2 * ld, uint16_t(0));
   }
-  tile_kernels(cpu_isa()).transpose_bf16_pairs(src, n, pairs, ld_src, dst, ld);
+  kernels.transpose_bf16_pairs(src, n, pairs, ld_src, dst, ld);
   if (d % 2 != 0) {  // the last column pairs with the zero padding
     for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + j) * 2] = src[j * ld_src + d - 1];
   }
@@ -95,9 +97,9 @@ inline void copy_padded(const uint16_t* src, int64_t rows, int64_t cols, int64_t
 }
 
 // dst [cols_pad, rows_pad] = src [rows_pad, cols_pad] transposed (both padded).
-inline void transpose_padded(const uint16_t* src, int64_t rows_pad, int64_t cols_pad,
-                             uint16_t* dst) {
-  tile_kernels(cpu_isa()).transpose_bf16(src, rows_pad, cols_pad, cols_pad, dst, rows_pad);
+inline void transpose_padded(const TileKernels& kernels, const uint16_t* src, int64_t rows_pad,
+                             int64_t cols_pad, uint16_t* dst) {
+  kernels.transpose_bf16(src, rows_pad, cols_pad, cols_pad, dst, rows_pad);
 }
 
 }  // namespace recops::attention::kernels

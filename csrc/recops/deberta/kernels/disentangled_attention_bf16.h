@@ -126,11 +126,11 @@ inline void prepare_item_bf16(const TileKernels& kernels, const DisentangledShap
   const uint16_t* k = bf16_bits_of(unit.k);
   const uint16_t* v = bf16_bits_of(unit.v);
   const int64_t ld_pos = s.heads * s.dqk;
-  pack_vnni_transposed(k, unit.keys, s.dqk, s.dqk, pad.dqk, pad.keys, t.k_t_scaled.data());
+  pack_vnni_transposed(kernels, k, unit.keys, s.dqk, s.dqk, pad.dqk, pad.keys, t.k_t_scaled.data());
   scale_bf16(kernels, t.k_t_scaled.data(), pad.dqk * pad.keys, s.scale);
   if (backward) {
     pack_vnni_rows(k, unit.keys, s.dqk, s.dqk, pad.keys, pad.dqk, t.k_vnni.data());
-    pack_vnni_transposed(v, unit.keys, s.dv, s.dv, pad.dv, pad.keys, t.v_t_vnni.data());
+    pack_vnni_transposed(kernels, v, unit.keys, s.dv, s.dv, pad.dv, pad.keys, t.v_t_vnni.data());
   } else {
     pack_vnni_rows(v, unit.keys, s.dv, s.dv, pad.keys, pad.dv, t.v_vnni.data());
   }
@@ -138,7 +138,8 @@ inline void prepare_item_bf16(const TileKernels& kernels, const DisentangledShap
     copy_padded(bf16_bits_of(unit.pos_key), s.positions, s.dqk, ld_pos, t.pos_key_scaled.data(),
                 pad.positions, pad.dqk);
     if (backward) {
-      transpose_padded(t.pos_key_scaled.data(), pad.positions, pad.dqk, t.pos_key_t.data());
+      transpose_padded(kernels, t.pos_key_scaled.data(), pad.positions, pad.dqk,
+                       t.pos_key_t.data());
     }
     scale_bf16(kernels, t.pos_key_scaled.data(), pad.positions * pad.dqk, s.scale);
   }
@@ -147,7 +148,7 @@ inline void prepare_item_bf16(const TileKernels& kernels, const DisentangledShap
     copy_padded(bf16_bits_of(unit.pos_query), s.positions, s.dqk, ld_pos, t.pos_query.data(),
                 pad.positions, pad.dqk);
     if (backward) {
-      transpose_padded(t.pos_query.data(), pad.positions, pad.dqk, t.pos_query_t.data());
+      transpose_padded(kernels, t.pos_query.data(), pad.positions, pad.dqk, t.pos_query_t.data());
     }
     if (keys_pad > 0) {
       gemm_bf16(pad.positions, keys_pad, pad.dqk, t.pos_query.data(), pad.dqk, t.k_t_scaled.data(),
@@ -162,14 +163,14 @@ inline void prepare_item_bf16(const TileKernels& kernels, const DisentangledShap
 }
 
 // The block's Q rows [rows_pad, dqk] and, with c2p, C2P^T = (scale pos_key) Q^T.
-inline void prepare_block_bf16(const DisentangledShape<float>& s, const Unit<Bf16>& unit,
-                               int64_t row0, int64_t rows, int64_t rows_pad,
+inline void prepare_block_bf16(const TileKernels& kernels, const DisentangledShape<float>& s,
+                               const Unit<Bf16>& unit, int64_t row0, int64_t rows, int64_t rows_pad,
                                DisentangledBf16Scratch& t) {
   const Bf16Padding& pad = t.pad;
   const uint16_t* q = bf16_bits_of(unit.q) + row0 * s.dqk;
   copy_padded(q, rows, s.dqk, s.dqk, t.q.data(), rows_pad, pad.dqk);
   if (!s.c2p) return;
-  pack_vnni_transposed(q, rows, s.dqk, s.dqk, pad.dqk, kQueryBlock, t.q_t_vnni.data());
+  pack_vnni_transposed(kernels, q, rows, s.dqk, s.dqk, pad.dqk, kQueryBlock, t.q_t_vnni.data());
   gemm_bf16(pad.positions, rows_pad, pad.dqk, t.pos_key_scaled.data(), pad.dqk, t.q_t_vnni.data(),
             kQueryBlock, t.c2p_t.data(), kQueryBlock, false);
 }
@@ -196,7 +197,7 @@ inline void forward_block_bf16(const TileKernels& kernels, const DisentangledPro
   const int64_t rows_pad = round_up(rows, kBf16Granule);
   const int64_t first_row = unit.index * s.q_len + row0;
   float* probs = o.probs == nullptr ? nullptr : o.probs + first_row * s.k_len;
-  prepare_block_bf16(s, unit, row0, rows, rows_pad, t);
+  prepare_block_bf16(kernels, s, unit, row0, rows, rows_pad, t);
   const OnlineSoftmax<float> st{t.row_max.data(), t.row_sum.data(), t.acc.data(), pad.dv};
   std::fill(st.max, st.max + rows, -std::numeric_limits<float>::infinity());
   std::fill(st.sum, st.sum + rows, 0.0f);
@@ -264,11 +265,11 @@ inline void backward_block_bf16(const TileKernels& kernels, const DisentangledPr
   const int64_t rows_pad = round_up(rows, kBf16Granule);
   const int64_t first_row = unit.index * s.q_len + row0;
   block_row_dots(s, in, first_row, rows, t.row_d.data());
-  prepare_block_bf16(s, unit, row0, rows, rows_pad, t);
-  transpose_padded(t.q.data(), rows_pad, pad.dqk, t.q_t.data());
+  prepare_block_bf16(kernels, s, unit, row0, rows, rows_pad, t);
+  transpose_padded(kernels, t.q.data(), rows_pad, pad.dqk, t.q_t.data());
   copy_padded(bf16_bits_of(in.grad_out) + first_row * s.dv, rows, s.dv, s.dv, t.go.data(), rows_pad,
               pad.dv);
-  transpose_padded(t.go.data(), rows_pad, pad.dv, t.go_t.data());
+  transpose_padded(kernels, t.go.data(), rows_pad, pad.dv, t.go_t.data());
   std::fill(t.dc2p_t.begin(), t.dc2p_t.end(), 0.0f);
   float* dq = t.acc.data();
   std::fill(dq, dq + rows_pad * pad.dqk, 0.0f);

@@ -34,6 +34,7 @@ class PackedOperands {
         n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), kBf16Granule)) {
     const int64_t per_head_k = dqk_pad_ * n_pad_, per_head_v = dv_pad_ * n_pad_;
     const int64_t units = seqs.count * heads;
+    const TileKernels& kernels = tile_kernels(cpu_isa());
     if (which.k_t) k_t_.reset(new uint16_t[units * per_head_k]);
     if (which.k) k_.reset(new uint16_t[units * per_head_k]);
     if (which.v_t) v_t_.reset(new uint16_t[units * per_head_v]);
@@ -45,10 +46,12 @@ class PackedOperands {
         const uint16_t* vh = v.at(seqs.row_begin[b], h, dv);
         const int64_t ldk = k.stride, ldv = v.stride;
         if (k_t_)
-          pack_vnni_transposed(kh, len, dqk, ldk, dqk_pad_, n_pad_, k_t_.get() + u * per_head_k);
+          pack_vnni_transposed(kernels, kh, len, dqk, ldk, dqk_pad_, n_pad_,
+                               k_t_.get() + u * per_head_k);
         if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);
         if (v_t_)
-          pack_vnni_transposed(vh, len, dv, ldv, dv_pad_, n_pad_, v_t_.get() + u * per_head_v);
+          pack_vnni_transposed(kernels, vh, len, dv, ldv, dv_pad_, n_pad_,
+                               v_t_.get() + u * per_head_v);
         if (v_) pack_vnni_rows(vh, len, dv, ldv, n_pad_, dv_pad_, v_.get() + u * per_head_v);
       }
     });

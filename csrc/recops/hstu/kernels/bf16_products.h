@@ -27,7 +27,8 @@ namespace recops::attention::kernels {
 class Bf16Gradients {
  public:
   Bf16Gradients(int64_t heads, int64_t dqk, int64_t dv, const PackedOperands& ops)
-      : heads_(heads),
+      : kernels_(tile_kernels(cpu_isa())),
+        heads_(heads),
         dqk_(dqk),
         dv_(dv),
         dqk_pad_(ops.dqk_pad()),
@@ -51,12 +52,12 @@ class Bf16Gradients {
   void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
                   int64_t rows_pad) {
     copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
-    transpose_padded(q_.get(), rows_pad, dqk_pad_, q_t_.get());
+    transpose_padded(kernels_, q_.get(), rows_pad, dqk_pad_, q_t_.get());
     load_go(go, ld_go, rows, rows_pad);
   }
   void load_go(const uint16_t* go, int64_t ld_go, int64_t rows, int64_t rows_pad) {
     copy_padded(go, rows, dv_, ld_go, go_.get(), rows_pad, dv_pad_);
-    transpose_padded(go_.get(), rows_pad, dv_pad_, go_t_.get());
+    transpose_padded(kernels_, go_.get(), rows_pad, dv_pad_, go_t_.get());
   }
   const uint16_t* q() const { return q_.get(); }
   const uint16_t* q_t() const { return q_t_.get(); }
@@ -77,6 +78,7 @@ class Bf16Gradients {
   }
 
  private:
+  const TileKernels& kernels_;
   int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, n_pad_;
   std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
   std::unique_ptr<float[]> dk_t_, dv_t_;
