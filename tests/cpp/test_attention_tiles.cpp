@@ -330,14 +330,24 @@ TEST(AttentionTiles, DoubleTilesRunTheBaselineBodies) {
 }
 
 // ---------------------------------------------------------------- every variant vs baseline
-class TileVariant : public ::testing::TestWithParam<CpuIsa> {
+// An instruction set's table; native_bf16: the AVX-512 table for CPUs with AVX512_BF16.
+struct VariantCase {
+  CpuIsa isa;
+  bool native_bf16;
+  const char* name;
+};
+
+class TileVariant : public ::testing::TestWithParam<VariantCase> {
  protected:
   void SetUp() override {
-    if (static_cast<int>(supported_cpu_isa()) < static_cast<int>(GetParam())) {
+    if (static_cast<int>(supported_cpu_isa()) < static_cast<int>(GetParam().isa) ||
+        (GetParam().native_bf16 && !cpu_has_avx512_bf16())) {
       GTEST_SKIP() << "the CPU lacks this instruction set";
     }
   }
-  const TileKernels& variant() const { return tile_kernels(GetParam()); }
+  const TileKernels& variant() const {
+    return tile_kernels(GetParam().isa, GetParam().native_bf16);
+  }
   const TileKernels& base() const { return baseline::kTileKernels; }
 };
 
@@ -451,11 +461,26 @@ TEST_P(TileVariant, Bf16Operands) {
   variant().to_bf16_vnni(src.data(), rows, cols, o1.data(), 1.5f);
   base().to_bf16_vnni(src.data(), rows, cols, o2.data(), 1.5f);
   EXPECT_EQ(o1, o2);
-  variant().silu_scores_to_bf16(src.data(), bias.data(), mask.data(), n, 0.9f, 0.5f, o1.data());
-  base().silu_scores_to_bf16(src.data(), bias.data(), mask.data(), n, 0.9f, 0.5f, o2.data());
-  for (int64_t j = 0; j < n; ++j) {
-    // One bf16 step at most: the fp32 values differ by roundings only.
-    EXPECT_NEAR(from_bf16(o1[j]), from_bf16(o2[j]), 1e-7 + std::abs(from_bf16(o2[j])) / 128) << j;
+  // With and without bias and mask (a null mask: all visible, as an all-ones mask), every length
+  // up to two vectors past the 32-score body (the tails).
+  const std::vector<float> ones(n, 1.0f);
+  o1.resize(n + 1);  // a sentinel past the longest run
+  for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+    for (const float* m : {static_cast<const float*>(nullptr), mask.data()}) {
+      for (const int64_t len :
+           {n, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{63}}) {
+        std::fill(o1.begin(), o1.end(), uint16_t(0xdead));
+        variant().silu_scores_to_bf16(src.data(), b, m, len, 0.9f, 0.5f, o1.data());
+        base().silu_scores_to_bf16(src.data(), b, m == nullptr ? ones.data() : m, len, 0.9f, 0.5f,
+                                   o2.data());
+        for (int64_t j = 0; j < len; ++j) {
+          // One bf16 step at most: the fp32 values differ by roundings only.
+          EXPECT_NEAR(from_bf16(o1[j]), from_bf16(o2[j]), 1e-7 + std::abs(from_bf16(o2[j])) / 128)
+              << j << " of " << len;
+        }
+        EXPECT_EQ(o1[len], uint16_t(0xdead)) << "wrote past " << len;
+      }
+    }
   }
   std::vector<uint16_t> a1(n), a2(n), r1(n), r2(n), v1(n), v2(n);
   variant().backward_operands_to_bf16(src.data(), ds.data(), rows, cols, 2.5f, a1.data(), r1.data(),
@@ -467,14 +492,32 @@ TEST_P(TileVariant, Bf16Operands) {
   EXPECT_EQ(v1, v2);
 }
 
+TEST_P(TileVariant, SiluToBf16AtExtremes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> s = {-1e30f,  -1e4f, -100.0f, -88.0f, -80.0f,       -30.0f,
+                                -1e-30f, 0.0f,  1e-30f,  30.0f,  80.0f,        88.0f,
+                                100.0f,  1e4f,  1e30f,   inf,    std::nanf("")};
+  const int64_t n = static_cast<int64_t>(s.size());
+  std::vector<uint16_t> out(n);
+  variant().silu_scores_to_bf16(s.data(), nullptr, nullptr, n, 1.0f, 0.5f, out.data());
+  for (int64_t j = 0; j + 2 < n; ++j) {
+    const double want = silu(s[j]) * 0.5;
+    EXPECT_NEAR(from_bf16(out[j]), want, 1e-7 + std::abs(want) / 128) << s[j];
+  }
+  EXPECT_EQ(from_bf16(out[n - 2]), inf);
+  EXPECT_TRUE(std::isnan(from_bf16(out[n - 1])));
+}
+
 TEST_P(TileVariant, Bf16Transposes) {
   expect_bf16_transposes(variant());
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, TileVariant, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
-                         [](const ::testing::TestParamInfo<CpuIsa>& info) {
-                           return info.param == CpuIsa::kAvx2 ? std::string("avx2")
-                                                              : std::string("avx512");
+INSTANTIATE_TEST_SUITE_P(Isa, TileVariant,
+                         ::testing::Values(VariantCase{CpuIsa::kAvx2, false, "avx2"},
+                                           VariantCase{CpuIsa::kAvx512, false, "avx512"},
+                                           VariantCase{CpuIsa::kAvx512, true, "avx512_bf16"}),
+                         [](const ::testing::TestParamInfo<VariantCase>& info) {
+                           return std::string(info.param.name);
                          });
 
 }  // namespace

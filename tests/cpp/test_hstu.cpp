@@ -189,6 +189,58 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   EXPECT_EQ(got, expected);
 }
 
+// The bf16 forward's visible runs say what the mask tile's rows say: ones inside, zeros outside,
+// for every structured mask option, on blocks whose key range starts past key 0 (windows) and
+// on padded blocks (key0 rounded down).
+TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
+  const int64_t length = 150;
+  const int64_t num_targets[] = {7};
+  struct Options {
+    MaskKind kind;
+    int64_t contextual_len, target_group_size, max_attn_len;
+    bool targets;
+  };
+  const Options cases[] = {
+      {MaskKind::kCausal, 0, 1, 0, false}, {MaskKind::kCausal, 0, 1, 9, false},
+      {MaskKind::kCausal, 5, 1, 20, true}, {MaskKind::kCausal, 40, 3, 30, true},
+      {MaskKind::kNone, 0, 1, 0, false},   {MaskKind::kNone, 0, 1, 11, false},
+      {MaskKind::kNone, 6, 4, 25, true},
+  };
+  for (const Options& o : cases) {
+    MaskSource<float> mask;
+    mask.kind = o.kind;
+    mask.contextual_len = o.contextual_len;
+    mask.target_group_size = o.target_group_size;
+    mask.max_attn_len = o.max_attn_len;
+    mask.num_targets = o.targets ? num_targets : nullptr;
+    const StructuredMask structured = mask.structured(0, length);
+    for (int64_t row0 = 0; row0 < length; row0 += 37) {
+      for (const int64_t pad : {int64_t{0}, int64_t{5}}) {
+        Block blk = mask.block(0, length, row0, std::min<int64_t>(37, length - row0));
+        const int64_t shift = std::min(pad, blk.key0);  // a padded block starts earlier
+        blk.key0 -= shift;
+        blk.keys += shift;
+        std::vector<float> tile(blk.rows * blk.keys, -1.0f);
+        build_mask_tile(mask, blk, 0, tile.data());
+        for (int64_t r = 0; r < blk.rows; ++r) {
+          std::vector<float> from_runs(blk.keys, 0.0f);
+          int64_t begin[4], end[4];
+          const int runs = visible_runs(structured, blk, r, begin, end);
+          for (int k = 0; k < runs; ++k) {
+            ASSERT_LT(begin[k], end[k]);
+            if (k > 0) ASSERT_GT(begin[k], end[k - 1]) << "runs sorted and disjoint";
+            std::fill(from_runs.begin() + begin[k], from_runs.begin() + end[k], 1.0f);
+          }
+          const std::vector<float> want(tile.begin() + r * blk.keys,
+                                        tile.begin() + (r + 1) * blk.keys);
+          ASSERT_EQ(from_runs, want) << "row " << row0 + r << " mask kind "
+                                     << static_cast<int>(o.kind) << " window " << o.max_attn_len;
+        }
+      }
+    }
+  }
+}
+
 class HstuKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "recops/common/blas.h"
+#include "recops/common/cpu_isa.h"
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
@@ -77,12 +78,7 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, cons
 }
 
 bool gemm_bf16_available() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool cpu = __builtin_cpu_supports("avx512bf16");
-  return cpu && at::globalContext().userEnabledMkldnn();
-#else
-  return false;
-#endif
+  return cpu_has_avx512_bf16() && at::globalContext().userEnabledMkldnn();
 }
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const Bf16* a, int64_t lda, const Bf16* b_vnni,

@@ -23,6 +23,10 @@
 #define RECOPS_TARGET_AVX512_BEGIN \
   _Pragma("GCC push_options") \
   _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512\")")
+// AVX-512 with AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
+#define RECOPS_TARGET_AVX512_BF16_BEGIN \
+  _Pragma("GCC push_options") \
+  _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,prefer-vector-width=512\")")
 // clang-format on
 #define RECOPS_TARGET_END _Pragma("GCC pop_options")
 #else
@@ -53,6 +57,16 @@ inline CpuIsa probe_cpu_isa() {
   return avx512 ? CpuIsa::kAvx512 : avx2 ? CpuIsa::kAvx2 : CpuIsa::kBaseline;
 #else
   return CpuIsa::kBaseline;
+#endif
+}
+
+// Whether the CPU has AVX512_BF16 (bf16 dot products and fp32 -> bf16 conversion instructions).
+inline bool cpu_has_avx512_bf16() {
+#if RECOPS_X86_VARIANTS
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
+  return has;
+#else
+  return false;
 #endif
 }
 

@@ -5,11 +5,24 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "recops/common/cpu_isa.h"
 #include "recops/common/vec_math.h"
 
 namespace recops::attention::kernels {
+
+// loop(has_bias, has_mask) with both as compile-time constants (std::bool_constant), so that
+// each case compiles to its own loop without loads from a null operand.
+template <typename Loop>
+RECOPS_ALWAYS_INLINE void with_optional_operands(const void* bias, const void* mask, Loop&& loop) {
+  if (bias == nullptr) {
+    if (mask == nullptr) return loop(std::false_type{}, std::false_type{});
+    return loop(std::false_type{}, std::true_type{});
+  }
+  if (mask == nullptr) return loop(std::true_type{}, std::false_type{});
+  loop(std::true_type{}, std::true_type{});
+}
 
 // HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
 template <typename T>

@@ -3,7 +3,9 @@
 // (variant_baseline.cpp, variant_avx2.cpp, variant_avx512.cpp) compile them once per instruction
 // set through kernels/variant.h, each into a table of entry points. A kernel picks its table once
 // per call (tile_ops<T>() / tile_kernels(), which read RECOPS_CPU_ISA) and calls through it for
-// every tile. float64 always runs the baseline build (validation, not speed).
+// every tile. float64 always runs the baseline build (validation, not speed). The AVX-512 variant
+// has a second table for CPUs with AVX512_BF16, which swaps in bf16_passes_avx512bf16.cpp's
+// intrinsics for the forward's SiLU pass (tile_kernels()).
 //
 // This header also includes every external header the variants use, so that a variant includes
 // them all before switching the instruction set.
@@ -54,7 +56,8 @@ struct TileKernels {
   void (*to_bf16)(const float* src, uint16_t* dst, int64_t n, float scale);
   // The VNNI layout of a [rows, cols] tile (rows even): dst[((r / 2) * cols + c) * 2 + r % 2].
   void (*to_bf16_vnni)(const float* src, int64_t rows, int64_t cols, uint16_t* dst, float scale);
-  // silu_scores with the result rounded to bf16 into out (s is left as it was).
+  // silu_scores with the result rounded to bf16 into out (s is left as it was); a null mask
+  // leaves every score visible.
   void (*silu_scores_to_bf16)(const float* s, const float* bias, const float* mask, int64_t n,
                               float alpha, float scale, uint16_t* out);
   // The operands of the backward products from a [rows, cols] tile pair (rows even), in one
@@ -81,13 +84,25 @@ extern const TileKernels kTileKernels;
 }
 namespace avx512 {
 extern const TileKernels kTileKernels;
+extern const TileKernels kNativeBf16TileKernels;  // kTileKernels with native_bf16's pass
+}  // namespace avx512
+namespace native_bf16 {  // compiled for AVX512_BF16: call only where cpu_has_avx512_bf16()
+void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
+                         float alpha, float scale, uint16_t* out);
 }
 #endif
 
-inline const TileKernels& tile_kernels(CpuIsa isa) {
+// The table of an instruction set. On AVX-512, CPUs with AVX512_BF16 get the one whose forward
+// SiLU pass is native_bf16's (bf16_passes_avx512bf16.cpp); native_bf16 = false picks the portable
+// AVX-512 table on any CPU (the tests compare the two).
+inline const TileKernels& tile_kernels(CpuIsa isa, bool native_bf16 = cpu_has_avx512_bf16()) {
 #if RECOPS_X86_VARIANTS
-  if (isa == CpuIsa::kAvx512) return avx512::kTileKernels;
+  if (isa == CpuIsa::kAvx512) {
+    return native_bf16 ? avx512::kNativeBf16TileKernels : avx512::kTileKernels;
+  }
   if (isa == CpuIsa::kAvx2) return avx2::kTileKernels;
+#else
+  (void)native_bf16;
 #endif
   return baseline::kTileKernels;
 }

@@ -279,18 +279,14 @@ void to_bf16_vnni(const float* src, int64_t rows, int64_t cols, uint16_t* dst, f
 
 void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
                          float alpha, float scale, uint16_t* out) {
-  // Two loops, as silu_score_grads_generic (no masked loads from a null bias).
-  if (bias == nullptr) {
+  with_optional_operands(bias, mask, [&](auto has_bias, auto has_mask) {
     for (int64_t j = 0; j < n; ++j) {
-      const float x = alpha * s[j];
-      out[j] = bf16_bits(x * fast_sigmoid(x) * scale * mask[j]);
+      float x = alpha * s[j];
+      if constexpr (has_bias) x += bias[j];
+      const float y = x * fast_sigmoid(x) * scale;
+      out[j] = bf16_bits(has_mask ? y * mask[j] : y);
     }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      const float x = alpha * s[j] + bias[j];
-      out[j] = bf16_bits(x * fast_sigmoid(x) * scale * mask[j]);
-    }
-  }
+  });
 }
 
 void backward_operands_to_bf16(const float* a, const float* ds, int64_t rows, int64_t cols,
@@ -331,6 +327,17 @@ constexpr TileOps<T> make_tile_ops() {
 const TileKernels kTileKernels = {
     make_tile_ops<float>(),     &to_bf16,        &to_bf16_vnni,        &silu_scores_to_bf16,
     &backward_operands_to_bf16, &transpose_bf16, &transpose_bf16_pairs};
+
+#if RECOPS_ISA_LEVEL == 2
+// For CPUs with AVX512_BF16 (tile_variants.h).
+const TileKernels kNativeBf16TileKernels = {make_tile_ops<float>(),
+                                            &to_bf16,
+                                            &to_bf16_vnni,
+                                            &native_bf16::silu_scores_to_bf16,
+                                            &backward_operands_to_bf16,
+                                            &transpose_bf16,
+                                            &transpose_bf16_pairs};
+#endif
 
 #if RECOPS_ISA_LEVEL == 0
 const TileOps<double> kDoubleTileOps = make_tile_ops<double>();

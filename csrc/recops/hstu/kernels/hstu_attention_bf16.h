@@ -22,6 +22,37 @@
 
 namespace recops::attention::kernels {
 
+// A = the SiLU pass of a block's fp32 scores s [rows_pad, ld] (bias tile alike, or null), rounded
+// to bf16. A structured mask goes by each row's visible runs: the pass runs on them without a
+// mask operand and the rest of the row is written as zeros, so the mask tile is never built or
+// read (it cost as much as the SiLU itself at N = 2048). A custom mask multiplies by its tile.
+inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float>& mask,
+                               const Block& blk, int64_t rows_pad, const float* s,
+                               const float* bias, const float* mask_tile,
+                               const HstuShape<float>& shape, uint16_t* a) {
+  const int64_t ld = blk.ld;
+  if (mask.kind == MaskKind::kCustom) {
+    passes.silu_scores_to_bf16(s, bias, mask_tile, rows_pad * ld, shape.alpha, shape.silu_scale, a);
+    return;
+  }
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  std::fill(a + blk.rows * ld, a + rows_pad * ld, uint16_t(0));
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4], end[4];
+    const int runs = visible_runs(structured, blk, r, begin, end);
+    uint16_t* row = a + r * ld;
+    int64_t done = 0;
+    for (int k = 0; k < runs; ++k) {
+      std::fill(row + done, row + begin[k], uint16_t(0));
+      const int64_t at = r * ld + begin[k];
+      passes.silu_scores_to_bf16(s + at, bias == nullptr ? nullptr : bias + at, nullptr,
+                                 end[k] - begin[k], shape.alpha, shape.silu_scale, row + begin[k]);
+      done = end[k];
+    }
+    std::fill(row + done, row + ld, uint16_t(0));
+  }
+}
+
 // out [rows, H, Dv] bf16 bits (zero-initialised by the caller).
 inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& shape,
                               const Bf16Tensors& in, const MaskSource<float>& mask,
@@ -41,18 +72,20 @@ inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& sha
         const PaddedBlock pb = pad_block(block);
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-        const int64_t ld = blk.ld, tile = pb.rows_pad * ld;
+        const int64_t ld = blk.ld;
         float* s = t.fp32.tile(kS);
+        float* mask_tile = mask.kind == MaskKind::kCustom ? t.fp32.tile(kM) : nullptr;
         uint16_t* a = t.tile(kA);
         uint16_t* q = t.tile(kBf16Count);
         for (int64_t h = 0; h < H; ++h) {
-          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, t.fp32.tile(kM),
+          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, mask_tile,
                                     t.fp32.tile(kB), t.fp32.buckets());
           copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
           gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.n_pad(),
                     s, ld, false);
-          passes.silu_scores_to_bf16(s, bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB),
-                                     t.fp32.tile(kM), tile, shape.alpha, shape.silu_scale, a);
+          silu_block_to_bf16(passes, mask, blk, pb.rows_pad, s,
+                             bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB), mask_tile,
+                             shape, a);
           gemm_bf16(pb.rows_pad, dv_pad, ld, a, ld, ops.v(blk.b, h, blk.key0), dv_pad,
                     t.product.get(), dv_pad, false);
           store_rows(passes, t.product.get(), blk.rows, dv, dv_pad, out + (row0 * H + h) * dv,

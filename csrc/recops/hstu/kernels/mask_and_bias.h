@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/hstu/kernels/batch.h"
@@ -233,6 +234,35 @@ void build_mask_tile(const MaskSource<T>& src, const Block& blk, int64_t head, T
   }
 }
 
+// The keys query row r of a block sees under a structured mask, as sorted, disjoint runs
+// [begin[k], end[k]) of tile columns (keys relative to blk.key0, within [0, blk.keys)); returns
+// their count (<= 4). The runs say what build_mask_tile's row would: ones inside, zeros outside.
+inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r, int64_t begin[4],
+                        int64_t end[4]) {
+  int64_t b[4], e[4];
+  const int n = mask.visible_intervals(blk.row0 + r, b, e);
+  for (int k = 1; k < n; ++k) {  // insertion sort by begin (at most four intervals)
+    for (int m = k; m > 0 && b[m] < b[m - 1]; --m) {
+      std::swap(b[m], b[m - 1]);
+      std::swap(e[m], e[m - 1]);
+    }
+  }
+  int runs = 0;
+  for (int k = 0; k < n; ++k) {
+    const int64_t lo = std::max(b[k], blk.key0) - blk.key0;
+    const int64_t hi = std::min(e[k], blk.key0 + blk.keys) - blk.key0;
+    if (lo >= hi) continue;
+    if (runs > 0 && lo <= end[runs - 1]) {  // overlaps or touches the previous run
+      end[runs - 1] = std::max(end[runs - 1], hi);
+    } else {
+      begin[runs] = lo;
+      end[runs] = hi;
+      ++runs;
+    }
+  }
+  return runs;
+}
+
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward).
 template <typename T>
 void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
@@ -267,14 +297,14 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
   }
 }
 
-// The mask tile and (unless there is none) the bias tile of head h, built for h == 0 and again per
-// head when they have a head dim (HSTU). Rows [blk.rows, rows_pad) are zero (the bf16 kernels'
-// padding; rows_pad is blk.rows in the fp32 kernels).
+// The mask tile (unless mask_tile is null) and the bias tile (unless there is no bias) of head h,
+// built for h == 0 and again per head when they have a head dim (HSTU). Rows [blk.rows, rows_pad)
+// are zero (the bf16 kernels' padding; rows_pad is blk.rows in the fp32 kernels).
 template <typename T>
 void build_mask_and_bias_tiles(const MaskSource<T>& mask, const BiasSource<T>& bias,
                                const Sequences& seqs, const Block& blk, int64_t rows_pad, int64_t h,
                                T* mask_tile, T* bias_tile, int32_t* buckets) {
-  if (h == 0 || mask.per_head()) {
+  if (mask_tile != nullptr && (h == 0 || mask.per_head())) {
     build_mask_tile(mask, blk, h, mask_tile);
     zero_padded_rows(mask_tile, blk, rows_pad);
   }
