@@ -27,12 +27,14 @@ def fbgemm_ops():
     return torch.ops.fbgemm
 
 
-@pytest.fixture(params=["native", "fp32_fallback"])
+@pytest.fixture(params=["native", "no_amx", "fp32_fallback"])
 def bf16_path(request, monkeypatch):
-    """bf16 attention both ways: on the CPU's bf16 tiles where it has them ("native"), and with the
-    ISA capped below AVX-512 ("fp32_fallback"), where bf16 computes in fp32."""
-    if request.param == "fp32_fallback":
-        monkeypatch.setenv("RECOPS_CPU_ISA", "avx2")
-    else:
+    """bf16 attention every way: on the CPU's bf16 tiles where it has them ("native": on AMX CPUs
+    the HSTU forward's fused AMX tiles), with the ISA capped at AVX-512 ("no_amx": the brgemm
+    path), and capped below AVX-512 ("fp32_fallback"), where bf16 computes in fp32."""
+    cap = {"no_amx": "avx512", "fp32_fallback": "avx2"}.get(request.param)
+    if cap is None:
         monkeypatch.delenv("RECOPS_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("RECOPS_CPU_ISA", cap)
     return request.param

@@ -66,7 +66,9 @@ def test_bf16_accuracy_masks_and_biases(mask, bias, bf16_path):
     check_bf16_accuracy(tensors, **options)
 
 
-@pytest.mark.parametrize("dqk, dv, heads", [(64, 64, 2), (5, 7, 3), (24, 40, 1), (1, 3, 4)])
+@pytest.mark.parametrize(
+    "dqk, dv, heads", [(64, 64, 2), (5, 7, 3), (24, 40, 1), (1, 3, 4), (80, 96, 1)]
+)
 def test_bf16_accuracy_head_dims(dqk, dv, heads, bf16_path):
     """Head dims that are not multiples of the products' 16-value granule are zero-padded."""
     lengths = [33, 0, 100, 1, 64]

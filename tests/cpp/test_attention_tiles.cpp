@@ -512,6 +512,80 @@ TEST_P(TileVariant, Bf16Transposes) {
   expect_bf16_transposes(variant());
 }
 
+// ---------------------------------------------------------------- fused AMX tile
+struct FusedCase {
+  int64_t dqk, dv, keys;
+  bool bias, mask, blocked;  // blocked: K^T in blocks of 32 keys, else one [Dqk, keys] layout
+};
+
+class FusedTile : public ::testing::TestWithParam<FusedCase> {};
+
+// The fused tile against plain loops in double on the same bf16 operands: S = Q K^T,
+// P = silu(alpha S + bias) * scale * mask where visible (else 0), O = P V. P is rounded to bf16
+// by the kernel, so the tolerance is a bf16 step of each output's sum of |P V| terms.
+TEST_P(FusedTile, MatchesPlainLoops) {
+  if (!native_bf16::amx_tiles_available()) GTEST_SKIP() << "no AMX tiles here";
+  const FusedCase c = GetParam();
+  constexpr int64_t kRows = 16, kG = native_bf16::kFusedGranule;
+  const auto to_bits = [](const std::vector<float>& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = reference_bf16(x[i]);
+    return b;
+  };
+  const auto q = to_bits(random_values(kRows * c.dqk, 50));
+  const auto k = to_bits(random_values(c.keys * c.dqk, 51));  // [keys, dqk]
+  const auto v = to_bits(random_values(c.keys * c.dv, 52));   // [keys, dv]
+  const auto bias = random_values(kRows * c.keys, 53), mask = random_mask(kRows * c.keys, 54);
+  // K^T in VNNI layout, blocked or not; V in VNNI layout.
+  const int64_t ld_k_t = c.blocked ? kG : c.keys, k_t_step = c.blocked ? c.dqk * kG : 2 * kG;
+  std::vector<uint16_t> k_t(c.dqk * c.keys), v_vnni(c.keys * c.dv);
+  for (int64_t j = 0; j < c.keys; ++j) {
+    for (int64_t d = 0; d < c.dqk; ++d) {
+      k_t[(j / kG) * k_t_step + ((d / 2) * ld_k_t + j % kG) * 2 + d % 2] = k[j * c.dqk + d];
+    }
+    for (int64_t d = 0; d < c.dv; ++d) v_vnni[((j / 2) * c.dv + d) * 2 + j % 2] = v[j * c.dv + d];
+  }
+  // Visibility: row r sees keys [r, r + keys / 2) and key 0, so some chunks are empty for all.
+  const int64_t words = c.keys / kG;
+  std::vector<uint32_t> visible(kRows * words, 0u);
+  const auto sees = [&](int64_t r, int64_t j) { return j == 0 || (j >= r && j < r + c.keys / 2); };
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t j = 0; j < c.keys; ++j) {
+      if (sees(r, j)) visible[r * words + j / kG] |= 1u << (j % kG);
+    }
+  }
+  const float alpha = 0.7f, scale = 0.25f;
+  std::vector<float> o(kRows * c.dv, -1.0f);
+  native_bf16::silu_attention_tile({q.data(), k_t.data(), ld_k_t, k_t_step, v_vnni.data(), c.dqk,
+                                    c.dv, c.keys, visible.data(), c.bias ? bias.data() : nullptr,
+                                    c.mask ? mask.data() : nullptr, c.keys, alpha, scale,
+                                    o.data()});
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t d = 0; d < c.dv; ++d) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t j = 0; j < c.keys; ++j) {
+        if (!sees(r, j)) continue;
+        double s = 0.0;
+        for (int64_t e = 0; e < c.dqk; ++e) {
+          s += double(from_bf16(q[r * c.dqk + e])) * from_bf16(k[j * c.dqk + e]);
+        }
+        const double x = alpha * s + (c.bias ? bias[r * c.keys + j] : 0.0);
+        const double p = silu(x) * scale * (c.mask ? mask[r * c.keys + j] : 1.0);
+        want += p * from_bf16(v[j * c.dv + d]);
+        magnitude += std::abs(p * from_bf16(v[j * c.dv + d]));
+      }
+      EXPECT_NEAR(o[r * c.dv + d], want, 1e-6 + magnitude / 128) << "row " << r << " col " << d;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedTile,
+                         ::testing::Values(FusedCase{64, 64, 96, false, false, true},
+                                           FusedCase{64, 64, 96, true, true, false},
+                                           FusedCase{32, 16, 32, true, false, true},
+                                           FusedCase{96, 48, 160, false, true, true},
+                                           FusedCase{32, 32, 64, true, true, false}));
+
 INSTANTIATE_TEST_SUITE_P(Isa, TileVariant,
                          ::testing::Values(VariantCase{CpuIsa::kAvx2, false, "avx2"},
                                            VariantCase{CpuIsa::kAvx512, false, "avx512"},

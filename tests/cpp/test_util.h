@@ -35,7 +35,10 @@ inline bool cpu_runs(CpuIsa isa) {
 }
 
 inline const char* isa_name(CpuIsa isa) {
-  return isa == CpuIsa::kAvx512 ? "avx512" : isa == CpuIsa::kAvx2 ? "avx2" : "baseline";
+  return isa == CpuIsa::kAmx      ? "amx"
+         : isa == CpuIsa::kAvx512 ? "avx512"
+         : isa == CpuIsa::kAvx2   ? "avx2"
+                                  : "baseline";
 }
 
 // Skips the calling test (GTEST_SKIP returns from it) where the CPU lacks `isa`.

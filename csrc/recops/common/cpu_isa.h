@@ -1,8 +1,10 @@
 // Run-time choice of the CPU instruction set for hot kernels. The build stays portable (no
 // -march=native): a family compiles its hot kernels several times, once per instruction set, each
 // copy in its own namespace between RECOPS_TARGET_<ISA>_BEGIN / RECOPS_TARGET_END, and calls the
-// best copy the CPU supports. RECOPS_CPU_ISA=baseline|avx2|avx512 caps the choice (for tests and
-// comparisons); it never raises it above what the CPU supports.
+// best copy the CPU supports. RECOPS_CPU_ISA=baseline|avx2|avx512|amx caps the choice (for tests
+// and comparisons); it never raises it above what the CPU supports. kAmx is AVX-512 with
+// AVX512_BF16 and the AMX-BF16 tiles, which kernels drive themselves (attention/kernels/
+// native_bf16.h) where the OS grants them.
 //
 // A variant translation unit must include every external header before RECOPS_TARGET_*_BEGIN, so
 // that only its own (namespaced) code is compiled for the wider instruction set; inline functions
@@ -13,6 +15,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #define RECOPS_X86_VARIANTS 1
 // Each _Pragma needs one unbroken string literal.
 // clang-format off
@@ -23,10 +26,12 @@
 #define RECOPS_TARGET_AVX512_BEGIN \
   _Pragma("GCC push_options") \
   _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512\")")
-// AVX-512 with AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later).
-#define RECOPS_TARGET_AVX512_BF16_BEGIN \
+// AVX-512 with AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later), and the AMX tile
+// instructions, which the compiler emits only for their intrinsics: code without them runs on
+// AVX512_BF16 CPUs that lack AMX.
+#define RECOPS_TARGET_AVX512_BF16_AMX_BEGIN \
   _Pragma("GCC push_options") \
-  _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,prefer-vector-width=512\")")
+  _Pragma("GCC target(\"avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16,prefer-vector-width=512\")")
 // clang-format on
 #define RECOPS_TARGET_END _Pragma("GCC pop_options")
 #else
@@ -43,7 +48,17 @@
 
 namespace recops {
 
-enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
+
+// Whether the CPU has AVX512_BF16 (bf16 dot products and fp32 -> bf16 conversion instructions).
+inline bool cpu_has_avx512_bf16() {
+#if RECOPS_X86_VARIANTS
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
+  return has;
+#else
+  return false;
+#endif
+}
 
 // The widest instruction set this CPU runs, ignoring RECOPS_CPU_ISA.
 inline CpuIsa probe_cpu_isa() {
@@ -54,19 +69,13 @@ inline CpuIsa probe_cpu_isa() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq");
-  return avx512 ? CpuIsa::kAvx512 : avx2 ? CpuIsa::kAvx2 : CpuIsa::kBaseline;
+  if (!avx512) return avx2 ? CpuIsa::kAvx2 : CpuIsa::kBaseline;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID 7.0 EDX: bit 22 AMX-BF16, 24 AMX-TILE
+  const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && ((edx >> 22) & 1u) &&
+                   ((edx >> 24) & 1u) && cpu_has_avx512_bf16();
+  return amx ? CpuIsa::kAmx : CpuIsa::kAvx512;
 #else
   return CpuIsa::kBaseline;
-#endif
-}
-
-// Whether the CPU has AVX512_BF16 (bf16 dot products and fp32 -> bf16 conversion instructions).
-inline bool cpu_has_avx512_bf16() {
-#if RECOPS_X86_VARIANTS
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
-  return has;
-#else
-  return false;
 #endif
 }
 
@@ -84,6 +93,7 @@ inline CpuIsa cpu_isa() {
   CpuIsa requested = supported;
   if (std::strcmp(cap, "baseline") == 0) requested = CpuIsa::kBaseline;
   if (std::strcmp(cap, "avx2") == 0) requested = CpuIsa::kAvx2;
+  if (std::strcmp(cap, "avx512") == 0) requested = CpuIsa::kAvx512;
   return static_cast<int>(requested) < static_cast<int>(supported) ? requested : supported;
 }
 

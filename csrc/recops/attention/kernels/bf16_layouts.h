@@ -33,7 +33,7 @@ inline int64_t round_up(int64_t x, int64_t granule) {
 // CPU has AVX512_BF16 dot products and oneDNN is enabled) and the ISA cap (RECOPS_CPU_ISA)
 // allows AVX-512. Otherwise the adapters compute in fp32.
 inline bool bf16_tiles_available() {
-  return cpu_isa() == CpuIsa::kAvx512 && gemm_bf16_available();
+  return cpu_isa() >= CpuIsa::kAvx512 && gemm_bf16_available();
 }
 
 // C[m, n] (+)= A[m, k] B[k, n]: A row-major (lda), B in VNNI layout (ldb), C fp32 (ldc), on bf16

@@ -4,7 +4,7 @@
 // set through kernels/variant.h, each into a table of entry points. A kernel picks its table once
 // per call (tile_ops<T>() / tile_kernels(), which read RECOPS_CPU_ISA) and calls through it for
 // every tile. float64 always runs the baseline build (validation, not speed). The AVX-512 variant
-// has a second table for CPUs with AVX512_BF16, which swaps in bf16_passes_avx512bf16.cpp's
+// has a second table for CPUs with AVX512_BF16, which swaps in native_bf16.cpp's
 // intrinsics for the forward's SiLU pass (tile_kernels()).
 //
 // This header also includes every external header the variants use, so that a variant includes
@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "recops/attention/kernels/native_bf16.h"
 #include "recops/attention/kernels/softmax_tile_ops.h"
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/common/cpu_isa.h"
@@ -86,18 +87,14 @@ namespace avx512 {
 extern const TileKernels kTileKernels;
 extern const TileKernels kNativeBf16TileKernels;  // kTileKernels with native_bf16's pass
 }  // namespace avx512
-namespace native_bf16 {  // compiled for AVX512_BF16: call only where cpu_has_avx512_bf16()
-void silu_scores_to_bf16(const float* s, const float* bias, const float* mask, int64_t n,
-                         float alpha, float scale, uint16_t* out);
-}
 #endif
 
 // The table of an instruction set. On AVX-512, CPUs with AVX512_BF16 get the one whose forward
-// SiLU pass is native_bf16's (bf16_passes_avx512bf16.cpp); native_bf16 = false picks the portable
+// SiLU pass is native_bf16's (native_bf16.cpp); native_bf16 = false picks the portable
 // AVX-512 table on any CPU (the tests compare the two).
 inline const TileKernels& tile_kernels(CpuIsa isa, bool native_bf16 = cpu_has_avx512_bf16()) {
 #if RECOPS_X86_VARIANTS
-  if (isa == CpuIsa::kAvx512) {
+  if (isa >= CpuIsa::kAvx512) {
     return native_bf16 ? avx512::kNativeBf16TileKernels : avx512::kTileKernels;
   }
   if (isa == CpuIsa::kAvx2) return avx2::kTileKernels;

@@ -171,7 +171,7 @@ extern const TbeKernels kTbeKernels;
 
 inline const TbeKernels& tbe_kernels(CpuIsa isa) {
 #if RECOPS_X86_VARIANTS
-  if (isa == CpuIsa::kAvx512) return avx512::kTbeKernels;
+  if (isa >= CpuIsa::kAvx512) return avx512::kTbeKernels;
   if (isa == CpuIsa::kAvx2) return avx2::kTbeKernels;
 #endif
   return baseline::kTbeKernels;

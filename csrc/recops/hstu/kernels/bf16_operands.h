@@ -25,13 +25,17 @@ class PackedOperands {
     bool k_t, k, v_t, v;
   };
 
-  // k [rows, H, dqk] and v [rows, H, dv] (bf16 bits).
+  // k [rows, H, dqk] and v [rows, H, dv] (bf16 bits); head dims and keys padded to `granule`.
+  // key_block > 0 (a multiple of granule) stores K^T in blocks of that many keys, each block
+  // [Dqk / 2, key_block, 2] contiguous, so that a tile of it is one contiguous read.
   PackedOperands(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
-                 const Rows<uint16_t>& k, const Rows<uint16_t>& v, Which which)
+                 const Rows<uint16_t>& k, const Rows<uint16_t>& v, Which which,
+                 int64_t granule = kBf16Granule, int64_t key_block = 0)
       : heads_(heads),
-        dqk_pad_(round_up(dqk, kBf16Granule)),
-        dv_pad_(round_up(dv, kBf16Granule)),
-        n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), kBf16Granule)) {
+        dqk_pad_(round_up(dqk, granule)),
+        dv_pad_(round_up(dv, granule)),
+        n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), granule)),
+        key_block_(key_block) {
     const int64_t per_head_k = dqk_pad_ * n_pad_, per_head_v = dv_pad_ * n_pad_;
     const int64_t units = seqs.count * heads;
     const TileKernels& kernels = tile_kernels(cpu_isa());
@@ -45,9 +49,16 @@ class PackedOperands {
         const uint16_t* kh = k.at(seqs.row_begin[b], h, dqk);
         const uint16_t* vh = v.at(seqs.row_begin[b], h, dv);
         const int64_t ldk = k.stride, ldv = v.stride;
-        if (k_t_)
+        if (k_t_ && key_block_ == 0) {
           pack_vnni_transposed(kernels, kh, len, dqk, ldk, dqk_pad_, n_pad_,
                                k_t_.get() + u * per_head_k);
+        } else if (k_t_) {
+          for (int64_t key = 0; key < n_pad_; key += key_block_) {
+            pack_vnni_transposed(kernels, kh + key * ldk,
+                                 std::clamp<int64_t>(len - key, 0, key_block_), dqk, ldk, dqk_pad_,
+                                 key_block_, k_t_.get() + u * per_head_k + key * dqk_pad_);
+          }
+        }
         if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);
         if (v_t_)
           pack_vnni_transposed(kernels, vh, len, dv, ldv, dv_pad_, n_pad_,
@@ -60,8 +71,13 @@ class PackedOperands {
   // The operands from key key0 (a multiple of kBf16Granule) of sequence b, head h; the leading
   // dimension of K^T / V^T is n_pad(), of K / V dqk_pad() / dv_pad().
   const uint16_t* k_t(int64_t b, int64_t h, int64_t key0) const {
-    return k_t_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + 2 * key0;
+    const int64_t offset = key_block_ == 0 ? 2 * key0 : key0 * dqk_pad_;  // key0 % key_block == 0
+    return k_t_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + offset;
   }
+  // Keys per row of K^T (n_pad, or key_block), and the step from one block of `keys` keys to the
+  // next (keys a multiple of key_block when blocked).
+  int64_t k_t_ld() const { return key_block_ == 0 ? n_pad_ : key_block_; }
+  int64_t k_t_step(int64_t keys) const { return key_block_ == 0 ? 2 * keys : keys * dqk_pad_; }
   const uint16_t* v_t(int64_t b, int64_t h, int64_t key0) const {
     return v_t_.get() + (b * heads_ + h) * dv_pad_ * n_pad_ + 2 * key0;
   }
@@ -76,7 +92,7 @@ class PackedOperands {
   int64_t n_pad() const { return n_pad_; }
 
  private:
-  int64_t heads_, dqk_pad_, dv_pad_, n_pad_;
+  int64_t heads_, dqk_pad_, dv_pad_, n_pad_, key_block_;
   std::unique_ptr<uint16_t[]> k_t_, k_, v_t_, v_;
 };
 
@@ -89,11 +105,11 @@ struct PaddedBlock {
   int64_t rows_pad;
 };
 
-inline PaddedBlock pad_block(const Block& blk) {
+inline PaddedBlock pad_block(const Block& blk, int64_t key_granule = kBf16Granule) {
   Block p = blk;
-  p.key0 = blk.key0 / kBf16Granule * kBf16Granule;
+  p.key0 = blk.key0 / key_granule * key_granule;
   p.keys = blk.key0 + blk.keys - p.key0;
-  p.ld = round_up(p.keys, kBf16Granule);
+  p.ld = round_up(p.keys, key_granule);
   return {p, round_up(blk.rows, kBf16Granule)};
 }
 

@@ -22,41 +22,126 @@
 
 namespace recops::attention::kernels {
 
-// A = the SiLU pass of a block's fp32 scores s [rows_pad, ld] (bias tile alike, or null), rounded
-// to bf16. A structured mask goes by each row's visible runs: the pass runs on them without a
-// mask operand and the rest of the row is written as zeros, so the mask tile is never built or
-// read (it cost as much as the SiLU itself at N = 2048). A custom mask multiplies by its tile.
+// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
+// every key of the block under a custom mask (whose tile then gives the multipliers).
+inline int row_runs(const MaskSource<float>& mask, const StructuredMask& structured,
+                    const Block& blk, int64_t r, int64_t begin[4], int64_t end[4]) {
+  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
+  begin[0] = 0;
+  end[0] = blk.keys;
+  return blk.keys > 0 ? 1 : 0;
+}
+
+// A = the SiLU pass of a block's fp32 scores s [rows_pad, ld] (bias and mask tiles alike, or
+// null), rounded to bf16. It runs on each row's visible runs and writes zeros around them, so a
+// structured mask needs no mask tile (building and reading one cost as much as the SiLU itself
+// at N = 2048).
 inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float>& mask,
                                const Block& blk, int64_t rows_pad, const float* s,
                                const float* bias, const float* mask_tile,
                                const HstuShape<float>& shape, uint16_t* a) {
   const int64_t ld = blk.ld;
-  if (mask.kind == MaskKind::kCustom) {
-    passes.silu_scores_to_bf16(s, bias, mask_tile, rows_pad * ld, shape.alpha, shape.silu_scale, a);
-    return;
-  }
   const StructuredMask structured = mask.structured(blk.b, blk.length);
   std::fill(a + blk.rows * ld, a + rows_pad * ld, uint16_t(0));
   for (int64_t r = 0; r < blk.rows; ++r) {
     int64_t begin[4], end[4];
-    const int runs = visible_runs(structured, blk, r, begin, end);
+    const int runs = row_runs(mask, structured, blk, r, begin, end);
     uint16_t* row = a + r * ld;
     int64_t done = 0;
     for (int k = 0; k < runs; ++k) {
       std::fill(row + done, row + begin[k], uint16_t(0));
       const int64_t at = r * ld + begin[k];
-      passes.silu_scores_to_bf16(s + at, bias == nullptr ? nullptr : bias + at, nullptr,
-                                 end[k] - begin[k], shape.alpha, shape.silu_scale, row + begin[k]);
+      passes.silu_scores_to_bf16(s + at, bias == nullptr ? nullptr : bias + at,
+                                 mask_tile == nullptr ? nullptr : mask_tile + at, end[k] - begin[k],
+                                 shape.alpha, shape.silu_scale, row + begin[k]);
       done = end[k];
     }
     std::fill(row + done, row + ld, uint16_t(0));
   }
 }
 
+// Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
+// of 32) sees tile column j; rows [blk.rows, rows_pad) see none.
+inline void fill_visibility(const MaskSource<float>& mask, const Block& blk, int64_t rows_pad,
+                            uint32_t* visible) {
+  const int64_t words = blk.ld / 32;
+  std::fill(visible, visible + rows_pad * words, 0u);
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4], end[4];
+    const int runs = row_runs(mask, structured, blk, r, begin, end);
+    uint32_t* row = visible + r * words;
+    for (int k = 0; k < runs; ++k) {
+      for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
+        const int64_t lo = std::max(begin[k] - w * 32, int64_t{0});
+        const int64_t hi = std::min(end[k] - w * 32, int64_t{32});
+        row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
+      }
+    }
+  }
+}
+
+// Whether the bf16 forward runs fused on AMX tiles (native_bf16::silu_attention_tile).
+inline bool fused_forward_available(const HstuShape<float>& shape) {
+  return cpu_isa() >= CpuIsa::kAmx && native_bf16::amx_tiles_available() &&
+         round_up(shape.dv, native_bf16::kFusedGranule) <= native_bf16::kMaxFusedDv;
+}
+
+// hstu_forward_bf16 on AMX: per block and head, each 16-row query tile runs the fused tile
+// kernel over the block's keys (in chunks of 32), on the same packed operands, bias and custom
+// mask tiles as the brgemm path.
+inline void hstu_forward_fused(const Sequences& seqs, const HstuShape<float>& shape,
+                               const Bf16Tensors& in, const MaskSource<float>& mask,
+                               const BiasSource<float>& bias, int64_t chunks, uint16_t* out) {
+  enum Fp32Tile : int { kM, kB, kCount };
+  enum Bf16Tile : int { kVisible, kBf16Count };  // then the padded Q block
+  constexpr int64_t kGranule = native_bf16::kFusedGranule;
+  const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
+  const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true}, kGranule,
+                           kGranule);
+  const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
+  const TileKernels& passes = tile_kernels(cpu_isa());
+  for_each_block_in_parallel(
+      seqs, mask, chunks,
+      [&](int64_t slot) {
+        return Bf16Scratch(kCount, kBf16Count, ops, bias.kind == BiasKind::kRelative, slot);
+      },
+      [&](Bf16Scratch& t, const Block& block) {
+        const PaddedBlock pb = pad_block(block, kGranule);
+        const Block& blk = pb.blk;
+        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t ld = blk.ld, words = ld / kGranule;
+        const float* bias_tile = bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB);
+        float* mask_tile = mask.kind == MaskKind::kCustom ? t.fp32.tile(kM) : nullptr;
+        // The bits take rows_pad * ld / 32 words of a tile of rows_pad * ld bf16 values.
+        uint32_t* visible = reinterpret_cast<uint32_t*>(t.tile(kVisible));
+        uint16_t* q = t.tile(kBf16Count);
+        fill_visibility(mask, blk, pb.rows_pad, visible);
+        for (int64_t h = 0; h < H; ++h) {
+          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, mask_tile,
+                                    t.fp32.tile(kB), t.fp32.buckets());
+          copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
+          for (int64_t r = 0; r < blk.rows; r += 16) {
+            native_bf16::silu_attention_tile(
+                {q + r * dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.k_t_ld(), ops.k_t_step(kGranule),
+                 ops.v(blk.b, h, blk.key0), dqk_pad, dv_pad, ld, visible + r * words,
+                 bias_tile == nullptr ? nullptr : bias_tile + r * ld,
+                 mask_tile == nullptr ? nullptr : mask_tile + r * ld, ld, shape.alpha,
+                 shape.silu_scale, t.product.get()});
+            store_rows(passes, t.product.get(), std::min<int64_t>(16, blk.rows - r), dv, dv_pad,
+                       out + ((row0 + r) * H + h) * dv, H * dv);
+          }
+        }
+      });
+}
+
 // out [rows, H, Dv] bf16 bits (zero-initialised by the caller).
 inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& shape,
                               const Bf16Tensors& in, const MaskSource<float>& mask,
                               const BiasSource<float>& bias, int64_t chunks, uint16_t* out) {
+  if (fused_forward_available(shape)) {
+    return hstu_forward_fused(seqs, shape, in, mask, bias, chunks, out);
+  }
   enum Fp32Tile : int { kM, kB, kS, kCount };
   enum Bf16Tile : int { kA, kBf16Count };  // then the padded Q block
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;

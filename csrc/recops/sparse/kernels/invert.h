@@ -100,7 +100,7 @@ template <typename perm_t>
 bool invert_permutation(const perm_t* permute, int64_t n, perm_t* inverse) {
   if (n <= 0) return true;
 #if RECOPS_X86_VARIANTS
-  if (cpu_isa() == CpuIsa::kAvx512) return invert_by_owned_slices(permute, n, inverse);
+  if (cpu_isa() >= CpuIsa::kAvx512) return invert_by_owned_slices(permute, n, inverse);
 #endif
   return invert_by_entry_slices(permute, n, inverse);
 }
