@@ -87,94 +87,65 @@ inline bool fused_forward_available(const HstuShape<float>& shape) {
          round_up(shape.dv, native_bf16::kFusedGranule) <= native_bf16::kMaxFusedDv;
 }
 
-// hstu_forward_bf16 on AMX: per block and head, each 16-row query tile runs the fused tile
-// kernel over the block's keys (in chunks of 32), on the same packed operands, bias and custom
-// mask tiles as the brgemm path.
-inline void hstu_forward_fused(const Sequences& seqs, const HstuShape<float>& shape,
-                               const Bf16Tensors& in, const MaskSource<float>& mask,
-                               const BiasSource<float>& bias, int64_t chunks, uint16_t* out) {
-  enum Fp32Tile : int { kM, kB, kCount };
-  enum Bf16Tile : int { kVisible, kBf16Count };  // then the padded Q block
-  constexpr int64_t kGranule = native_bf16::kFusedGranule;
+// out [rows, H, Dv] bf16 bits (zero-initialised by the caller). Per block and head, either the
+// fused AMX tile per 16 query rows (fused_forward_available; keys and head dims padded to 32, K^T
+// packed in 32-key blocks, the mask as visibility bits) or two brgemm products around
+// silu_block_to_bf16 (padding to 16).
+inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& shape,
+                              const Bf16Tensors& in, const MaskSource<float>& mask,
+                              const BiasSource<float>& bias, int64_t chunks, uint16_t* out) {
+  enum Fp32Tile : int { kM, kB, kS, kCount };  // the fused path has no score tile
+  enum Bf16Tile : int { kA, kBf16Count };      // A, or the fused path's bits; then the Q block
+  const bool fused = fused_forward_available(shape);
+  const int64_t granule = fused ? native_bf16::kFusedGranule : kBf16Granule;
   const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true}, kGranule,
-                           kGranule);
+  const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true}, granule,
+                           fused ? granule : 0);
   const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
   const TileKernels& passes = tile_kernels(cpu_isa());
   for_each_block_in_parallel(
       seqs, mask, chunks,
       [&](int64_t slot) {
-        return Bf16Scratch(kCount, kBf16Count, ops, bias.kind == BiasKind::kRelative, slot);
+        return Bf16Scratch(fused ? kS : kCount, kBf16Count, ops, bias.kind == BiasKind::kRelative,
+                           slot);
       },
       [&](Bf16Scratch& t, const Block& block) {
-        const PaddedBlock pb = pad_block(block, kGranule);
+        const PaddedBlock pb = pad_block(block, granule);
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-        const int64_t ld = blk.ld, words = ld / kGranule;
+        const int64_t ld = blk.ld;
         const float* bias_tile = bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB);
         float* mask_tile = mask.kind == MaskKind::kCustom ? t.fp32.tile(kM) : nullptr;
         // The bits take rows_pad * ld / 32 words of a tile of rows_pad * ld bf16 values.
-        uint32_t* visible = reinterpret_cast<uint32_t*>(t.tile(kVisible));
+        uint32_t* visible = reinterpret_cast<uint32_t*>(t.tile(kA));
         uint16_t* q = t.tile(kBf16Count);
-        fill_visibility(mask, blk, pb.rows_pad, visible);
+        if (fused) fill_visibility(mask, blk, pb.rows_pad, visible);
         for (int64_t h = 0; h < H; ++h) {
           build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, mask_tile,
                                     t.fp32.tile(kB), t.fp32.buckets());
           copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
+          uint16_t* out_rows = out + (row0 * H + h) * dv;
+          if (!fused) {
+            gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0),
+                      ops.n_pad(), t.fp32.tile(kS), ld, false);
+            silu_block_to_bf16(passes, mask, blk, pb.rows_pad, t.fp32.tile(kS), bias_tile,
+                               mask_tile, shape, t.tile(kA));
+            gemm_bf16(pb.rows_pad, dv_pad, ld, t.tile(kA), ld, ops.v(blk.b, h, blk.key0), dv_pad,
+                      t.product.get(), dv_pad, false);
+            store_rows(passes, t.product.get(), blk.rows, dv, dv_pad, out_rows, H * dv);
+            continue;
+          }
+          const int64_t words = ld / native_bf16::kFusedGranule;
           for (int64_t r = 0; r < blk.rows; r += 16) {
             native_bf16::silu_attention_tile(
-                {q + r * dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.k_t_ld(), ops.k_t_step(kGranule),
+                {q + r * dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.k_t_ld(), ops.k_t_step(granule),
                  ops.v(blk.b, h, blk.key0), dqk_pad, dv_pad, ld, visible + r * words,
                  bias_tile == nullptr ? nullptr : bias_tile + r * ld,
                  mask_tile == nullptr ? nullptr : mask_tile + r * ld, ld, shape.alpha,
                  shape.silu_scale, t.product.get()});
             store_rows(passes, t.product.get(), std::min<int64_t>(16, blk.rows - r), dv, dv_pad,
-                       out + ((row0 + r) * H + h) * dv, H * dv);
+                       out_rows + r * H * dv, H * dv);
           }
-        }
-      });
-}
-
-// out [rows, H, Dv] bf16 bits (zero-initialised by the caller).
-inline void hstu_forward_bf16(const Sequences& seqs, const HstuShape<float>& shape,
-                              const Bf16Tensors& in, const MaskSource<float>& mask,
-                              const BiasSource<float>& bias, int64_t chunks, uint16_t* out) {
-  if (fused_forward_available(shape)) {
-    return hstu_forward_fused(seqs, shape, in, mask, bias, chunks, out);
-  }
-  enum Fp32Tile : int { kM, kB, kS, kCount };
-  enum Bf16Tile : int { kA, kBf16Count };  // then the padded Q block
-  const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const PackedOperands ops(seqs, H, dqk, dv, in.k, in.v, {true, false, false, true});
-  const int64_t dqk_pad = ops.dqk_pad(), dv_pad = ops.dv_pad();
-  const TileKernels& passes = tile_kernels(cpu_isa());
-  for_each_block_in_parallel(
-      seqs, mask, chunks,
-      [&](int64_t slot) {
-        return Bf16Scratch(kCount, kBf16Count, ops, bias.kind == BiasKind::kRelative, slot);
-      },
-      [&](Bf16Scratch& t, const Block& block) {
-        const PaddedBlock pb = pad_block(block);
-        const Block& blk = pb.blk;
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-        const int64_t ld = blk.ld;
-        float* s = t.fp32.tile(kS);
-        float* mask_tile = mask.kind == MaskKind::kCustom ? t.fp32.tile(kM) : nullptr;
-        uint16_t* a = t.tile(kA);
-        uint16_t* q = t.tile(kBf16Count);
-        for (int64_t h = 0; h < H; ++h) {
-          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, mask_tile,
-                                    t.fp32.tile(kB), t.fp32.buckets());
-          copy_padded(in.q.at(row0, h, dqk), blk.rows, dqk, in.q.stride, q, pb.rows_pad, dqk_pad);
-          gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops.k_t(blk.b, h, blk.key0), ops.n_pad(),
-                    s, ld, false);
-          silu_block_to_bf16(passes, mask, blk, pb.rows_pad, s,
-                             bias.kind == BiasKind::kNone ? nullptr : t.fp32.tile(kB), mask_tile,
-                             shape, a);
-          gemm_bf16(pb.rows_pad, dv_pad, ld, a, ld, ops.v(blk.b, h, blk.key0), dv_pad,
-                    t.product.get(), dv_pad, false);
-          store_rows(passes, t.product.get(), blk.rows, dv, dv_pad, out + (row0 * H + h) * dv,
-                     H * dv);
         }
       });
 }
