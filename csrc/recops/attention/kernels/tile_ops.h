@@ -12,33 +12,35 @@
 
 namespace recops::attention::kernels {
 
-// loop(has_bias, has_mask) with both as compile-time constants (std::bool_constant), so that
-// each case compiles to its own loop without loads from a null operand.
+// loop(present) with present = std::bool_constant<operand != nullptr>, so that each case
+// compiles to its own loop. One loop with `bias ? bias[j] : 0` would not do: GCC vectorises it as
+// a masked load from the null pointer, and the CPU's fault suppression for each such load costs a
+// microcode assist (a no-bias backward ran 18x slower).
+template <typename Loop>
+RECOPS_ALWAYS_INLINE void with_optional(const void* operand, Loop&& loop) {
+  if (operand == nullptr) return loop(std::false_type{});
+  loop(std::true_type{});
+}
+
+// loop(has_bias, has_mask), both compile-time constants (with_optional).
 template <typename Loop>
 RECOPS_ALWAYS_INLINE void with_optional_operands(const void* bias, const void* mask, Loop&& loop) {
-  if (bias == nullptr) {
-    if (mask == nullptr) return loop(std::false_type{}, std::false_type{});
-    return loop(std::false_type{}, std::true_type{});
-  }
-  if (mask == nullptr) return loop(std::true_type{}, std::false_type{});
-  loop(std::true_type{}, std::true_type{});
+  with_optional(bias, [&](auto has_bias) {
+    with_optional(mask, [&](auto has_mask) { loop(has_bias, has_mask); });
+  });
 }
 
 // HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
 template <typename T>
 RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask, int64_t n,
                                               T alpha, T scale) {
-  if (bias == nullptr) {
+  with_optional(bias, [&](auto has_bias) {
     for (int64_t j = 0; j < n; ++j) {
-      const T x = alpha * s[j];
+      T x = alpha * s[j];
+      if constexpr (has_bias) x += bias[j];
       s[j] = x * fast_sigmoid(x) * scale * mask[j];
     }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      const T x = alpha * s[j] + bias[j];
-      s[j] = x * fast_sigmoid(x) * scale * mask[j];
-    }
-  }
+  });
 }
 
 // HSTU backward, recomputing the forward from the raw scores s = q.k:
@@ -54,16 +56,13 @@ RECOPS_ALWAYS_INLINE void silu_score_grad(T* s, T* dp, T x, T m, int64_t j) {
 template <typename T>
 RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask,
                                                    int64_t n, T alpha, T scale) {
-  // Two loops rather than `bias ? bias[j] : 0` in one: GCC vectorises that as a masked load from
-  // the null pointer, and the CPU's fault suppression for each such load costs a microcode
-  // assist (the no-bias backward ran 18x slower).
-  if (bias == nullptr) {
-    for (int64_t j = 0; j < n; ++j) silu_score_grad(s, dp, alpha * s[j], scale * mask[j], j);
-  } else {
+  with_optional(bias, [&](auto has_bias) {
     for (int64_t j = 0; j < n; ++j) {
-      silu_score_grad(s, dp, alpha * s[j] + bias[j], scale * mask[j], j);
+      T x = alpha * s[j];
+      if constexpr (has_bias) x += bias[j];
+      silu_score_grad(s, dp, x, scale * mask[j], j);
     }
-  }
+  });
 }
 
 template <typename T>

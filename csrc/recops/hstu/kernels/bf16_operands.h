@@ -53,9 +53,9 @@ class PackedOperands {
           pack_vnni_transposed(kernels, kh, len, dqk, ldk, dqk_pad_, n_pad_,
                                k_t_.get() + u * per_head_k);
         } else if (k_t_) {
-          for (int64_t key = 0; key < n_pad_; key += key_block_) {
-            pack_vnni_transposed(kernels, kh + key * ldk,
-                                 std::clamp<int64_t>(len - key, 0, key_block_), dqk, ldk, dqk_pad_,
+          for (int64_t key = 0; key < n_pad_; key += key_block_) {  // blocks past len: zeros
+            const int64_t keys = std::clamp<int64_t>(len - key, 0, key_block_);
+            pack_vnni_transposed(kernels, keys > 0 ? kh + key * ldk : kh, keys, dqk, ldk, dqk_pad_,
                                  key_block_, k_t_.get() + u * per_head_k + key * dqk_pad_);
           }
         }
