@@ -84,7 +84,7 @@ def fuxi_attention(
     Differentiable in q, k, v and the biases.
     """
     layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
-    mask_type, custom_mask = split_mask(mask)
+    mask_type, custom_mask = split_mask(mask, options)
     out = ops.hstu_dense_forward_fuxi(
         *layout.qkv,
         layout.seq_offsets,

@@ -85,9 +85,17 @@ class SequenceLayout:
         return out.reshape(*self.dense_shape, *out.shape[1:])
 
 
-def split_mask(mask):
-    """(mask_type, custom_mask) of the HSTU-family ops from a mask name or a mask tensor."""
-    return ("custom", mask) if isinstance(mask, torch.Tensor) else (mask, None)
+def split_mask(mask, options):
+    """(mask_type, custom_mask) of the HSTU-family ops from ``mask`` (a name or a mask tensor), or
+    from the op's own ``mask_type`` / ``custom_mask`` options, which are taken out of ``options``.
+    A ``custom_mask`` under another mask type is passed on for the op to reject, never dropped."""
+    mask_type = options.pop("mask_type", None)
+    custom_mask = options.pop("custom_mask", None)
+    if isinstance(mask, torch.Tensor):
+        if custom_mask is not None:
+            raise ValueError("mask is a tensor and custom_mask is given: pass the custom mask once")
+        return mask_type or "custom", mask
+    return mask_type or mask, custom_mask
 
 
 def hstu_attention(
@@ -118,7 +126,7 @@ def hstu_attention(
     ``pos_w [2 N - 1]`` with ``query_time_shift=True`` and ``bucket_divisor=0.301``.
     """
     layout = SequenceLayout(q, k, v, seq_offsets, max_seq_len)
-    mask_type, custom_mask = split_mask(mask)
+    mask_type, custom_mask = split_mask(mask, options)
     out = ops.hstu_dense_forward(
         *layout.qkv,
         layout.seq_offsets,

@@ -118,24 +118,20 @@ def test_total_L(ops):
 
 
 @pytest.mark.parametrize("index_dtype", [I32, I64], ids=str)
-def test_rows_from_offsets_must_fit_in_dense(ops, index_dtype):
-    """Without total_L the output has the last offset's rows, a size read from data: it must not
-    exceed the rows dense holds, B * max_lengths (an offset near 2^31 on a 3-row dense used to
-    allocate and zero 8 GB, then fail in the allocator, naming nothing)."""
+def test_rows_from_offsets_past_dense_extent(ops, index_dtype):
+    """Without total_L the output has the last offset's rows, as FBGEMM's: rows of runs longer
+    than the dense extent (truncated by jagged_to_padded_dense) come back zero, and no check
+    rejects offsets FBGEMM accepts. Offsets that could read outside dense still raise."""
     dense = torch.randn(3, 2, 4)
-    for last in (7, 2**31 - 1, 2**40):
-        if last >= 2**31 and index_dtype == I32:
-            continue
-        offsets = [idx([0, 1, 2, last], index_dtype)]
-        match = rf"x_offsets\[0\]\[-1\] = {last} rows exceed the 6 rows dense of shape \[3, 2, 4\]"
-        with pytest.raises(ValueError, match=match):
-            ops.dense_to_jagged(dense, offsets)
-        with pytest.raises(ValueError, match=match):
-            ops.dense_to_jagged_forward(dense, offsets)
-    # Rows past the dense extent (of a row longer than max_lengths) take an explicit total_L.
-    values, _ = ops.dense_to_jagged(dense, [idx([0, 1, 2, 7], index_dtype)], 7)
+    offsets = [idx([0, 1, 2, 7], index_dtype)]
     expected = torch.cat([dense[0, :1], dense[1, :1], dense[2], torch.zeros(3, 4)])
-    assert torch.equal(values, expected)
+    for total_L in (None, 7):
+        values, _ = ops.dense_to_jagged(dense, offsets, total_L)
+        assert torch.equal(values, expected)
+        assert torch.equal(ops.dense_to_jagged_forward(dense, offsets, total_L), expected)
+    # A negative last offset is a negative size: FBGEMM's message.
+    with pytest.raises(ValueError, match=r"must be >= 0"):
+        ops.dense_to_jagged(torch.zeros(1, 4), [idx([-5, -1], index_dtype)])
 
 
 def test_dense_batch_mismatch(ops):
@@ -313,6 +309,63 @@ def test_offsets_range_bad_input(ops):
         ops.offsets_range(idx([[0, 3]]), 6)
     with pytest.raises(RuntimeError, match=r"offsets must be int32 or int64"):
         ops.offsets_range(torch.tensor([0.0, 3.0]), 6)
+
+
+# --------------------------------------------------------------------------- fuzz findings
+@pytest.mark.parametrize(
+    "bucket_index",
+    [
+        torch.tensor([[[0, 1, 2], [3, 4, -1], [0, 0, 0]]]),  # negative, in the padding rows
+        torch.tensor([[[0, 1, 2], [3, 4, 5], [0, 0, 9]]]),  # num_buckets + 1
+        torch.full((1, 3, 3), 255, dtype=torch.uint8),
+    ],
+    ids=["negative", "too_large", "uint8_255"],
+)
+def test_bias_backward_bucket_index_out_of_range(ops, bucket_index):
+    """Every entry of a given bucket index names a bucket of the [num_buckets + 1] table, padding
+    positions included (the kernel reads only the valid ones; seq_offsets [0, 1] leaves one)."""
+    grad = torch.randn(1, 3, 3)
+    for seq_offsets in (None, idx([0, 1])):
+        with pytest.raises(ValueError, match=r"bucket_index entries must be in \[0, num_buckets\]"):
+            ops.relative_attn_bias_backward(grad, None, bucket_index, seq_offsets, 8)
+
+
+def test_bias_backward_offsets_past_2_to_the_32_do_not_wrap(ops):
+    """Offsets are read in int64: a sequence 2^32 + 1 long is cut at N, as every longer sequence,
+    never read as 1 long."""
+    grad, index = torch.randn(1, 3, 3), torch.randint(0, 9, (1, 3, 3))
+
+    def grads(offsets):
+        return ops.relative_attn_bias_backward(grad, None, index, idx(offsets), 8, pos_grad=True)
+
+    for ours, full in zip(grads([0, 2**32 + 1]), grads([0, 3]), strict=True):
+        assert torch.equal(ours, full)
+    for ours, one in zip(grads([2**32, 2**32 + 1]), grads([0, 1]), strict=True):
+        assert torch.equal(ours, one)
+
+
+def test_hstu_wrapper_custom_mask_is_never_ignored():
+    q = k = v = torch.randn(5, 1, 4)
+    offsets, mask = idx([0, 2, 5]), torch.rand(2, 1, 3, 3) < 0.5
+    for attention in (recops.hstu_attention, recops.fuxi_attention):
+        with pytest.raises(RuntimeError, match=r"custom_mask contradicts mask_type 'causal'"):
+            attention(q, k, v, offsets, 3, custom_mask=mask)
+        with pytest.raises(RuntimeError, match=r"custom_mask contradicts mask_type 'none'"):
+            attention(q, k, v, offsets, 3, mask="none", custom_mask=mask)
+        with pytest.raises(ValueError, match=r"pass the custom mask once"):
+            attention(q, k, v, offsets, 3, mask=mask, custom_mask=mask)
+        # The op's own names, used consistently, mean mask=<tensor>.
+        by_name = attention(q, k, v, offsets, 3, mask_type="custom", custom_mask=mask)
+        assert torch.equal(by_name, attention(q, k, v, offsets, 3, mask=mask))
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 3), (1, 1, 3), (1, 3, 1), (1, 3, 4)])
+def test_fuxi_channel_bias_must_be_n_by_n(shape):
+    q = k = v = torch.randn(5, 1, 4)
+    for name in ("pos_bias", "ts_bias"):
+        match = rf"{name} must be 3-D \[.*N, N\], got .* \(N = max_seq_len = 3\)"
+        with pytest.raises(RuntimeError, match=match):
+            recops.fuxi_attention(q, k, v, idx([0, 2, 5]), 3, **{name: torch.randn(shape)})
 
 
 # --------------------------------------------------------------------------- devices

@@ -717,6 +717,10 @@ def bad_input_cases():
         # HF's log bucketing divides by log((max_relative_positions - 1) / (buckets / 2)) <= 0.
         (dict(max_relative_positions=4), ValueError, r"buckets / 2 \+ 1, got 8 and 4"),
         (dict(max_relative_positions=2), ValueError, r"buckets / 2 \+ 1, got 8 and 2"),
+        # Log buckets without a maximum position (HF's module substitutes max_position_embeddings
+        # for a value below 1 before it gets here).
+        (dict(max_relative_positions=0), ValueError, r"buckets / 2 \+ 1, got 8 and 0"),
+        (dict(max_relative_positions=-1), ValueError, r"buckets / 2 \+ 1, got 8 and -1"),
         (dict(scale=float("nan")), ValueError, r"scale must be a finite number.*got nan"),
         (dict(scale=float("-inf")), ValueError, r"scale must be a finite number.*got -inf"),
         (dict(scale=1e39), ValueError, r"scale must be a finite number in float32's range"),

@@ -1,7 +1,6 @@
 """Jagged <-> dense ops and offsets_range (docs/ops.md section 1)."""
 
 import itertools
-import math
 
 import pytest
 import torch
@@ -82,14 +81,6 @@ def ref_dense_to_jagged(dense, offsets, total_L=None):
     return values
 
 
-def hint_past_dense(dense, offsets):
-    """dense_to_jagged's total_L for these inputs: None (read from the offsets) when the last
-    offset lies within the rows dense holds, B * max_lengths; else the last offset itself, as the
-    op requires an explicit total_L for rows past the dense extent (truncated rows)."""
-    last = int(offsets[-1][-1])
-    return None if last <= math.prod(dense.shape[: 1 + len(offsets)]) else last
-
-
 def assert_equal(actual, expected):
     assert actual.dtype == expected.dtype
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
@@ -157,6 +148,11 @@ def test_jagged_1d_to_dense_integer_padding_is_exact():
     assert out.tolist() == [[0, 1, 2**60 + 1, 2**60 + 1], [2, 3, 4, 2**60 + 1]]
     with pytest.raises(ValueError, match=r"padding_value = 1099511627776 cannot be represented"):
         ops.jagged_1d_to_dense(torch.arange(5, dtype=torch.int32), offsets, 4, 2**40)
+    # A negative padding never wraps into an unsigned dtype (-1 would be 255), even when no
+    # position is padded.
+    for values in (torch.arange(5, dtype=torch.uint8), torch.zeros(0, dtype=torch.uint8)):
+        with pytest.raises(ValueError, match=r"padding_value = -1 cannot be represented"):
+            ops.jagged_1d_to_dense(values, offsets[: 1 + len(values) // 3], 4, -1)
 
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
@@ -212,13 +208,12 @@ def test_dense_to_jagged_random(num_dims, index_dtype, inner):
     offsets, total = random_jagged(batch, max_lengths, index_dtype)
     dense = torch.randn((batch, *max_lengths) + (() if inner is None else (inner,)))
     expected = ref_dense_to_jagged(dense, offsets)
-    total_L = hint_past_dense(dense, offsets)
-    values, out_offsets = ops.dense_to_jagged(dense, offsets, total_L)
+    values, out_offsets = ops.dense_to_jagged(dense, offsets)
     assert_equal(values, expected)
     assert len(out_offsets) == num_dims
     for got, given in zip(out_offsets, offsets, strict=True):
         assert_equal(got, given)
-    assert_equal(ops.dense_to_jagged_forward(dense, offsets, total_L), expected)
+    assert_equal(ops.dense_to_jagged_forward(dense, offsets), expected)
     # The backward of jagged_to_padded_dense is the same gather, into total_L rows.
     backward = ops.jagged_to_padded_dense_backward(dense, offsets, total + 3)
     assert_equal(backward, ref_dense_to_jagged(dense, offsets, total + 3))
@@ -231,7 +226,7 @@ def test_dense_to_jagged_dtypes(dtype, index_dtype, num_dims):
     batch, max_lengths = JAGGED_CASES[num_dims]
     offsets, total = random_jagged(batch, max_lengths, index_dtype)
     dense = random_values((batch, *max_lengths, 2), dtype)
-    values, _ = ops.dense_to_jagged(dense, offsets, hint_past_dense(dense, offsets))
+    values, _ = ops.dense_to_jagged(dense, offsets, None)
     assert_equal(values, ref_dense_to_jagged(dense, offsets))
     values = ops.jagged_to_padded_dense_backward(dense, offsets, total)
     assert_equal(values, ref_dense_to_jagged(dense, offsets))
@@ -465,7 +460,7 @@ def test_opcheck_jagged_dense(num_dims, inner, index_dtype):
         opcheck_both(name, (values, offsets, max_lengths, 0.5))
     opcheck_both("jagged_to_padded_dense_backward", (dense.detach(), offsets, total + 1))
     for name in ("dense_to_jagged", "dense_to_jagged_forward"):
-        opcheck_both(name, (dense, offsets, hint_past_dense(dense, offsets)))
+        opcheck_both(name, (dense, offsets, None))
         opcheck_both(name, (dense, offsets, total + 1))
 
 
@@ -506,7 +501,7 @@ def test_jagged_dense_matches_fbgemm_random(fbgemm_ops, num_dims, index_dtype, i
         # FBGEMM's dense_to_jagged requires a trailing dim D (dense [B, N..., D]); docs/ops.md's
         # values [total_L, D] does too, and recops additionally accepts dense [B, N...].
         return
-    for total_L in (hint_past_dense(dense, offsets), total + 2):
+    for total_L in (None, total + 2):
         args = (dense, offsets, total_L)
         assert_equal(ops.dense_to_jagged_forward(*args), fbgemm_ops.dense_to_jagged_forward(*args))
         assert_equal(ops.dense_to_jagged(*args)[0], fbgemm_ops.dense_to_jagged(*args)[0])
@@ -528,7 +523,7 @@ def test_jagged_dense_matches_fbgemm_dtypes(fbgemm_ops, dtype, index_dtype, batc
     both("jagged_to_padded_dense", values[:, 0], [offsets], [3], 0.0)
     both("jagged_2d_to_dense", values.t().contiguous().t(), offsets, 3)
     both("jagged_1d_to_dense", values[:, 1], offsets, 3, -1)
-    both("dense_to_jagged_forward", dense, [offsets], hint_past_dense(dense, [offsets]))
+    both("dense_to_jagged_forward", dense, [offsets], None)
     strided_dense = dense.transpose(1, 2).contiguous().transpose(1, 2)
     both("dense_to_jagged_forward", strided_dense, [offsets], total + 3)
     both("jagged_to_padded_dense_backward", dense, [offsets], total + 1)
@@ -554,7 +549,7 @@ def test_jagged_dense_matches_fbgemm_edge_cases(fbgemm_ops, index_dtype):
     ]:
         both("jagged_to_padded_dense", values, offsets, max_lengths, -1.0)
         dense = torch.randn(len(offsets[0]) - 1, *max_lengths, 2)
-        both("dense_to_jagged_forward", dense, offsets, hint_past_dense(dense, offsets))
+        both("dense_to_jagged_forward", dense, offsets, None)
         both("dense_to_jagged_forward", dense, offsets, 12)
 
 
@@ -584,3 +579,86 @@ def test_jagged_gradients_match_fbgemm(fbgemm_ops):
         grads.append((values.grad, dense.grad))
     for ours, theirs in zip(*grads, strict=True):
         assert_equal(ours, theirs)
+
+
+# --------------------------------------------------------------------------- FBGEMM's own cases
+def fbgemm_style_jagged(num_dims, outer, inner, dtype, gen):
+    """A jagged tensor drawn as FBGEMM's dense_to_jagged tests draw it: max_lengths in [1, 9] and
+    row lengths in [0, 2 * max_length), so jagged_to_padded_dense truncates some rows."""
+    max_lengths = torch.randint(1, 10, (num_dims,), generator=gen).tolist()
+    offsets, rows = [], outer
+    for max_length in max_lengths:
+        lengths = torch.randint(0, 2 * max_length, (rows,), generator=gen)
+        offsets.append(torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+        rows = int(offsets[-1][-1])
+    values = torch.rand(rows, inner, generator=gen).to(dtype)
+    return values, offsets, max_lengths
+
+
+@pytest.mark.parametrize("num_dims", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("with_total_L", [False, True], ids=["offsets_rows", "total_L"])
+def test_dense_to_jagged_truncated_rows(num_dims, dtype, with_total_L):
+    """FBGEMM's test_dense_to_jagged: jagged -> dense (truncating) -> jagged -> dense gives the
+    same dense tensor; the jagged result has the last offset's rows (or total_L), the truncated
+    ones zero; its gradient is the dense gradient of the kept rows."""
+    gen = torch.Generator().manual_seed(num_dims)
+    for outer, inner in itertools.product((0, 1, 5), (0, 1, 5)):
+        values, offsets, max_lengths = fbgemm_style_jagged(num_dims, outer, inner, dtype, gen)
+        dense = ops.jagged_to_padded_dense(values, offsets, max_lengths).requires_grad_(True)
+        total_L = values.shape[0] if with_total_L else None
+        jagged, jagged_offsets = ops.dense_to_jagged(dense, offsets, total_L)
+        assert jagged.shape == values.shape
+        assert_equal(jagged.detach(), ref_dense_to_jagged(dense.detach(), offsets))
+        again = ops.jagged_to_padded_dense(jagged, jagged_offsets, max_lengths)
+        assert_equal(again, dense)
+        upstream = torch.rand(jagged.shape, generator=gen).to(dtype)
+        jagged.backward(upstream)
+        assert_equal(dense.grad, ref_jagged_to_dense(upstream, offsets, max_lengths, 0.0))
+
+
+def test_dense_to_jagged_truncated_rows_match_fbgemm(fbgemm_ops):
+    gen = torch.Generator().manual_seed(7)
+    for num_dims in range(1, 6):
+        values, offsets, max_lengths = fbgemm_style_jagged(num_dims, 5, 3, torch.float32, gen)
+        dense = ops.jagged_to_padded_dense(values, offsets, max_lengths)
+        for total_L in (None, values.shape[0], values.shape[0] + 2):
+            for name in ("dense_to_jagged_forward", "dense_to_jagged"):
+                ours = getattr(ops, name)(dense, offsets, total_L)
+                theirs = getattr(fbgemm_ops, name)(dense, offsets, total_L)
+                if name == "dense_to_jagged":
+                    ours, theirs = ours[0], theirs[0]
+                assert_equal(ours, theirs)
+
+
+def test_opcheck_dense_to_jagged_truncated_rows():
+    gen = torch.Generator().manual_seed(3)
+    for num_dims in (1, 3):
+        values, offsets, max_lengths = fbgemm_style_jagged(num_dims, 4, 2, torch.float64, gen)
+        dense = ops.jagged_to_padded_dense(values, offsets, max_lengths).requires_grad_(True)
+        opcheck_both("dense_to_jagged", (dense, offsets))
+        opcheck_both("dense_to_jagged_forward", (dense, offsets))
+
+
+@pytest.mark.parametrize("namespace", ["recops", "fbgemm"])
+def test_dense_to_jagged_dynamic_shapes(namespace):
+    """FBGEMM's test_dense_to_jagged_dynamic_shape: compiled with dynamic batch and row width,
+    with and without total_L, on inputs with truncated rows."""
+    torch._dynamo.reset()
+    ns = getattr(torch.ops, namespace)
+
+    def no_total(dense, offsets):
+        return ns.dense_to_jagged(dense, offsets)
+
+    def with_total(dense, offsets, total_L):
+        return ns.dense_to_jagged(dense, offsets, total_L)
+
+    compiled = [torch.compile(f, fullgraph=True, dynamic=True) for f in (no_total, with_total)]
+    gen = torch.Generator().manual_seed(11)
+    for outer, inner in ((3, 2), (5, 4)):
+        values, offsets, max_lengths = fbgemm_style_jagged(2, outer, inner, torch.float32, gen)
+        dense = ops.jagged_to_padded_dense(values, offsets, max_lengths)
+        expected = ref_dense_to_jagged(dense, offsets)
+        assert_equal(compiled[0](dense, offsets)[0], expected)
+        assert_equal(compiled[1](dense, offsets, values.shape[0])[0], expected)
+    torch._dynamo.reset()

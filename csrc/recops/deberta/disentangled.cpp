@@ -108,9 +108,11 @@ Geometry validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK_VALUE(g.span >= 1,
                     "position terms need position_buckets > 0 or max_relative_positions > 0, got ",
                     buckets, " and ", max_pos);
-  if (buckets > 0 && max_pos > 0) {
+  // position_buckets > 0 asks for log buckets, whose formula needs max_relative_positions: HF's
+  // module puts max_position_embeddings there when its config's value is below 1, so a value
+  // below the precondition here is a caller's mistake, not a request for identity positions.
+  if (buckets > 0)
     check_log_buckets(buckets, max_pos, "position_buckets", "max_relative_positions");
-  }
   TORCH_CHECK_VALUE(g.span < std::numeric_limits<int32_t>::max() / (2 * kKeyTile),
                     "position_buckets / max_relative_positions give a span of ", g.span,
                     " positions, too large for the kernel's int32 position index");

@@ -24,9 +24,13 @@ PreparedBias prepare_channel_bias(const std::optional<at::Tensor>& dense, const 
   TORCH_CHECK(!(dense.has_value() && table.has_value()), "pass either ", dense_name, " or ",
               table_name, ", not both");
   if (dense.has_value()) {
-    // The position bias depends on positions only: one [N, N] table for the whole batch.
-    TORCH_CHECK(dense->dim() == 3 && (is_time || dense->size(0) == 1), dense_name, " must be 3-D ",
-                is_time ? "[B or 1, N, N]" : "[1, N, N]", ", got shape ", dense->sizes());
+    // The position bias depends on positions only: one [N, N] table for the whole batch. The
+    // channel's [N, N] is never broadcast: a [1, 1, N] bias is not a bias of N query rows.
+    const int64_t n = seqs.view.max_len;
+    TORCH_CHECK(dense->dim() == 3 && (is_time || dense->size(0) == 1) && dense->size(1) == n &&
+                    dense->size(2) == n,
+                dense_name, " must be 3-D ", is_time ? "[B or 1, N, N]" : "[1, N, N]",
+                ", got shape ", dense->sizes(), " (N = max_seq_len = ", n, ")");
     return prepare_dense_bias(dense->unsqueeze(1), dense_name, seqs.view, 1, compute);
   }
   if (!table.has_value()) return PreparedBias{};

@@ -1,4 +1,7 @@
+#include <ATen/ops/aminmax.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/logical_or.h>
+#include <ATen/ops/nonzero.h>
 
 #include <cmath>
 #include <limits>
@@ -75,6 +78,23 @@ void compute_bucket_matrix(const CheckedSequences& seqs, int32_t num_buckets, do
     kernels::compute_buckets(seqs.timestamps.const_data_ptr<ts_t>(), seqs.lengths(), seqs.batch,
                              query_time_shift, bucketizer, buckets);
   });
+}
+
+[[noreturn]] void raise_bucket_out_of_range(const at::Tensor& index, int64_t num_buckets,
+                                            int64_t position) {
+  TORCH_CHECK_VALUE(false, "bucket_index entries must be in [0, num_buckets] = [0, ", num_buckets,
+                    "], got bucket_index.flatten()[", position,
+                    "] = ", index.reshape(-1)[position].item<int64_t>());
+}
+
+// Every entry of a given bucket index, padding positions included: the kernel reads only the
+// valid ones, but an entry that names no bucket is a bad index wherever it stands.
+void check_bucket_range(const at::Tensor& index, int64_t num_buckets) {
+  if (index.numel() == 0 || (index.scalar_type() == at::kByte && num_buckets >= 255)) return;
+  const auto [low, high] = at::aminmax(index);
+  if (low.item<int64_t>() >= 0 && high.item<int64_t>() <= num_buckets) return;
+  const at::Tensor outside = at::logical_or(index.lt(0), index.gt(num_buckets)).reshape(-1);
+  raise_bucket_out_of_range(index, num_buckets, outside.nonzero()[0][0].item<int64_t>());
 }
 
 void check_offsets(const at::Tensor& seq_offsets, CheckedSequences& seqs) {
@@ -250,6 +270,7 @@ std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_b
                 "bucket_index must be [B, N, N] = [", batch, ", ", seq_len, ", ", seq_len,
                 "] like grad_bias, got shape ", bucket_index->sizes());
     index = bucket_index->contiguous();
+    check_bucket_range(index, nb);
   }
 
   const bool time_grad = timestamps.has_value() || bucket_index.has_value();
@@ -290,9 +311,7 @@ std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>> relative_attn_b
           grad, shape, seqs.lengths(), static_cast<const uint8_t*>(nullptr), ts_sink, pos_sink);
     }
   });
-  TORCH_CHECK_VALUE(bad < 0, "bucket_index entries must be in [0, num_buckets] = [0, ", nb,
-                    "], got bucket_index.flatten()[", bad,
-                    "] = ", bad < 0 ? 0 : index.reshape(-1)[bad].item<int64_t>());
+  if (bad >= 0) raise_bucket_out_of_range(index, nb, bad);
   return {grad_ts, grad_pos};
 }
 

@@ -4,7 +4,6 @@
 #include <ATen/ops/zeros.h>
 
 #include <cstring>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -101,9 +100,14 @@ elem_t padding_bits(const c10::Scalar& padding_value, const at::TensorOptions& o
             value = static_cast<scalar_t>(static_cast<float>(padding_value.toDouble()));
           } else {
             if constexpr (!std::is_same_v<scalar_t, bool>) {
-              const bool overflows = padding_value.isIntegral(/*includeBool=*/false)
-                                         ? c10::overflows<scalar_t>(padding_value.toLong())
-                                         : c10::overflows<scalar_t>(padding_value.toDouble());
+              // c10::overflows lets a negative value wrap into an unsigned type (-1 -> 255):
+              // a narrowing that changes the value, so negatives are refused there.
+              const bool negative_to_unsigned =
+                  std::is_unsigned_v<scalar_t> && padding_value.toDouble() < 0;
+              const bool overflows = negative_to_unsigned ||
+                                     (padding_value.isIntegral(/*includeBool=*/false)
+                                          ? c10::overflows<scalar_t>(padding_value.toLong())
+                                          : c10::overflows<scalar_t>(padding_value.toDouble()));
               TORCH_CHECK_VALUE(!overflows, "padding_value = ", padding_value,
                                 " cannot be represented in the values' dtype ", dtype);
             }
@@ -121,25 +125,6 @@ elem_t padding_bits(const c10::Scalar& padding_value, const at::TensorOptions& o
   }
 }
 
-// Without total_L the output has the last offset's rows: a size read from data, so it must be one
-// the dense input can fill (B * max_lengths... rows), before anything is allocated from it. Rows
-// past the dense extent (of rows longer than max_lengths) come back zero; asking for them takes
-// an explicit total_L.
-void check_rows_within_dense(const CheckedOffsets& checked, const at::Tensor& dense,
-                             const char* dense_name, const char* offsets_name) {
-  const int64_t num_levels = static_cast<int64_t>(checked.levels.size());
-  int64_t capacity = checked.batch;  // saturates: a zero inner dim lets the others be huge
-  for (int64_t d = 1; d <= num_levels; ++d) {
-    if (__builtin_mul_overflow(capacity, dense.size(d), &capacity)) {
-      capacity = std::numeric_limits<int64_t>::max();
-    }
-  }
-  TORCH_CHECK_VALUE(checked.num_rows <= capacity, offsets_name, "[", num_levels - 1,
-                    "][-1] = ", checked.num_rows, " rows exceed the ", capacity, " rows ",
-                    dense_name, " of shape ", dense.sizes(), " holds (B * max_lengths); pass ",
-                    "total_L to get rows past the dense extent, which come back zero");
-}
-
 // Shared by dense_to_jagged_forward and jagged_to_padded_dense_backward.
 at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
                                 std::optional<int64_t> total_L, const char* dense_name,
@@ -152,7 +137,9 @@ at::Tensor dense_to_jagged_impl(const at::Tensor& dense, at::TensorList offsets,
               dense.sizes());
   TORCH_CHECK(dense.size(0) == checked.batch, dense_name, ".size(0) = ", dense.size(0),
               " must equal len(", offsets_name, "[0]) - 1 = ", checked.batch);
-  if (!total_L.has_value()) check_rows_within_dense(checked, dense, dense_name, offsets_name);
+  // Without total_L the output has the last offset's rows, as in FBGEMM: rows of runs longer than
+  // the dense extent (truncated by jagged_to_padded_dense) come back zero. A huge last offset is a
+  // huge output; the allocator answers an impossible one.
   const int64_t rows = total_L.value_or(checked.num_rows);
   TORCH_CHECK_VALUE(rows >= 0, "total_L must be >= 0, got ", rows);
   TORCH_CHECK(rows >= checked.num_rows, "total_L = ", rows, " is smaller than ", offsets_name, "[",
