@@ -23,7 +23,13 @@ from collections.abc import Callable
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [HERE, ROOT]
+# The spawned sharded workers import torchrec_dlrm (tests/) and recops (the checkout) too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [HERE, ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 PATHS: dict[str, Callable[[], None]] = {}
 
