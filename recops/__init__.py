@@ -17,10 +17,12 @@ from recops import (  # noqa: E402  (registers fake kernels and autograd)
     embedding,
     fuxi,
     gather,
+    hashing,
     hstu,
     jagged,
     relative_bias,
     sparse,
+    utility,
 )
 from recops.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
 from recops.embedding import (  # noqa: E402
@@ -64,6 +66,7 @@ __all__ = [
     "fuxi",
     "fuxi_attention",
     "gather",
+    "hashing",
     "hstu",
     "hstu_attention",
     "jagged",
@@ -72,4 +75,5 @@ __all__ = [
     "relative_bias",
     "sparse",
     "use_for_fbgemm",
+    "utility",
 ]

@@ -43,6 +43,11 @@ FBGEMM_OPS = (
     "permute_pooled_embs_split",
     "permute_pooled_embs_auto_grad",
     "permute_pooled_embs_auto_grad_split",
+    # torchrec utilities: managed-collision hashing, feature gates, memory kinds, index select
+    "create_zch_buffer",
+    "zero_collision_hash",
+    "check_feature_gate_key",
+    "is_uvm_tensor",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")
@@ -84,9 +89,29 @@ def _route(name: str, key: str, enable: bool = True) -> None:
     torch.ops.recops._route_fbgemm_op(name, key, enable)
 
 
+def _tensorless(name: str) -> bool:
+    """Whether recops' twin is one composite kernel for every key (an op with no tensor argument,
+    such as ``create_zch_buffer``): its fbgemm route is at CompositeImplicitAutograd too."""
+    return name not in COMPOSITES and _has_kernel(f"recops::{name}", "CompositeImplicitAutograd")
+
+
+def _route_keys(name: str, key: str) -> list[str]:
+    """The keys of ``fbgemm::<name>`` to route so that a call on ``key``'s device runs recops'
+    kernel: the backend key, and FBGEMM's autograd kernel for it where FBGEMM has its own (its
+    formula calls FBGEMM's helper ops, not the backend kernel); an op with no tensor argument
+    dispatches on no backend, so its composite key."""
+    if _tensorless(name):
+        return ["CompositeImplicitAutograd"]
+    keys = [key]
+    autograd = f"Autograd{key}"
+    if _has_kernel(f"fbgemm::{name}", autograd) and _has_kernel(f"recops::{name}", "Autograd"):
+        keys.append(autograd)
+    return keys
+
+
 def _define(name: str) -> None:
     _library.define(recops_schema(name), tags=(torch.Tag.pt2_compliant_tag,))
-    if name in COMPOSITES:
+    if name in COMPOSITES or _tensorless(name):
         _route(name, "CompositeImplicitAutograd")
         return
     for key in ("CPU", "CUDA", "Autograd"):
@@ -115,21 +140,30 @@ def bind() -> dict[str, str | list[str]]:
         elif name not in COMPOSITES and not _has_kernel(qualname, "CompositeImplicitAutograd"):
             for key in _BACKEND_KEYS.values():
                 if _has_kernel(f"recops::{name}", key) and not _has_kernel(qualname, key):
-                    _serve(name, key)
+                    _serve(name, [key])
     if os.environ.get(CPU_OVERRIDE_VARIABLE) == "1":
         use_for_fbgemm()
     return bound
 
 
-def _serve(name: str, key: str, enable: bool = True) -> None:
-    _route(name, key, enable)
-    keys = bound.setdefault(name, [])
-    if enable and key not in keys:
-        keys.append(key)
-    elif not enable and key in keys:
-        keys.remove(key)
-    if not keys:
+def _serve(name: str, keys: list[str], enable: bool = True) -> None:
+    served = bound.setdefault(name, [])
+    for key in keys:
+        _route(name, key, enable)
+        if enable and key not in served:
+            served.append(key)
+        elif not enable and key in served:
+            served.remove(key)
+    if not served:
         del bound[name]
+
+
+def serves(name: str, device: str = "cpu") -> bool:
+    """Whether ``torch.ops.fbgemm.<name>`` runs recops' kernel on ``device`` now."""
+    keys = bound.get(name)
+    if keys == "defined":
+        return True
+    return bool(keys) and all(k in keys for k in _route_keys(name, _device_key(device)))
 
 
 def _kernel_ops(ops: Iterable[str] | None) -> list[str]:
@@ -161,7 +195,7 @@ def use_for_fbgemm(
     for name in _kernel_ops(ops):
         if bound.get(name) == "defined":
             continue
-        if enable and not _has_kernel(f"recops::{name}", key):
+        if enable and not (_has_kernel(f"recops::{name}", key) or _tensorless(name)):
             raise NotImplementedError(f"recops has no {device} kernel for {name}")
-        _serve(name, key, enable)
+        _serve(name, _route_keys(name, key), enable)
     return bound

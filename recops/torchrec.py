@@ -77,7 +77,7 @@ def enable() -> None:
     for module, site in modules:
         _saved[site] = getattr(module, site[1])
         setattr(module, site[1], SplitTableBatchedEmbeddingBagsCodegen)
-    before = {name for name, keys in _fbgemm.bound.items() if keys == "defined" or "CPU" in keys}
+    before = {name for name in _fbgemm.bound if _fbgemm.serves(name)}
     _fbgemm.use_for_fbgemm()
     _routed[:] = [name for name in _fbgemm._kernel_ops(None) if name not in before]
 

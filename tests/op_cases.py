@@ -1306,6 +1306,146 @@ def make_grad_indice_weights(d):
     return args
 
 
+# --------------------------------------------------------------------------- zero-collision hash
+MASK64 = (1 << 64) - 1
+
+
+def _rotl(v, bits):
+    return ((v << bits) | (v >> (64 - bits))) & MASK64
+
+
+def _fmix64(h):
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & MASK64
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & MASK64
+    return h ^ (h >> 33)
+
+
+def murmur_hash3_2x64(x, y=0, seed=0):
+    """MurmurHash3_x64_128 of the 16 bytes (x, y) (64-bit words, two's complement), its halves
+    folded as FBGEMM's faster_hash ops fold them."""
+    c1, c2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
+    h1 = h2 = seed & MASK64
+    h1 ^= (_rotl((x & MASK64) * c1 & MASK64, 31) * c2) & MASK64
+    h1 = (_rotl(h1, 27) + h2) & MASK64
+    h1 = (h1 * 5 + 0x52DCE729) & MASK64
+    h2 ^= (_rotl((y & MASK64) * c2 & MASK64, 33) * c1) & MASK64
+    h2 = (_rotl(h2, 31) + h1) & MASK64
+    h2 = (h2 * 5 + 0x38495AB5) & MASK64
+    h1 ^= 16
+    h2 ^= 16
+    h1 = (h1 + h2) & MASK64
+    h2 = (h2 + h1) & MASK64
+    h1, h2 = _fmix64(h1), _fmix64(h2)
+    h1 = (h1 + h2) & MASK64
+    h2 = (h2 + h1) & MASK64
+    return h1 ^ h2
+
+
+def make_create_zch_buffer(d):
+    return {
+        "size": d.int(0, 40),
+        "support_evict": d.bool(),
+        "device": None,
+        "long_type": d.bool(),
+    }
+
+
+def ref_create_zch_buffer(a):
+    size = a["size"]
+    require(isinstance(size, int) and size >= 0, "size >= 0")
+    identities = torch.full((size, 1), -1, dtype=I64 if a["long_type"] else I32)
+    metadata = torch.full((size, 1), -1, dtype=I32) if a["support_evict"] else None
+    return identities, metadata
+
+
+def make_zero_collision_hash(d):
+    """A read-only lookup (the CPU kernel's mode) in a table where some ids were inserted."""
+    gen = d.generator()
+    rows = d.int(1, 24)
+    identity_dtype = d.choice((I32, I64))
+    input_dtype = I64 if identity_dtype == I64 else d.choice((I32, I64))
+    identities = torch.full((rows, 1), -1, dtype=identity_dtype)
+    stored = torch.randint(0, 50, (rows,), generator=gen, dtype=identity_dtype)
+    keep = torch.rand(rows, generator=gen) < 0.6
+    identities[keep, 0] = stored[keep]
+    n = d.int(0, 16)
+    ids = torch.randint(-5, 50, (n,), generator=gen, dtype=input_dtype)
+    args = {
+        "input": ids,
+        "identities": identities,
+        "max_probe": d.int(0, 6),
+        "circular_probe": True,
+        "readonly": True,
+        "disable_fallback": d.bool(),
+    }
+    size = rows
+    if d.bool():  # per-id blocks, as torchrec's TrainInputMapper gives them
+        blocks = d.int(1, rows)
+        size = rows // blocks
+        which = torch.randint(0, blocks, (n,), generator=gen)
+        args["local_sizes"] = torch.full((n,), size, dtype=I64)
+        args["offsets"] = which * size
+    if d.bool() and size > 2:
+        args["opt_in_prob"] = d.int(1, 100)
+        args["num_reserved_slots"] = 1
+    return args
+
+
+def ref_zero_collision_hash(a):
+    require(a.get("readonly") is True, "readonly")
+    ids = tensor(a, "input")
+    require(ids.dim() >= 1, "input has a batch dimension")
+    if ids.shape[0] == 0:  # FBGEMM returns before checking anything else
+        return torch.empty(0, dtype=I64), None
+    ids = tensor(a, "input", (I32, I64), (1,))
+    identities = tensor(a, "identities", (I32, I64), (2,))
+    require(a.get("circular_probe") is True, "circular_probe")
+    require(identities.shape[1] >= 1, "identities has a column")
+    require(not (ids.dtype == I32 and identities.dtype == I64), "int32 ids, int32 identities")
+    opt_in, reserved = a.get("opt_in_prob", -1), a.get("num_reserved_slots", -1)
+    if opt_in != -1:
+        require(0 < opt_in <= 100 and reserved > 0, "opt-in")
+    require(reserved == -1 or opt_in != -1, "reserved slots need opt-in")
+    reserved = max(reserved, 0)
+    rows = identities.shape[0]
+    n = ids.numel()
+    local_sizes = optional_tensor(a, "local_sizes", (I64,))
+    offsets = optional_tensor(a, "offsets", (I64,))
+    if offsets is not None:
+        require(offsets.numel() == n, "one offset per id")
+    if local_sizes is not None:
+        require(local_sizes.numel() == n and offsets is not None, "blocks per id")
+        sizes, starts = ints(local_sizes), ints(offsets)
+        for size, start in zip(sizes, starts, strict=True):
+            require(size > reserved and 0 <= start <= rows - size, "block in table")
+    else:
+        require(rows > reserved, "table holds the reserved slots")
+        sizes, starts = [rows] * n, [0] * n
+    fold = ids.dtype != identities.dtype
+    column = ints(identities[:, 0])
+    out = []
+    for i, item in enumerate(ints(ids)):
+        h = murmur_hash3_2x64(item)
+        block, start = sizes[i], starts[i]
+        probe_rows = block - reserved
+        identity = int(math.fmod(item, 2**31 - 1)) if fold else item
+        slot, found = h % probe_rows, False
+        for _ in range(max(min(a["max_probe"], probe_rows), 0)):  # then every slot was seen
+            if column[start + slot] == identity:
+                found = True
+                break
+            slot = (slot + 1) % probe_rows
+        if not found:
+            if a.get("disable_fallback", False):
+                out.append(-1)
+                continue
+            slot = probe_rows + h % reserved if reserved else h % block
+        out.append(start + slot)
+    return torch.tensor(out, dtype=I64), None
+
+
 # --------------------------------------------------------------------------- the catalogue
 TOL = {F64: (1e-9, 1e-9), F32: (1e-4, 1e-4), F16: (1e-2, 1e-2), BF16: (2e-2, 2e-2)}
 
@@ -1392,4 +1532,7 @@ CASES = [
         for opt in TBE_OPTIMIZERS
         for kind in ("unweighted", "weighted")
     ),
+    # torchrec utilities: new ops
+    case("create_zch_buffer", make_create_zch_buffer, ref_create_zch_buffer),
+    case("zero_collision_hash", make_zero_collision_hash, ref_zero_collision_hash),
 ]

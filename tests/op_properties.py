@@ -33,6 +33,7 @@ FAMILIES = {
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),
     "deberta": ("disentangled", "deberta_"),
+    "hashing": ("zero_collision_hash", "create_zch_buffer"),
 }
 SETTINGS = dict(
     deadline=None,

@@ -27,6 +27,7 @@ EXAMPLES = {
     "hstu": 1000,
     "fuxi": 1000,
     "deberta": 1000,
+    "hashing": 600,
     "tbe": 1600,
 }
 assert sum(EXAMPLES.values()) >= 10_000

@@ -161,3 +161,109 @@ def test_adam_runs_on_recops_and_matches_torch():
         torch.testing.assert_close(out.detach(), ref.detach(), rtol=1e-4, atol=1e-5)
     for key, value in reference.state_dict().items():
         torch.testing.assert_close(fused.state_dict()[key], value, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- torchrec's CPU paths
+import torchrec_trace as trace  # noqa: E402  (tests/ is on sys.path)
+
+from recops import _fbgemm  # noqa: E402
+
+# FBGEMM ops torchrec's CPU paths call that recops does not serve (docs/jagged_sparse.md,
+# "torchrec's CPU op surface"): ops other work in progress adds, FBGEMM's autograd helpers of
+# ops recops does not implement yet, and the quantized inference TBE.
+NOT_SERVED = {
+    "segment_sum_csr",
+    "permute_multi_embedding",
+    "permute_multi_embedding_function",
+    "kt_regroup_arguments",
+    "regroup_keyed_tensor",
+    "group_index_select_dim0",
+    "group_index_select_dim0_gpu_impl",
+    "group_index_select_dim0_gpu_backward",
+    "int_nbit_split_embedding_codegen_lookup_function",
+    "FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf",
+    "bounds_check_indices",
+}
+CPU_PATHS = [name for name in trace.PATHS if "train (insert)" not in name]
+
+
+def _route_of(name: str, key: str) -> bool:
+    """Whether fbgemm::<name>'s kernel at `key` is recops' route (binding/fbgemm_route.cpp)."""
+    if key == "CompositeImplicitAutograd":  # a call with no tensor argument dispatches here
+        key = "Undefined"
+    table = torch._C._dispatch_dump_table(f"fbgemm::{name}")
+    line = next((x for x in table.splitlines() if x.startswith(f"{key}:")), "")
+    return "fbgemm_route.cpp" in line
+
+
+@pytest.mark.parametrize("path", CPU_PATHS)
+def test_torchrec_cpu_path_runs_fbgemm_ops_on_recops(path):
+    """Each CPU path of tests/torchrec_trace.py (KJT permute / split / to_dict / concat, VBE,
+    KeyedTensor.regroup, EBC with and without inverse indices, EC, fused EBC, managed collision,
+    the quantized EBC / EC) with recops.torchrec enabled: every FBGEMM op it calls that recops
+    implements (recops._fbgemm.FBGEMM_OPS) ran on recops' kernel, the others are the known ones,
+    and no FBGEMM TBE training op runs."""
+    with recops.torchrec.enabled():
+        called, error = trace._profiled(trace.PATHS[path])
+        assert error is None, error
+        # A composite (jagged_to_padded_dense) runs its _forward op, checked in its place.
+        for name in called & set(_fbgemm.FBGEMM_OPS) - set(_fbgemm.COMPOSITES):
+            assert _fbgemm.serves(name), f"{name} is not routed to recops"
+            for key in _fbgemm._route_keys(name, "CPU"):
+                assert _route_of(name, key), f"fbgemm::{name} at {key} is not recops' kernel"
+    assert called - set(_fbgemm.FBGEMM_OPS) <= NOT_SERVED, called - set(_fbgemm.FBGEMM_OPS)
+    assert not [n for n in called if n.startswith(("split_embedding", "get_infos_metadata"))]
+
+
+def test_hash_zch_module_in_eval_runs_on_recops():
+    """torchrec's HashZchManagedCollisionModule in eval mode (read-only lookups: what FBGEMM's
+    CPU kernel computes) remaps ids on recops' zero_collision_hash to FBGEMM's slots; training
+    mode (insertion) has no CPU kernel in FBGEMM or recops."""
+    from torchrec.modules.hash_mc_modules import HashZchManagedCollisionModule
+    from torchrec.sparse.jagged_tensor import JaggedTensor
+
+    def remap():
+        torch.manual_seed(0)
+        module = HashZchManagedCollisionModule(
+            zch_size=32, device=torch.device("cpu"), total_num_buckets=2, max_probe=4, name="t"
+        )
+        identities = module._hash_zch_identities.data
+        identities[::3, 0] = torch.arange(0, 32, 3)  # a trained table, some slots filled
+        module.eval()
+        jt = JaggedTensor(values=torch.arange(40), lengths=torch.tensor([10, 30]))
+        return module.remap({"f": jt})["f"].values()
+
+    expected = remap()
+    with recops.torchrec.enabled():
+        assert _route_of("zero_collision_hash", "CPU")
+        actual = remap()
+    torch.testing.assert_close(actual, expected)
+
+
+def test_kjt_and_keyed_tensor_ops_match_fbgemm():
+    """KJT permute / split / to_dict and KeyedTensor.regroup give the same tensors on recops'
+    kernels as on FBGEMM's."""
+    from torchrec.sparse.jagged_tensor import KeyedTensor
+
+    def run():
+        torch.manual_seed(0)
+        kjt = trace._kjt(weighted=True)
+        permuted = kjt.permute([2, 0, 1])
+        parts = kjt.split([1, 2])
+        kts = [
+            KeyedTensor(keys=["a", "b"], length_per_key=[3, 4], values=torch.randn(2, 7)),
+            KeyedTensor(keys=["c"], length_per_key=[5], values=torch.randn(2, 5)),
+        ]
+        regrouped = KeyedTensor.regroup(kts, [["a", "c"], ["b"]])
+        tensors = [permuted.values(), permuted.lengths(), permuted.weights(), *regrouped]
+        for part in parts:
+            tensors += [part.values(), part.lengths()]
+        for jt in permuted.to_dict().values():
+            tensors += [jt.values(), jt.offsets()]
+        return tensors
+
+    expected = run()
+    with recops.torchrec.enabled():
+        actual = run()
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)

@@ -31,7 +31,10 @@ class RedispatchToRecops final : public c10::OperatorKernel {
   c10::OperatorHandle recops_op_;
 };
 
-// The composites call fbgemm::<op>_forward, so a graph traced through torch.ops.fbgemm holds
+// An op with no tensor argument (create_zch_buffer, check_feature_gate_key) has one composite
+// kernel for every key; its route at CompositeImplicitAutograd redispatches the same way.
+
+// The jagged composites call fbgemm::<op>_forward, so a graph traced through torch.ops.fbgemm holds
 // fbgemm nodes only.
 torch::CppFunction fbgemm_composite(const std::string& name) {
   using jagged::kFbgemmNamespace;
@@ -40,6 +43,10 @@ torch::CppFunction fbgemm_composite(const std::string& name) {
   }
   TORCH_CHECK(name == "dense_to_jagged", "recops has no fbgemm composite for op '", name, "'");
   return torch::CppFunction(TORCH_FN(jagged::dense_to_jagged<kFbgemmNamespace>));
+}
+
+bool jagged_composite(const std::string& name) {
+  return name == "jagged_to_padded_dense" || name == "dense_to_jagged";
 }
 
 struct Routes {
@@ -65,7 +72,7 @@ void route_fbgemm_op(c10::string_view op_name, c10::string_view dispatch_key, bo
   if (found != state.libraries.end()) return;
   auto library =
       std::make_unique<torch::Library>(torch::Library::IMPL, "fbgemm", key, __FILE__, __LINE__);
-  if (key == c10::DispatchKey::CompositeImplicitAutograd) {
+  if (key == c10::DispatchKey::CompositeImplicitAutograd && jagged_composite(name)) {
     library->impl(name.c_str(), fbgemm_composite(name));
   } else {
     c10::OperatorHandle recops_op =
