@@ -321,22 +321,23 @@ def test_offsets_range_bad_input(ops):
     ],
     ids=["negative", "too_large", "uint8_255"],
 )
-def test_bias_backward_bucket_index_out_of_range(ops, bucket_index):
+def test_bias_backward_bucket_index_out_of_range(bucket_index):
     """Every entry of a given bucket index names a bucket of the [num_buckets + 1] table, padding
     positions included (the kernel reads only the valid ones; seq_offsets [0, 1] leaves one)."""
     grad = torch.randn(1, 3, 3)
     for seq_offsets in (None, idx([0, 1])):
         with pytest.raises(ValueError, match=r"bucket_index entries must be in \[0, num_buckets\]"):
-            ops.relative_attn_bias_backward(grad, None, bucket_index, seq_offsets, 8)
+            torch.ops.recops.relative_attn_bias_backward(grad, None, bucket_index, seq_offsets, 8)
 
 
-def test_bias_backward_offsets_past_2_to_the_32_do_not_wrap(ops):
+def test_bias_backward_offsets_past_2_to_the_32_do_not_wrap():
     """Offsets are read in int64: a sequence 2^32 + 1 long is cut at N, as every longer sequence,
     never read as 1 long."""
     grad, index = torch.randn(1, 3, 3), torch.randint(0, 9, (1, 3, 3))
 
     def grads(offsets):
-        return ops.relative_attn_bias_backward(grad, None, index, idx(offsets), 8, pos_grad=True)
+        backward = torch.ops.recops.relative_attn_bias_backward
+        return backward(grad, None, index, idx(offsets), 8, pos_grad=True)
 
     for ours, full in zip(grads([0, 2**32 + 1]), grads([0, 3]), strict=True):
         assert torch.equal(ours, full)

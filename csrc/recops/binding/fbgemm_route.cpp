@@ -31,9 +31,6 @@ class RedispatchToRecops final : public c10::OperatorKernel {
   c10::OperatorHandle recops_op_;
 };
 
-// An op with no tensor argument (create_zch_buffer, check_feature_gate_key) has one composite
-// kernel for every key; its route at CompositeImplicitAutograd redispatches the same way.
-
 // The jagged composites call fbgemm::<op>_forward, so a graph traced through torch.ops.fbgemm holds
 // fbgemm nodes only.
 torch::CppFunction fbgemm_composite(const std::string& name) {
@@ -75,6 +72,8 @@ void route_fbgemm_op(c10::string_view op_name, c10::string_view dispatch_key, bo
   if (key == c10::DispatchKey::CompositeImplicitAutograd && jagged_composite(name)) {
     library->impl(name.c_str(), fbgemm_composite(name));
   } else {
+    // Every other route redispatches to the twin, at CompositeImplicitAutograd too: an op with no
+    // tensor argument (create_zch_buffer, check_feature_gate_key) has one kernel for every key.
     c10::OperatorHandle recops_op =
         c10::Dispatcher::singleton().findSchemaOrThrow(("recops::" + name).c_str(), "");
     library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(
