@@ -43,6 +43,12 @@ FBGEMM_OPS = (
     "permute_pooled_embs_split",
     "permute_pooled_embs_auto_grad",
     "permute_pooled_embs_auto_grad_split",
+    # sparse: new ops
+    "block_bucketize_sparse_features_inference",
+    "permute_sparse_features",
+    "permute_2D_sparse_data_input1D",
+    "permute_2D_sparse_preallocated_out",
+    "expand_into_jagged_permute",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")
