@@ -28,7 +28,7 @@ import recops  # noqa: E402,F401  (registers the ops)
 FAMILIES = {
     "scans": ("cumsum", "offsets_range", "invert_permute", "gather", "index_select"),
     "jagged": ("jagged", "dense_to_jagged"),
-    "sparse": ("permute_", "block_bucketize", "expand_into_jagged"),
+    "sparse": ("permute_", "block_bucketize"),
     "relative_bias": ("relative_attn_bias",),
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty_like.h>
 
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "recops/common/checks.h"
@@ -28,18 +29,23 @@ int64_t row_bytes(const at::Tensor& t) {
   return t.size(0) == 0 ? 0 : t.numel() / t.size(0) * t.element_size();
 }
 
+// A tensor (null: absent) and its argument name.
+using NamedTensor = std::pair<const at::Tensor*, const char*>;
+
 // A preallocated output: a contiguous CPU tensor of `like`'s dtype, disjoint from the inputs, with
 // room for at least `elements` elements (the result fills its front).
 void check_out(const at::Tensor& out, const char* name, const at::Tensor& like, int64_t elements,
-               std::initializer_list<const at::Tensor*> inputs) {
+               std::initializer_list<NamedTensor> inputs) {
   check_cpu(out, name);
   TORCH_CHECK(out.scalar_type() == like.scalar_type(), name, " must have dtype ",
               like.scalar_type(), ", got ", out.scalar_type());
   TORCH_CHECK(out.is_contiguous(), name, " must be contiguous");
   TORCH_CHECK_VALUE(out.numel() >= elements, name, " must hold at least ", elements,
                     " elements, got ", out.numel());
-  for (const at::Tensor* input : inputs) {
-    if (input != nullptr) at::assert_no_overlap(out, *input);
+  for (const auto& [input, input_name] : inputs) {
+    if (input == nullptr) continue;
+    const at::MemOverlapStatus overlap = at::get_overlap_status(out, *input);
+    TORCH_CHECK(overlap == at::MemOverlapStatus::No, name, " must not overlap ", input_name);
   }
 }
 
@@ -48,7 +54,7 @@ void check_out(const at::Tensor& out, const char* name, const at::Tensor& like, 
 kernels::PermutedStream permuted_stream(const at::Tensor& src, int64_t src_rows, int64_t dst_rows,
                                         const char* name, const std::optional<at::Tensor>& out,
                                         const char* out_name,
-                                        std::initializer_list<const at::Tensor*> inputs,
+                                        std::initializer_list<NamedTensor> inputs,
                                         at::Tensor* src_c, at::Tensor* dst) {
   TORCH_CHECK(src.dim() >= 1, name, " must be at least 1-D, got a scalar");
   TORCH_CHECK(src.size(0) >= src_rows, name, " has ", src.size(0), " rows but lengths sum to ",
@@ -104,7 +110,10 @@ PermutedSparse permute_sparse_segments(const at::Tensor& permute, const at::Tens
   at::Tensor permuted_lengths;
   if (out.lengths.has_value()) {
     check_out(*out.lengths, "permuted_lengths_out", lengths_2d, num_out * lengths_2d.size(1),
-              {&permute, &lengths_2d, &values, weights ? &*weights : nullptr});
+              {{&permute, "permute"},
+               {&lengths_2d, "lengths"},
+               {&values, "values"},
+               {weights ? &*weights : nullptr, "weights"}});
     permuted_lengths = *out.lengths;
   } else {
     permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
@@ -120,16 +129,25 @@ PermutedSparse permute_sparse_segments(const at::Tensor& permute, const at::Tens
                   " does not match the sum of the permuted lengths, ", rows.dst_rows);
     }
     int num_streams = 0;
-    streams[num_streams++] = permuted_stream(
-        values, rows.src_rows, rows.dst_rows, "values", out.values, "permuted_indices_out",
-        {&permute, &lengths_2d, &values, weights ? &*weights : nullptr, lengths_out}, &values_c,
-        &permuted_values);
+    streams[num_streams++] = permuted_stream(values, rows.src_rows, rows.dst_rows, "values",
+                                             out.values, "permuted_indices_out",
+                                             {{&permute, "permute"},
+                                              {&lengths_2d, "lengths"},
+                                              {&values, "values"},
+                                              {weights ? &*weights : nullptr, "weights"},
+                                              {lengths_out, "permuted_lengths_out"}},
+                                             &values_c, &permuted_values);
     if (weights.has_value()) {
       const at::Tensor* values_out = out.values ? &*out.values : nullptr;
-      streams[num_streams++] = permuted_stream(
-          *weights, rows.src_rows, rows.dst_rows, "weights", out.weights, "permuted_weights_out",
-          {&permute, &lengths_2d, &values, &*weights, lengths_out, values_out}, &weights_c,
-          &permuted_weights);
+      streams[num_streams++] = permuted_stream(*weights, rows.src_rows, rows.dst_rows, "weights",
+                                               out.weights, "permuted_weights_out",
+                                               {{&permute, "permute"},
+                                                {&lengths_2d, "lengths"},
+                                                {&values, "values"},
+                                                {&*weights, "weights"},
+                                                {lengths_out, "permuted_lengths_out"},
+                                                {values_out, "permuted_indices_out"}},
+                                               &weights_c, &permuted_weights);
     }
     return num_streams;
   };
