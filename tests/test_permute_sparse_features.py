@@ -345,3 +345,29 @@ def test_expand_opcheck():
     permute, input_offset, output_offset = expand_case(9, I32, I32)
     args = (permute, input_offset, output_offset, int(output_offset[-1]))
     opcheck(ops.expand_into_jagged_permute.default, args)
+
+
+# --------------------------------------------------------------------------- torch.compile
+def test_compile_fullgraph_dynamic():
+    """The data-dependent output sizes come from the fake kernels' unbacked sizes."""
+    torch._dynamo.reset()
+
+    def fn(permute, lengths, indices, weights, stride, input_offset, output_offset):
+        a = ops.permute_sparse_features(permute, lengths, indices, weights)
+        b = ops.permute_2D_sparse_data_input1D(permute, lengths.flatten(), indices, stride)
+        c = ops.expand_into_jagged_permute(
+            permute, input_offset, output_offset, output_offset.shape[0] - 1
+        )
+        return a, b, c
+
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend="aot_eager")
+    for features, batch in ((4, 3), (6, 2)):
+        permute, lengths, indices, weights = sparse_case(features, batch, I64)
+        # Unit segments: output_size is the graph's own size of output_offset.
+        input_offset = torch.arange(features + 1)
+        args = (permute, lengths, indices, weights, batch, input_offset, input_offset)
+        got, want = compiled(*args), fn(*args)
+        assert_same(got[0], want[0])
+        assert_same(got[1], want[1])
+        torch.testing.assert_close(got[2], want[2], rtol=0, atol=0)
+    torch._dynamo.reset()
