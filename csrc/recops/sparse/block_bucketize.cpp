@@ -1,8 +1,8 @@
 // block_bucketize_sparse_features and its _inference twin, which also returns each id's bucket
 // (FBGEMM's schemas and semantics, docs/ops.md section 1): the input distribution of torchrec's
-// row-wise sharding. Validates every argument before sizing
-// anything from it (FBGEMM's CPU kernel would divide by zero, or write outside its outputs, on
-// several of the inputs rejected here), then runs kernels/block_bucketize.h.
+// row-wise sharding. Validates every argument before sizing anything from it (FBGEMM's CPU
+// kernel would divide by zero, or write outside its outputs, on several of the inputs rejected
+// here), then runs kernels/block_bucketize.h, one kernel for both ops.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
