@@ -48,6 +48,12 @@ FBGEMM_OPS = (
     "zero_collision_hash",
     "check_feature_gate_key",
     "is_uvm_tensor",
+    # sparse: new ops
+    "block_bucketize_sparse_features_inference",
+    "permute_sparse_features",
+    "permute_2D_sparse_data_input1D",
+    "permute_2D_sparse_preallocated_out",
+    "expand_into_jagged_permute",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")

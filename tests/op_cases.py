@@ -456,14 +456,18 @@ def make_block_bucketize(d):
         "max_B": max(batch),
         "keep_orig_idx": d.bool(),
     }
-    rule = d.int(0, 2)
-    if rule == 1:  # explicit bounds: my_size + 1 cumulative row counts from 0
+    rule = d.int(0, 3)
+    if rule in (1, 3):  # explicit bounds: my_size + 1 cumulative row counts from 0
         args["block_bucketize_pos"] = [
             torch.tensor([0, *itertools.accumulate(d.int(0, 6) for _ in range(my_size))]).to(
                 index_dtype
             )
             for _ in range(features)
         ]
+    if rule == 3:  # with bounds, any positive block count (not a multiple of my_size)
+        args["total_num_blocks"] = torch.tensor(
+            [d.int(1, 3 * my_size + 1) for _ in range(features)], dtype=index_dtype
+        )
     elif rule == 2:
         args["total_num_blocks"] = torch.tensor(
             [my_size * d.int(1, 3) for _ in range(features)], dtype=index_dtype
@@ -506,8 +510,14 @@ def block_bucketize_rules(a):
         block = ints(block_sizes)[t]
         require(block >= 0, "block_sizes >= 0")
         glob = my_size if total is None else ints(total)[t]
-        require(glob > 0 and glob % my_size == 0, "total_num_blocks multiples of my_size")
-        require(glob <= top and block * glob <= top, "blocks fit the ids' dtype")
+        # Without bounds, total_num_blocks cuts the table into runs of blocks per bucket; with
+        # bounds it only spreads ids when the block size is 0 (any positive count), else unused.
+        if not bounds:
+            require(glob > 0 and glob % my_size == 0, "total_num_blocks multiples of my_size")
+            require(glob <= top and block * glob <= top, "blocks fit the ids' dtype")
+        elif block == 0:
+            require(glob > 0, "total_num_blocks > 0 where bounds spread ids")
+            require(glob <= top, "blocks fit the ids' dtype")
         b = None
         if bounds:
             bt = tensor({"b": bounds[t]}, "b", (ids.dtype,), (1,))
@@ -520,6 +530,11 @@ def block_bucketize_rules(a):
 
 
 def ref_block_bucketize(a):
+    return block_bucketize_reference(a)[0]
+
+
+def block_bucketize_reference(a):
+    """(the five results of block_bucketize_sparse_features, each input id's bucket)."""
     batch, rules = block_bucketize_rules(a)
     ids, lengths, my_size = a["indices"], a["lengths"], a["my_size"]
     bits = torch.iinfo(ids.dtype).bits
@@ -527,6 +542,7 @@ def ref_block_bucketize(a):
     weights = a.get("weights")
     bags = [[[] for _ in range(lengths.numel())] for _ in range(my_size)]
     feature_of = [t for t, n in enumerate(batch) for _ in range(n)]
+    buckets = [0] * ids.numel()
     starts = [0, *itertools.accumulate(ints(lengths))]
     for j, t in enumerate(feature_of):
         block, glob, local, b, kept = rules[t]
@@ -548,19 +564,133 @@ def ref_block_bucketize(a):
                 new = u if kept else (u % (block * local) if inside else u // glob)
             new = new - (1 << bits) if new >= 1 << (bits - 1) else new
             bags[p][j].append((new, i, i - starts[j]))
+            buckets[i] = p
     entries = [e for bucket in bags for bag in bucket for e in bag]
     new_lengths = torch.tensor([len(bag) for bucket in bags for bag in bucket], dtype=lengths.dtype)
     new_ids = torch.tensor([e[0] for e in entries], dtype=ids.dtype)
     source = torch.tensor([e[1] for e in entries], dtype=torch.long)
     unbucketize = torch.empty_like(ids)
     unbucketize[source] = torch.arange(len(entries), dtype=ids.dtype)
-    return (
+    results = (
         new_lengths,
         new_ids,
         None if weights is None else weights[source],
         torch.tensor([e[2] for e in entries], dtype=ids.dtype) if a["bucketize_pos"] else None,
         unbucketize if a["sequence"] else None,
     )
+    return results, torch.tensor(buckets, dtype=ids.dtype)
+
+
+def make_block_bucketize_inference(d):
+    return {**make_block_bucketize(d), "return_bucket_mapping": d.bool()}
+
+
+def ref_block_bucketize_inference(a):
+    results, buckets = block_bucketize_reference(a)
+    return (*results, buckets if a.get("return_bucket_mapping", False) else None)
+
+
+def make_permute_sparse_features(d):
+    a = make_permute(False)(d)
+    lengths = a["lengths"]
+    return {
+        "permute": a["permute"],
+        "lengths": lengths,
+        "indices": a["values"].to(lengths.dtype),
+        "weights": a["weights"],
+    }
+
+
+def ref_permute_sparse_features(a):
+    lengths = tensor(a, "lengths", INDEX_DTYPES, (2,))
+    tensor(a, "indices", (lengths.dtype,))
+    call = {"permute": a["permute"], "lengths": lengths, "values": a["indices"]}
+    return ref_permute(False)({**call, "weights": a.get("weights")})
+
+
+def make_permute_input1d(d):
+    a = make_permute(False)(d)
+    stride = a["lengths"].shape[1]
+    return {**a, "lengths": a["lengths"].flatten(), "stride": stride}
+
+
+def ref_permute_input1d(a):
+    lengths = tensor(a, "lengths", INDEX_DTYPES)
+    stride = a["stride"]
+    require(stride >= 1 and lengths.numel() % stride == 0, "lengths.numel() a multiple of stride")
+    call = {k: v for k, v in a.items() if k != "stride"}
+    out_lengths, values, weights = ref_permute(False)(
+        {**call, "lengths": lengths.reshape(-1, stride)}
+    )
+    return out_lengths.reshape(-1), values, weights
+
+
+def make_permute_preallocated(d):
+    a = make_permute(False)(d)
+    lengths_out, values_out, weights_out = ref_permute(False)(a)
+    spare = d.int(0, 2)  # outputs may be larger than the result, which fills their front
+
+    def buffer(t):
+        return torch.full((t.numel() + spare,), 7, dtype=t.dtype) if d.bool() else None
+
+    a["permuted_lengths_out"] = buffer(lengths_out)
+    a["permuted_indices_out"] = buffer(values_out.reshape(-1))
+    a["permuted_weights_out"] = None if weights_out is None else buffer(weights_out)
+    return a
+
+
+def ref_permute_preallocated(a):
+    results = ref_permute(False)(a)
+    outs = ("permuted_lengths_out", "permuted_indices_out", "permuted_weights_out")
+    filled = []
+    for name, result in zip(outs, results, strict=True):
+        out = a.get(name)
+        if result is None or out is None:
+            filled.append(result)
+            continue
+        out = tensor(a, name, (result.dtype,))
+        require(out.is_contiguous() and out.numel() >= result.numel(), f"{name} room")
+        out = out.clone()
+        out.view(-1)[: result.numel()] = result.reshape(-1)
+        filled.append(out)
+    return tuple(filled)
+
+
+def make_expand_into_jagged_permute(d):
+    gen = d.generator()
+    segments = d.int(0, 6)
+    dtype = d.choice(INDEX_DTYPES)
+    lengths = torch.randint(0, 4, (segments,), generator=gen)
+    permute = torch.randperm(segments, generator=gen).to(d.choice(INDEX_DTYPES))
+    input_offset = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(dtype)
+    out_lengths = lengths[permute.long()]
+    output_offset = torch.cat([lengths.new_zeros(1), out_lengths.cumsum(0)]).to(dtype)
+    return {
+        "permute": permute,
+        "input_offset": input_offset,
+        "output_offset": output_offset,
+        "output_size": int(out_lengths.sum()),
+    }
+
+
+def ref_expand_into_jagged_permute(a):
+    permute = tensor(a, "permute", INDEX_DTYPES, (1,))
+    input_offset = tensor(a, "input_offset", INDEX_DTYPES, (1,))
+    output_offset = tensor(a, "output_offset", (input_offset.dtype,), (1,))
+    T = permute.numel()
+    require(input_offset.numel() == T + 1 and output_offset.numel() == T + 1, "T + 1 offsets")
+    order = ints(permute)
+    require(all(0 <= p < T for p in order), "permute in range")
+    out = offsets_list(output_offset, "output_offset")
+    require(out[0] == 0 and out[-1] == a["output_size"], "output_offset covers the output")
+    starts = ints(input_offset)
+    top = torch.iinfo(input_offset.dtype).max
+    result = []
+    for t, p in enumerate(order):
+        n = out[t + 1] - out[t]
+        require(n == 0 or starts[p] + n - 1 <= top, "ramp fits the dtype")
+        result.extend(range(starts[p], starts[p] + n))
+    return torch.tensor(result, dtype=input_offset.dtype)
 
 
 def make_permute_pooled(d):
@@ -1535,4 +1665,18 @@ CASES = [
     # torchrec utilities: new ops
     case("create_zch_buffer", make_create_zch_buffer, ref_create_zch_buffer),
     case("zero_collision_hash", make_zero_collision_hash, ref_zero_collision_hash),
+    # sparse: new ops
+    case(
+        "block_bucketize_sparse_features_inference",
+        make_block_bucketize_inference,
+        ref_block_bucketize_inference,
+    ),
+    case("permute_sparse_features", make_permute_sparse_features, ref_permute_sparse_features),
+    case("permute_2D_sparse_data_input1D", make_permute_input1d, ref_permute_input1d),
+    case("permute_2D_sparse_preallocated_out", make_permute_preallocated, ref_permute_preallocated),
+    case(
+        "expand_into_jagged_permute",
+        make_expand_into_jagged_permute,
+        ref_expand_into_jagged_permute,
+    ),
 ]

@@ -4,7 +4,14 @@ rules, with Python integers) and against fbgemm-gpu-cpu where it is installed.""
 
 import pytest
 import torch
-from op_cases import Invalid, make_block_bucketize, ref_block_bucketize, seeded_draw
+from op_cases import (
+    Invalid,
+    make_block_bucketize,
+    make_block_bucketize_inference,
+    ref_block_bucketize,
+    ref_block_bucketize_inference,
+    seeded_draw,
+)
 from threads import num_threads
 
 import recops
@@ -112,6 +119,15 @@ BAD = [
     ),
     ("total zero", dict(total_num_blocks=torch.tensor([0, 4])), "multiples of my_size"),
     (
+        "total zero spreading bounds",
+        dict(
+            block_sizes=torch.tensor([0, 4]),
+            block_bucketize_pos=[torch.tensor([0, 4, 8]), torch.tensor([0, 4, 8])],
+            total_num_blocks=torch.tensor([0, 3]),
+        ),
+        r"total_num_blocks must be > 0 where block_bucketize_pos\[0\] spreads",
+    ),
+    (
         "bounds from 1",
         dict(block_bucketize_pos=[torch.tensor([1, 4, 8]), torch.tensor([0, 4, 8])]),
         "must start at 0",
@@ -158,3 +174,126 @@ def test_bad_input_raises_before_any_work(label, change, match):
 def test_opcheck():
     a = make_block_bucketize(seeded_draw(3))
     torch.library.opcheck(ops.block_bucketize_sparse_features.default, (), a)
+
+
+# --------------------------------------------------------------------------- total_num_blocks
+def uneven_call(block_sizes, total):
+    """FBGEMM's own example of block counts that are no multiple of my_size, with bounds."""
+    return dict(
+        lengths=torch.tensor([0, 3, 2, 0, 1, 5], dtype=torch.int32),
+        indices=torch.tensor([1, 2, 10, 4, 16, 6, 7, 18, 19, 10, 0], dtype=torch.int32),
+        bucketize_pos=True,
+        sequence=True,
+        block_sizes=torch.tensor(block_sizes, dtype=torch.int32),
+        my_size=3,
+        block_bucketize_pos=[
+            torch.tensor(b, dtype=torch.int32) for b in ([0, 2, 5, 9], [0, 3, 6, 20], [0, 1, 4, 8])
+        ],
+        total_num_blocks=torch.tensor(total, dtype=torch.int32),
+    )
+
+
+UNEVEN = [
+    ([2, 3, 4], [7, 6, 6]),  # total_num_blocks unused: bounds with block sizes
+    ([2, 3, 4], [-1, 0, 5]),
+    ([0, 0, 0], [7, 6, 6]),  # ids spread over the bounds in 7 steps
+    ([0, 0, 0], [5, 6, 6]),
+    ([0, 0, 0], [2, 6, 5]),
+    ([0, 0, 0], [1, 1, 1]),
+    ([0, 3, 0], [4, -2, 4]),
+]
+
+
+@pytest.mark.parametrize("block_sizes, total", UNEVEN, ids=str)
+def test_total_num_blocks_with_bounds_need_not_be_multiples(block_sizes, total):
+    a = uneven_call(block_sizes, total)
+    assert_same(call(ops.block_bucketize_sparse_features, a), ref_block_bucketize(a))
+
+
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm-gpu-cpu is not installed")
+@pytest.mark.parametrize("block_sizes, total", UNEVEN, ids=str)
+def test_total_num_blocks_with_bounds_matches_fbgemm(block_sizes, total):
+    a = uneven_call(block_sizes, total)
+    want = call(torch.ops.fbgemm.block_bucketize_sparse_features, a)
+    assert_same(call(ops.block_bucketize_sparse_features, a), want)
+
+
+def test_total_num_blocks_without_bounds_must_be_multiples():
+    """As FBGEMM 1.9 checks: without bounds, each bucket owns total_num_blocks / my_size blocks."""
+    a = uneven_call([2, 3, 4], [7, 6, 6])
+    del a["block_bucketize_pos"]
+    with pytest.raises(ValueError, match=r"multiples of my_size = 3 .* total_num_blocks\[0\] = 7"):
+        call(ops.block_bucketize_sparse_features, a)
+
+
+# --------------------------------------------------------------------------- inference
+INFERENCE_OUTPUTS = (*OUTPUTS, "bucket_mapping")
+
+
+def assert_same_inference(got, want):
+    assert len(got) == len(want) == 6
+    assert_same(got[:5], want[:5])
+    if want[5] is None:
+        assert got[5] is None
+    else:
+        torch.testing.assert_close(got[5], want[5], rtol=0, atol=0, msg="bucket_mapping")
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_inference_matches_reference(seed):
+    a = make_block_bucketize_inference(seeded_draw(seed))
+    got = call(ops.block_bucketize_sparse_features_inference, a)
+    assert_same_inference(got, ref_block_bucketize_inference(a))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_inference_is_block_bucketize_plus_the_mapping(seed):
+    a = make_block_bucketize_inference(seeded_draw(seed))
+    got = call(ops.block_bucketize_sparse_features_inference, a)
+    plain = {k: v for k, v in a.items() if k != "return_bucket_mapping"}
+    assert_same(got[:5], call(ops.block_bucketize_sparse_features, plain))
+
+
+def test_bucket_mapping_is_each_ids_bucket():
+    a = uneven_call([0, 0, 0], [7, 6, 6])
+    a["return_bucket_mapping"] = True
+    new_lengths, *_, unbucketize, mapping = call(ops.block_bucketize_sparse_features_inference, a)
+    # Output position unbucketize[i] lies in the block of bucket mapping[i].
+    bucket_ends = new_lengths.view(3, -1).sum(1).cumsum(0)
+    assert torch.equal(torch.bucketize(unbucketize, bucket_ends, right=True), mapping.long())
+    # Without `sequence` the mapping is still every id's bucket (FBGEMM leaves it unwritten).
+    a["sequence"] = False
+    assert torch.equal(call(ops.block_bucketize_sparse_features_inference, a)[5], mapping)
+
+
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm-gpu-cpu is not installed")
+@pytest.mark.parametrize("seed", range(60))
+def test_inference_matches_fbgemm(seed):
+    a = make_block_bucketize_inference(seeded_draw(seed))
+    if not a["sequence"]:  # FBGEMM's CPU kernel writes bucket_mapping only for sequences
+        a["return_bucket_mapping"] = False
+    want = call(torch.ops.fbgemm.block_bucketize_sparse_features_inference, a)
+    assert_same_inference(call(ops.block_bucketize_sparse_features_inference, a), want)
+
+
+@pytest.mark.parametrize("label,change,match", BAD[:6], ids=[b[0] for b in BAD[:6]])
+def test_inference_bad_input(label, change, match):
+    a = {**base_call(), **change, "return_bucket_mapping": True}
+    with pytest.raises((ValueError, RuntimeError), match=match):
+        call(ops.block_bucketize_sparse_features_inference, a)
+
+
+def test_inference_opcheck():
+    for seed in (3, 5):
+        a = make_block_bucketize_inference(seeded_draw(seed))
+        a["return_bucket_mapping"] = True
+        torch.library.opcheck(ops.block_bucketize_sparse_features_inference.default, (), a)
+
+
+def test_inference_schema_is_fbgemms():
+    assert "block_bucketize_sparse_features_inference" in _fbgemm.FBGEMM_OPS
+    if recops.fbgemm_loaded:
+        fbgemm = torch.ops.fbgemm.block_bucketize_sparse_features_inference.default._schema
+        assert str(fbgemm).split("::", 1)[1] == _fbgemm.recops_schema(
+            "block_bucketize_sparse_features_inference"
+        )

@@ -387,6 +387,133 @@ def block_bucketize_cases(gen) -> list[Case]:
     ]
 
 
+# --------------------------------------------------------------------------- sparse: new ops
+def _torch_expand_permute(permute, input_offset, output_offset):
+    """expand_into_jagged_permute as plain torch, the index _torch_permute gathers with: each
+    output segment's start in the input, repeated over the segment, plus a running position."""
+    seg_len = output_offset[1:] - output_offset[:-1]
+    shift = input_offset[:-1][permute.long()] - output_offset[:-1]
+    return torch.repeat_interleave(shift, seg_len) + torch.arange(
+        int(output_offset[-1]), dtype=input_offset.dtype
+    )
+
+
+def new_sparse_cases(gen) -> list[Case]:
+    """The permute_2D_sparse_data forms torchrec calls (permute_sparse_features,
+    permute_2D_sparse_data_input1D, permute_2D_sparse_preallocated_out) on the production-like
+    KJT of permute_cases (T=100, B=4096, ~5 ids per bag, int64 ids, fp32 weights); torchrec's
+    variable-batch all-to-all recat (expand_into_jagged_permute: 100 features x 8 ranks, batches
+    of 1024..4096); the inference bucketize of block_bucketize_cases with the unbucketize permute
+    and bucket mapping. Torch references: _torch_permute (torchrec's KJT permute without FBGEMM
+    is this gather), _torch_expand_permute and _torch_block_bucketize plus the two mappings (no
+    upstream fallback exists; what a user without FBGEMM would write)."""
+    cases = []
+    t, b = 100, 4096
+    lengths = torch.randint(0, 11, (t, b), generator=gen)
+    total = int(lengths.sum())
+    values = torch.randint(0, 2**40, (total,), generator=gen)
+    weights = torch.rand(total, generator=gen)
+    permute = torch.randperm(t, generator=gen).int()
+    seg = lengths.sum(1)
+    moved = _permute_bytes(permute, lengths, values, weights)
+
+    def permute_case(name, ours, theirs, flat=False):
+        view = (
+            {impl: (lambda out: (out[0].reshape(t, b), *out[1:])) for impl in IMPLS} if flat else {}
+        )
+        return Case(
+            name,
+            {
+                "recops": ours,
+                "fbgemm": theirs,
+                "torch": lambda: _torch_permute(permute, lengths, values, weights, seg),
+            },
+            moved,
+            views=view,
+        )
+
+    args = (permute, lengths, values, weights)
+    cases.append(
+        permute_case(
+            f"permute_sparse_features T={t} B={b} L~5 +w",
+            lambda: R.permute_sparse_features(*args),
+            lambda: FB.permute_sparse_features(*args),
+        )
+    )
+    flat = lengths.flatten()
+    cases.append(
+        permute_case(
+            f"permute_2D_sparse_data_input1D T={t} B={b} L~5 +w",
+            lambda: R.permute_2D_sparse_data_input1D(permute, flat, values, b, weights),
+            lambda: FB.permute_2D_sparse_data_input1D(permute, flat, values, b, weights),
+            flat=True,
+        )
+    )
+    outs = {
+        impl: (torch.empty_like(lengths), torch.empty_like(values), torch.empty_like(weights))
+        for impl in ("recops", "fbgemm")
+    }
+    cases.append(
+        permute_case(
+            f"permute_2D_sparse_preallocated_out T={t} B={b} L~5 +w",
+            lambda: R.permute_2D_sparse_preallocated_out(*args, None, *outs["recops"]),
+            lambda: FB.permute_2D_sparse_preallocated_out(*args, None, *outs["fbgemm"]),
+        )
+    )
+
+    features, ranks = 100, 8
+    batch = torch.randint(1024, 4097, (ranks,), generator=gen)
+    sizes = batch.repeat_interleave(features)  # segment r * features + f: rank r's batch
+    recat = (torch.arange(features)[:, None] + torch.arange(ranks) * features).flatten().int()
+    input_offset = F.pad(sizes.cumsum(0), (1, 0)).int()
+    output_offset = F.pad(sizes[recat.long()].cumsum(0), (1, 0)).int()
+    size = int(output_offset[-1])
+    recat_args = (recat, input_offset, output_offset, size)
+    cases.append(
+        Case(
+            f"expand_into_jagged_permute {features}x{ranks} segments -> {size} int32",
+            {
+                "recops": lambda: R.expand_into_jagged_permute(*recat_args),
+                "fbgemm": lambda: FB.expand_into_jagged_permute(*recat_args),
+                "torch": lambda: _torch_expand_permute(recat, input_offset, output_offset),
+            },
+            _nbytes(recat, input_offset, output_offset) + 4 * size,
+        )
+    )
+
+    features, batch_size, my_size, block = 26, 4096, 2, 100_000
+    bb_lengths = torch.randint(0, 10, (features * batch_size,), generator=gen)
+    ids = torch.randint(0, my_size * block, (int(bb_lengths.sum()),), generator=gen)
+    block_sizes = torch.full((features,), block)
+    bb_args = (bb_lengths, ids, False, True, block_sizes, my_size)
+    mapped = {"return_bucket_mapping": True}
+
+    def torch_inference():
+        new_lengths, new_ids = _torch_block_bucketize(bb_lengths, ids, block_sizes, my_size)
+        bag = torch.repeat_interleave(torch.arange(bb_lengths.numel()), bb_lengths)
+        bucket = torch.where(ids < block * my_size, ids // block, ids % my_size)
+        order = torch.sort(bucket * bb_lengths.numel() + bag, stable=True).indices
+        unbucketize = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))
+        return new_lengths, new_ids, unbucketize, bucket
+
+    picked = {impl: (lambda out: (out[0], out[1], out[4], out[5])) for impl in ("recops", "fbgemm")}
+    cases.append(
+        Case(
+            f"block_bucketize_sparse_features_inference T={features} B={batch_size} L~5 "
+            f"ranks={my_size} +sequence +mapping",
+            {
+                "recops": lambda: R.block_bucketize_sparse_features_inference(*bb_args, **mapped),
+                "fbgemm": lambda: FB.block_bucketize_sparse_features_inference(*bb_args, **mapped),
+                "torch": torch_inference,
+            },
+            # lengths and ids read; new lengths, ids, unbucketize permute and mapping written
+            _nbytes(bb_lengths, ids) + my_size * _nbytes(bb_lengths) + 3 * _nbytes(ids),
+            views=picked,
+        )
+    )
+    return cases
+
+
 # --------------------------------------------------------------------------- size sweep
 LARGE = "large B=1024 N=512 D=128 fp32"
 SWEEP_BATCHES = [16 * 2**i for i in range(9)]  # dense [B, 128, 128] fp32: 1 MiB .. 256 MiB
@@ -464,6 +591,7 @@ def run(limits) -> list[Row]:
         lambda: permute_cases(gen),
         lambda: permute_pooled_cases(gen),
         lambda: block_bucketize_cases(gen),
+        lambda: new_sparse_cases(gen),
         lambda: map(
             _with_copy_reference, jagged_dense_cases(LARGE, 1024, 512, 128, torch.float, gen)
         ),

@@ -19,7 +19,7 @@ using test::random_integers;
 using test::ScopedThreads;
 
 struct Bucketized {
-  std::vector<int64_t> lengths, ids, pos, unbucketize;
+  std::vector<int64_t> lengths, ids, pos, unbucketize, buckets;
   std::vector<float> weights;
 };
 
@@ -68,9 +68,12 @@ Bucketized scalar_bucketize(const std::vector<FeatureBuckets<index_t>>& features
   }
   Bucketized out;
   out.unbucketize.resize(ids.size());
-  for (const auto& list : lists) {
+  out.buckets.resize(ids.size());
+  for (size_t l = 0; l < lists.size(); ++l) {
+    const auto& list = lists[l];
     out.lengths.push_back(static_cast<int64_t>(list.size()));
     for (const Entry& e : list) {
+      out.buckets[e.input] = static_cast<int64_t>(l) / bags;
       out.unbucketize[e.input] = static_cast<int64_t>(out.ids.size());
       out.ids.push_back(e.id);
       out.pos.push_back(e.pos);
@@ -90,7 +93,7 @@ void check(const std::vector<FeatureBuckets<index_t>>& features,
 
   std::vector<int64_t> new_lengths(my_size * bags, 0), bag_offsets(bags + 1),
       cursors(my_size * bags);
-  std::vector<index_t> new_ids(n, -7), new_pos(n, -7), unbucketize(n, -7);
+  std::vector<index_t> new_ids(n, -7), new_pos(n, -7), unbucketize(n, -7), mapping(n, -7);
   std::vector<float> new_weights(n);
   BucketizeArgs<int64_t, index_t, float> a;
   a.num_bags = bags;
@@ -105,6 +108,7 @@ void check(const std::vector<FeatureBuckets<index_t>>& features,
   a.new_weights = with_weights ? new_weights.data() : nullptr;
   a.new_pos = new_pos.data();
   a.unbucketize = unbucketize.data();
+  a.bucket_mapping = mapping.data();
   a.bag_offsets = bag_offsets.data();
   a.cursors = cursors.data();
   {
@@ -115,6 +119,7 @@ void check(const std::vector<FeatureBuckets<index_t>>& features,
   EXPECT_EQ(std::vector<int64_t>(new_ids.begin(), new_ids.end()), want.ids);
   EXPECT_EQ(std::vector<int64_t>(new_pos.begin(), new_pos.end()), want.pos);
   EXPECT_EQ(std::vector<int64_t>(unbucketize.begin(), unbucketize.end()), want.unbucketize);
+  EXPECT_EQ(std::vector<int64_t>(mapping.begin(), mapping.end()), want.buckets);
   if (with_weights) EXPECT_EQ(new_weights, want.weights);
 }
 
@@ -180,6 +185,27 @@ TEST(BlockBucketize, ExplicitBoundsMatchScalarLoop) {
       const std::vector<int64_t> lengths = random_integers<int64_t>(60, 0, 4, 5);
       const int64_t n = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
       check(features, lengths, random_integers<int64_t>(n, -2, 40, 6), my_size, false, threads);
+    }
+  }
+}
+
+// With bounds and no block size, ids are spread over the bounds' range in total_num_blocks steps,
+// a count that need not be a multiple of my_size.
+TEST(BlockBucketize, BoundsSpreadOverUnevenBlockCountsMatchScalarLoop) {
+  const int64_t my_size = 3;
+  const std::vector<int32_t> bounds_a = {0, 2, 5, 9}, bounds_b = {0, 3, 6, 20};
+  for (int threads : {1, 4}) {
+    for (int32_t global : {7, 5, 2, 1}) {
+      auto features = uniform_features<int32_t>({20, 20}, {0, 0}, my_size, 1, false);
+      features[0].bounds = bounds_a.data();
+      features[1].bounds = bounds_b.data();
+      for (auto& f : features) {
+        f.num_bounds = 4;
+        f.global_blocks = global;
+      }
+      const std::vector<int64_t> lengths = random_integers<int64_t>(40, 0, 4, 7);
+      const int64_t n = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+      check(features, lengths, random_integers<int32_t>(n, -2, 40, 8), my_size, false, threads);
     }
   }
 }

@@ -1,7 +1,8 @@
-// block_bucketize_sparse_features (FBGEMM's schema and semantics, docs/ops.md section 1): the
-// input distribution of torchrec's row-wise sharding. Validates every argument before sizing
-// anything from it (FBGEMM's CPU kernel would divide by zero, or write outside its outputs, on
-// several of the inputs rejected here), then runs kernels/block_bucketize.h.
+// block_bucketize_sparse_features and its _inference twin, which also returns each id's bucket
+// (FBGEMM's schemas and semantics, docs/ops.md section 1): the input distribution of torchrec's
+// row-wise sharding. Validates every argument before sizing anything from it (FBGEMM's CPU
+// kernel would divide by zero, or write outside its outputs, on several of the inputs rejected
+// here), then runs kernels/block_bucketize.h, one kernel for both ops.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
@@ -44,18 +45,31 @@ std::vector<kernels::FeatureBuckets<index_t>> feature_buckets(
     TORCH_CHECK_VALUE(block_size >= 0, "block_sizes must be >= 0, got block_sizes[", t,
                       "] = ", block_size);
     f.block_size = static_cast<index_t>(block_size);
+    // The uniform rule cuts the table into total_num_blocks blocks, each bucket owning a run of
+    // them; explicit bounds use the block count only to spread ids when block_size is 0.
+    const bool uniform = bounds.empty(), spread = !uniform && block_size == 0;
     int64_t global = my_size;
     if (total_num_blocks) {
       global = index_at(*total_num_blocks, t);
-      TORCH_CHECK_VALUE(global > 0 && global % my_size == 0,
-                        "total_num_blocks must be positive multiples of my_size = ", my_size,
-                        ", got total_num_blocks[", t, "] = ", global);
+      if (uniform) {
+        TORCH_CHECK_VALUE(global > 0 && global % my_size == 0,
+                          "total_num_blocks must be positive multiples of my_size = ", my_size,
+                          " (without block_bucketize_pos), got total_num_blocks[", t,
+                          "] = ", global);
+      } else if (spread) {
+        TORCH_CHECK_VALUE(global > 0, "total_num_blocks must be > 0 where block_bucketize_pos[", t,
+                          "] spreads ids over them (block_sizes[", t,
+                          "] = 0), got total_num_blocks[", t, "] = ", global);
+      }
     }
     const int64_t max_index = std::numeric_limits<index_t>::max();
-    TORCH_CHECK_VALUE(global <= max_index && (block_size == 0 || global <= max_index / block_size),
-                      "block_sizes[", t, "] * ", global, " blocks overflows the indices' dtype");
-    f.global_blocks = static_cast<index_t>(global);
-    f.local_blocks = static_cast<index_t>(total_num_blocks ? global / my_size : 1);
+    if (uniform || spread) {
+      TORCH_CHECK_VALUE(
+          global <= max_index && (block_size == 0 || global <= max_index / block_size),
+          "block_sizes[", t, "] * ", global, " blocks overflows the indices' dtype");
+      f.global_blocks = static_cast<index_t>(global);
+      f.local_blocks = static_cast<index_t>(total_num_blocks ? global / my_size : 1);
+    }
     if (!bounds.empty()) {
       const at::Tensor& b = bounds[t];
       f.bounds = b.const_data_ptr<index_t>();
@@ -77,14 +91,13 @@ std::vector<kernels::FeatureBuckets<index_t>> feature_buckets(
   return features;
 }
 
-}  // namespace
-
-BucketizedSparse block_bucketize_sparse_features(
+// Both public forms: the inference one also returns each id's bucket when asked.
+BucketizedSparseWithMapping bucketize(
     const at::Tensor& lengths, const at::Tensor& indices, bool bucketize_pos, bool sequence,
     const at::Tensor& block_sizes, int64_t my_size, const std::optional<at::Tensor>& weights,
-    const std::optional<at::Tensor>& batch_size_per_feature, int64_t /*max_B: CUDA only*/,
-    const std::optional<std::vector<at::Tensor>>& block_bucketize_pos, bool keep_orig_idx,
-    const std::optional<at::Tensor>& total_num_blocks,
+    const std::optional<at::Tensor>& batch_size_per_feature,
+    const std::optional<std::vector<at::Tensor>>& block_bucketize_pos, bool return_bucket_mapping,
+    bool keep_orig_idx, const std::optional<at::Tensor>& total_num_blocks,
     const std::optional<at::Tensor>& keep_orig_idx_per_feature) {
   check_index_tensor(lengths, "lengths");
   check_index_tensor(indices, "indices");
@@ -166,6 +179,8 @@ BucketizedSparse block_bucketize_sparse_features(
   if (weights) new_weights = at::empty({num_ids}, weights->options());
   if (bucketize_pos) new_pos = at::empty({num_ids}, indices.options());
   if (sequence) unbucketize_permute = at::empty({num_ids}, indices.options());
+  std::optional<at::Tensor> bucket_mapping;
+  if (return_bucket_mapping) bucket_mapping = at::empty({num_ids}, indices.options());
   at::Tensor bag_offsets = at::empty({num_bags + 1}, lengths.options().dtype(at::kLong));
   at::Tensor cursors = at::empty({my_size * num_bags}, lengths.options().dtype(at::kLong));
 
@@ -195,6 +210,7 @@ BucketizedSparse block_bucketize_sparse_features(
         }
         if (bucketize_pos) a.new_pos = new_pos->mutable_data_ptr<index_t>();
         if (sequence) a.unbucketize = unbucketize_permute->mutable_data_ptr<index_t>();
+        if (return_bucket_mapping) a.bucket_mapping = bucket_mapping->mutable_data_ptr<index_t>();
         a.bag_offsets = bag_offsets.mutable_data_ptr<int64_t>();
         a.cursors = cursors.mutable_data_ptr<int64_t>();
         kernels::block_bucketize(a);
@@ -206,7 +222,35 @@ BucketizedSparse block_bucketize_sparse_features(
       }
     });
   });
+  return {new_lengths, new_indices, new_weights, new_pos, unbucketize_permute, bucket_mapping};
+}
+
+}  // namespace
+
+BucketizedSparse block_bucketize_sparse_features(
+    const at::Tensor& lengths, const at::Tensor& indices, bool bucketize_pos, bool sequence,
+    const at::Tensor& block_sizes, int64_t my_size, const std::optional<at::Tensor>& weights,
+    const std::optional<at::Tensor>& batch_size_per_feature, int64_t /*max_B: CUDA only*/,
+    const std::optional<std::vector<at::Tensor>>& block_bucketize_pos, bool keep_orig_idx,
+    const std::optional<at::Tensor>& total_num_blocks,
+    const std::optional<at::Tensor>& keep_orig_idx_per_feature) {
+  auto [new_lengths, new_indices, new_weights, new_pos, unbucketize_permute, unused_mapping] =
+      bucketize(lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights,
+                batch_size_per_feature, block_bucketize_pos, /*return_bucket_mapping=*/false,
+                keep_orig_idx, total_num_blocks, keep_orig_idx_per_feature);
   return {new_lengths, new_indices, new_weights, new_pos, unbucketize_permute};
+}
+
+BucketizedSparseWithMapping block_bucketize_sparse_features_inference(
+    const at::Tensor& lengths, const at::Tensor& indices, bool bucketize_pos, bool sequence,
+    const at::Tensor& block_sizes, int64_t my_size, const std::optional<at::Tensor>& weights,
+    const std::optional<at::Tensor>& batch_size_per_feature, int64_t /*max_B: CUDA only*/,
+    const std::optional<std::vector<at::Tensor>>& block_bucketize_pos, bool return_bucket_mapping,
+    bool keep_orig_idx, const std::optional<at::Tensor>& total_num_blocks,
+    const std::optional<at::Tensor>& keep_orig_idx_per_feature) {
+  return bucketize(lengths, indices, bucketize_pos, sequence, block_sizes, my_size, weights,
+                   batch_size_per_feature, block_bucketize_pos, return_bucket_mapping,
+                   keep_orig_idx, total_num_blocks, keep_orig_idx_per_feature);
 }
 
 }  // namespace recops::sparse

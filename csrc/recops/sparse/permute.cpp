@@ -1,6 +1,9 @@
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "recops/common/checks.h"
@@ -26,18 +29,47 @@ int64_t row_bytes(const at::Tensor& t) {
   return t.size(0) == 0 ? 0 : t.numel() / t.size(0) * t.element_size();
 }
 
-// Checks `src` (values or weights), allocates its permuted output of `dst_rows` rows and
-// describes both for kernels::permute_segments.
+// A tensor (null: absent) and its argument name.
+using NamedTensor = std::pair<const at::Tensor*, const char*>;
+
+// A preallocated output: a contiguous CPU tensor of `like`'s dtype, disjoint from the inputs, with
+// room for at least `elements` elements (the result fills its front).
+void check_out(const at::Tensor& out, const char* name, const at::Tensor& like, int64_t elements,
+               std::initializer_list<NamedTensor> inputs) {
+  check_cpu(out, name);
+  TORCH_CHECK(out.scalar_type() == like.scalar_type(), name, " must have dtype ",
+              like.scalar_type(), ", got ", out.scalar_type());
+  TORCH_CHECK(out.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK_VALUE(out.numel() >= elements, name, " must hold at least ", elements,
+                    " elements, got ", out.numel());
+  for (const auto& [input, input_name] : inputs) {
+    if (input == nullptr) continue;
+    const at::MemOverlapStatus overlap = at::get_overlap_status(out, *input);
+    TORCH_CHECK(overlap == at::MemOverlapStatus::No, name, " must not overlap ", input_name);
+  }
+}
+
+// Checks `src` (values or weights), allocates its permuted output of `dst_rows` rows (or checks
+// the given `out`) and describes both for kernels::permute_segments.
 kernels::PermutedStream permuted_stream(const at::Tensor& src, int64_t src_rows, int64_t dst_rows,
-                                        const char* name, at::Tensor* src_c, at::Tensor* dst) {
+                                        const char* name, const std::optional<at::Tensor>& out,
+                                        const char* out_name,
+                                        std::initializer_list<NamedTensor> inputs,
+                                        at::Tensor* src_c, at::Tensor* dst) {
   TORCH_CHECK(src.dim() >= 1, name, " must be at least 1-D, got a scalar");
   TORCH_CHECK(src.size(0) >= src_rows, name, " has ", src.size(0), " rows but lengths sum to ",
               src_rows);
   *src_c = src.contiguous();
-  std::vector<int64_t> shape = src_c->sizes().vec();
-  shape[0] = dst_rows;
-  *dst = at::empty(shape, src_c->options());
-  advise_huge_pages(dst->mutable_data_ptr(), dst->nbytes());
+  if (out.has_value()) {
+    const int64_t row_elements = src.size(0) == 0 ? 0 : src.numel() / src.size(0);
+    check_out(*out, out_name, src, dst_rows * row_elements, inputs);
+    *dst = *out;
+  } else {
+    std::vector<int64_t> shape = src_c->sizes().vec();
+    shape[0] = dst_rows;
+    *dst = at::empty(shape, src_c->options());
+    advise_huge_pages(dst->mutable_data_ptr(), dst->nbytes());
+  }
   kernels::PermutedStream stream;
   stream.src = static_cast<const char*>(src_c->const_data_ptr());
   stream.src_bytes = src_c->nbytes();
@@ -46,11 +78,21 @@ kernels::PermutedStream permuted_stream(const at::Tensor& src, int64_t src_rows,
   return stream;
 }
 
-// Both public forms: the 2-D form's segments are rows of lengths [T, B] (a feature's B bags are
+at::Tensor checked_lengths(const at::Tensor& lengths) {
+  check_cpu(lengths, "lengths");
+  check_index_dtype(lengths, "lengths");
+  return lengths.contiguous();
+}
+
+}  // namespace
+
+// Every public form: the 2-D forms' segments are rows of lengths [T, B] (a feature's B bags are
 // contiguous in values), the 1-D form's segments are single entries (lengths viewed as [T, 1]).
-PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengths_2d,
-                              const at::Tensor& values, const std::optional<at::Tensor>& weights,
-                              std::optional<int64_t> permuted_lengths_sum) {
+PermutedSparse permute_sparse_segments(const at::Tensor& permute, const at::Tensor& lengths_2d,
+                                       const at::Tensor& values,
+                                       const std::optional<at::Tensor>& weights,
+                                       std::optional<int64_t> permuted_lengths_sum,
+                                       const PermuteOutputs& out) {
   check_cpu(values, "values");
   check_dim(permute, 1, "permute");
   check_index_dtype(permute, "permute");
@@ -62,9 +104,21 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
     TORCH_CHECK_VALUE(*permuted_lengths_sum >= 0, "permuted_lengths_sum must be >= 0, got ",
                       *permuted_lengths_sum);
   }
+  if (weights.has_value()) check_cpu(*weights, "weights");
 
   const int64_t num_out = permute_c.numel();
-  at::Tensor permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
+  at::Tensor permuted_lengths;
+  if (out.lengths.has_value()) {
+    check_out(*out.lengths, "permuted_lengths_out", lengths_2d, num_out * lengths_2d.size(1),
+              {{&permute, "permute"},
+               {&lengths_2d, "lengths"},
+               {&values, "values"},
+               {weights ? &*weights : nullptr, "weights"}});
+    permuted_lengths = *out.lengths;
+  } else {
+    permuted_lengths = at::empty({num_out, lengths_2d.size(1)}, lengths_2d.options());
+  }
+  const at::Tensor* lengths_out = out.lengths ? &*out.lengths : nullptr;
   at::Tensor values_c, permuted_values, weights_c, permuted_weights;
   // Values and weights are checked against, and their outputs sized by, the row counts the
   // kernel finds in the lengths.
@@ -76,10 +130,23 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
     }
     int num_streams = 0;
     streams[num_streams++] = permuted_stream(values, rows.src_rows, rows.dst_rows, "values",
+                                             out.values, "permuted_indices_out",
+                                             {{&permute, "permute"},
+                                              {&lengths_2d, "lengths"},
+                                              {&values, "values"},
+                                              {weights ? &*weights : nullptr, "weights"},
+                                              {lengths_out, "permuted_lengths_out"}},
                                              &values_c, &permuted_values);
     if (weights.has_value()) {
-      check_cpu(*weights, "weights");
+      const at::Tensor* values_out = out.values ? &*out.values : nullptr;
       streams[num_streams++] = permuted_stream(*weights, rows.src_rows, rows.dst_rows, "weights",
+                                               out.weights, "permuted_weights_out",
+                                               {{&permute, "permute"},
+                                                {&lengths_2d, "lengths"},
+                                                {&values, "values"},
+                                                {&*weights, "weights"},
+                                                {lengths_out, "permuted_lengths_out"},
+                                                {values_out, "permuted_indices_out"}},
                                                &weights_c, &permuted_weights);
     }
     return num_streams;
@@ -99,20 +166,13 @@ PermutedSparse permute_sparse(const at::Tensor& permute, const at::Tensor& lengt
   return {permuted_lengths, permuted_values, maybe_weights};
 }
 
-at::Tensor checked_lengths(const at::Tensor& lengths) {
-  check_cpu(lengths, "lengths");
-  check_index_dtype(lengths, "lengths");
-  return lengths.contiguous();
-}
-
-}  // namespace
-
 PermutedSparse permute_2D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
                                       const at::Tensor& values,
                                       const std::optional<at::Tensor>& weights,
                                       std::optional<int64_t> permuted_lengths_sum) {
   check_dim(lengths, 2, "lengths");
-  return permute_sparse(permute, checked_lengths(lengths), values, weights, permuted_lengths_sum);
+  return permute_sparse_segments(permute, checked_lengths(lengths), values, weights,
+                                 permuted_lengths_sum);
 }
 
 PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tensor& lengths,
@@ -123,7 +183,7 @@ PermutedSparse permute_1D_sparse_data(const at::Tensor& permute, const at::Tenso
   // segments, and permute indexes those.
   const at::Tensor lengths_2d = checked_lengths(lengths).view({-1, 1});
   auto [permuted_lengths, permuted_values, permuted_weights] =
-      permute_sparse(permute, lengths_2d, values, weights, permuted_lengths_sum);
+      permute_sparse_segments(permute, lengths_2d, values, weights, permuted_lengths_sum);
   return {permuted_lengths.view({-1}), permuted_values, permuted_weights};
 }
 

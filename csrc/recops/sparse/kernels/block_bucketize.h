@@ -5,7 +5,9 @@
 //
 // Feature t's rows are cut into my_size blocks of block_size rows (or total_num_blocks blocks, a
 // multiple of my_size, of which each bucket owns a run), or at explicit bounds
-// (block_bucketize_pos); ids beyond the blocks go to bucket id % my_size. An id is re-based into
+// (block_bucketize_pos; a zero block size first spreads ids over the bounds' range in
+// total_num_blocks steps, which need not be a multiple of my_size); ids beyond the blocks go to
+// bucket id % my_size. An id is re-based into
 // its bucket unless the feature keeps original ids. Ids are read unsigned, as FBGEMM does, so a
 // negative id is a huge one.
 //
@@ -45,12 +47,13 @@ struct BucketizeArgs {
   const weight_t* weights = nullptr;  // null: no weights
   // Outputs: new_lengths [my_size * num_bags] zero-filled; new_ids, new_weights (if weights),
   // new_pos (id's position in its bag, or null), unbucketize (each input id's output position,
-  // or null) of one entry per id.
+  // or null), bucket_mapping (each input id's bucket, or null) of one entry per id.
   offset_t* new_lengths = nullptr;
   index_t* new_ids = nullptr;
   weight_t* new_weights = nullptr;
   index_t* new_pos = nullptr;
   index_t* unbucketize = nullptr;
+  index_t* bucket_mapping = nullptr;
   // Scratch: bag offsets [num_bags + 1] and one output cursor per (bucket, bag).
   int64_t* bag_offsets = nullptr;
   int64_t* cursors = nullptr;
@@ -138,6 +141,9 @@ void block_bucketize(const BucketizeArgs<offset_t, index_t, weight_t>& a) {
                      if (a.weights != nullptr) a.new_weights[pos] = a.weights[i];
                      if (a.new_pos != nullptr) a.new_pos[pos] = static_cast<index_t>(i - start);
                      if (a.unbucketize != nullptr) a.unbucketize[i] = static_cast<index_t>(pos);
+                     if (a.bucket_mapping != nullptr) {
+                       a.bucket_mapping[i] = static_cast<index_t>(to.bucket);
+                     }
                    }
                  });
   });
