@@ -19,6 +19,7 @@ from recops import (  # noqa: E402  (registers fake kernels and autograd)
     gather,
     hstu,
     jagged,
+    keyed,
     relative_bias,
     sparse,
 )
@@ -36,6 +37,7 @@ from recops.embedding import (  # noqa: E402
 )
 from recops.fuxi import fuxi_attention  # noqa: E402
 from recops.hstu import hstu_attention  # noqa: E402
+from recops.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
 from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
@@ -51,6 +53,8 @@ __all__ = [
     "EmbOptimType",
     "EmbeddingLocation",
     "OptimType",
+    "PermutePooledEmbeddings",
+    "PermutePooledEmbeddingsSplit",
     "PoolingMode",
     "RelativeBucketedTimeAndPositionBasedBias",
     "SparseType",
@@ -67,6 +71,7 @@ __all__ = [
     "hstu",
     "hstu_attention",
     "jagged",
+    "keyed",
     "library_path",
     "ops",
     "relative_bias",
