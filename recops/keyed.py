@@ -76,7 +76,7 @@ def _merge_backward(ctx, grad):
 register_autograd("recops::merge_pooled_embeddings", _merge_backward, setup_context=_merge_setup)
 
 
-# --------------------------------------------------------------------------- permute_multi_embedding
+# ------------------------------------------------------------------- permute_multi_embedding
 def _outputs_fake(pooled_embs, out_lengths):
     torch._check(len(pooled_embs) > 0, lambda: "pooled_embs must hold at least one tensor")
     first = pooled_embs[0]
