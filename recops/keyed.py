@@ -267,10 +267,12 @@ class PermutePooledEmbeddingsSplit(nn.Module):
         device: torch.device | None = None,
     ) -> None:
         super().__init__()
-        lists = _permute_lists(embs_dims, permute, device)
-        names = ("_offset_dim_list", "_permute", "_inv_offset_dim_list", "_inv_permute")
-        for name, values in zip(names, lists, strict=True):
-            self.register_buffer(name, values)
+        offsets, permutation, inv_offsets, inverse = _permute_lists(embs_dims, permute, device)
+        # FBGEMM's buffer order, so that state dicts load either way.
+        self.register_buffer("_offset_dim_list", offsets)
+        self.register_buffer("_permute", permutation)
+        self.register_buffer("_inv_permute", inverse)
+        self.register_buffer("_inv_offset_dim_list", inv_offsets)
 
     def forward(self, pooled_embs: torch.Tensor) -> torch.Tensor:
         device = pooled_embs.device
