@@ -37,6 +37,7 @@ SIZE_ARGUMENTS = (
     "permuted_lengths_sum",
     "num_buckets",
     "my_size",
+    "out_lengths",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

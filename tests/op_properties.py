@@ -33,6 +33,7 @@ FAMILIES = {
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),
     "deberta": ("disentangled", "deberta_"),
+    "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),
 }
 SETTINGS = dict(
     deadline=None,

@@ -28,6 +28,7 @@ EXAMPLES = {
     "fuxi": 1000,
     "deberta": 1000,
     "tbe": 1600,
+    "keyed": 1000,
 }
 assert sum(EXAMPLES.values()) >= 10_000
 

@@ -37,3 +37,12 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("kt_regroup_arguments", TORCH_FN(kt_regroup_arguments));
   m.impl("regroup_keyed_tensor", TORCH_FN(regroup_keyed_tensor));
 }
+
+// The ops whose only tensors come in a list: a call with an empty list has no device to dispatch
+// on and lands here, where the CPU kernel's first check names the argument (instead of the
+// dispatcher's "no tensor arguments" error).
+TORCH_LIBRARY_IMPL(recops, CompositeExplicitAutograd, m) {
+  using namespace recops::keyed;
+  m.impl("merge_pooled_embeddings", TORCH_FN(merge_pooled_embeddings));
+  m.impl("regroup_keyed_tensor", TORCH_FN(regroup_keyed_tensor));
+}
