@@ -20,6 +20,7 @@ from recops import (  # noqa: E402  (registers fake kernels and autograd)
     hashing,
     hstu,
     jagged,
+    keyed,
     relative_bias,
     sparse,
     utility,
@@ -38,6 +39,7 @@ from recops.embedding import (  # noqa: E402
 )
 from recops.fuxi import fuxi_attention  # noqa: E402
 from recops.hstu import hstu_attention  # noqa: E402
+from recops.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
 from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
@@ -53,6 +55,8 @@ __all__ = [
     "EmbOptimType",
     "EmbeddingLocation",
     "OptimType",
+    "PermutePooledEmbeddings",
+    "PermutePooledEmbeddingsSplit",
     "PoolingMode",
     "RelativeBucketedTimeAndPositionBasedBias",
     "SparseType",
@@ -70,6 +74,7 @@ __all__ = [
     "hstu",
     "hstu_attention",
     "jagged",
+    "keyed",
     "library_path",
     "ops",
     "relative_bias",

@@ -54,6 +54,12 @@ FBGEMM_OPS = (
     "permute_2D_sparse_data_input1D",
     "permute_2D_sparse_preallocated_out",
     "expand_into_jagged_permute",
+    # keyed: pooled embeddings of several features side by side (recops/keyed.py)
+    "merge_pooled_embeddings",
+    "permute_multi_embedding_function",
+    "permute_multi_embedding",
+    "kt_regroup_arguments",
+    "regroup_keyed_tensor",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")

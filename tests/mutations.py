@@ -38,6 +38,7 @@ SIZE_ARGUMENTS = (
     "num_buckets",
     "my_size",
     "size",  # create_zch_buffer
+    "out_lengths",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

@@ -1576,6 +1576,187 @@ def ref_zero_collision_hash(a):
     return torch.tensor(out, dtype=I64), None
 
 
+# --------------------------------------------------------------------------- keyed
+def make_keyed(d):
+    """Keyed tensors (keys, per-key widths, values) and groups of their keys, repeats included."""
+    gen = d.generator()
+    tensors = d.int(1, 3)
+    keys = [[f"k{i}_{k}" for k in range(d.int(0, 3))] for i in range(tensors)]
+    lengths = [[d.int(0, 3) for _ in tensor_keys] for tensor_keys in keys]
+    batch, dtype = d.int(0, 3), d.choice(FLOAT_DTYPES)
+    values = [torch.randn(batch, sum(w), generator=gen).to(dtype) for w in lengths]
+    flat = [k for tensor_keys in keys for k in tensor_keys]
+    groups = [
+        [d.choice(flat) for _ in range(d.int(0, 3) if flat else 0)] for _ in range(d.int(0, 3))
+    ]
+    return keys, lengths, values, groups
+
+
+def keyed_plan(a):
+    """The checked regroup plan of a["keys"], a["lengths"], a["groups"]: (moves as lists
+    (input, output, input column, output column, width, next), input widths, output widths); a key
+    listed twice resolves to its first place."""
+    keys, lengths, groups = a["keys"], a["lengths"], a["groups"]
+    require(len(keys) == len(lengths), "keys and lengths: one entry per keyed tensor")
+    place, in_widths = {}, []
+    for i, (tensor_keys, widths) in enumerate(zip(keys, lengths, strict=True)):
+        require(len(tensor_keys) == len(widths), "keys[i] and lengths[i]: one entry per key")
+        offset = 0
+        for key, width in zip(tensor_keys, widths, strict=True):
+            require(width >= 0, "lengths >= 0")
+            place.setdefault(key, (i, offset, width))
+            offset += width
+            require(offset < 2**31, "lengths sum within int32")
+        in_widths.append(offset)
+    total = sum(len(g) for g in groups)
+    moves, out_widths, uses = [], [], {}
+    for j, group in enumerate(groups):
+        offset = 0
+        for key in group:
+            require(key in place, "group keys are keys")
+            i, column, width = place[key]
+            m = len(moves)
+            moves.append([i, j, column, offset, width, 0])
+            if key in uses:
+                moves[uses[key][-1]][5] = m if len(uses[key]) == 1 else -m
+                moves[m][5] = -total
+            uses.setdefault(key, []).append(m)
+            offset += width
+        require(offset < 2**31, "group widths within int32")
+        out_widths.append(offset)
+    return moves, in_widths, out_widths
+
+
+def pooled_list(a, name="pooled_embs"):
+    tensors = a[name]
+    require(len(tensors) >= 1, f"{name} not empty")
+    for i, t in enumerate(tensors):
+        require(isinstance(t, torch.Tensor) and t.device.type == "cpu", f"{name}[{i}] on cpu")
+        require(t.dim() == 2 and t.dtype in FLOAT_DTYPES, f"{name}[{i}] floating 2-D")
+        require(t.dtype == tensors[0].dtype and t.shape[0] == tensors[0].shape[0], "one dtype/rows")
+    return tensors
+
+
+def apply_moves(inputs, moves, out_lengths, reverse):
+    """Each move in order: columns copied (or, reversed with next < 0, added) between tensors."""
+    for length in out_lengths:
+        require(length >= 0, "out_lengths >= 0")
+    rows = inputs[0].shape[0]
+    outputs = [inputs[0].new_zeros((rows, length)) for length in out_lengths]
+    for move in moves:
+        source, target, source_column, target_column, width, following = move
+        if reverse:
+            source, target, source_column, target_column = move[1], move[0], move[3], move[2]
+        require(0 <= source < len(inputs) and 0 <= target < len(outputs), "moves in range")
+        require(width >= 0 and source_column >= 0 and target_column >= 0, "moves >= 0")
+        require(source_column + width <= inputs[source].shape[1], "reads inside the input")
+        require(target_column + width <= out_lengths[target], "writes inside the output")
+        piece = inputs[source][:, source_column : source_column + width]
+        window = outputs[target][:, target_column : target_column + width]
+        if reverse and following < 0:
+            window += piece
+        else:
+            window.copy_(piece)
+    return outputs
+
+
+def make_regroup(d):
+    keys, lengths, values, groups = make_keyed(d)
+    return {"pooled_embs": values, "keys": keys, "lengths": lengths, "groups": groups}
+
+
+def ref_regroup(a):
+    inputs = pooled_list(a)
+    moves, _, out_widths = keyed_plan(a)
+    require(len(a["keys"]) == len(inputs), "one keys entry per tensor")
+    return apply_moves(inputs, moves, out_widths, False)
+
+
+def make_kt_regroup(d):
+    keys, lengths, values, groups = make_keyed(d)
+    return {"embs": values[0], "keys": keys, "lengths": lengths, "groups": groups}
+
+
+def ref_kt_regroup(a):
+    tensor(a, "embs")
+    moves, in_widths, out_widths = keyed_plan(a)
+    return (
+        torch.tensor(moves, dtype=I32).view(-1, 6),
+        torch.tensor(in_widths, dtype=I32),
+        torch.tensor(out_widths, dtype=I32),
+        UNCHECKED,
+    )
+
+
+def make_permute_multi(reverse_choices):
+    def make(d):
+        keys, lengths, values, groups = make_keyed(d)
+        a = {"keys": keys, "lengths": lengths, "groups": groups}
+        moves, in_widths, out_widths = keyed_plan(a)
+        args = {
+            "pooled_embs": values,
+            "permutes": torch.tensor(moves, dtype=I32).view(-1, 6),
+            "in_shapes": torch.tensor(in_widths, dtype=I32),
+            "out_shapes": torch.tensor(out_widths, dtype=I32),
+            "out_lengths": out_widths,
+        }
+        if d.choice(reverse_choices):  # the backward: output gradients in, input gradients out
+            gen = d.generator()
+            rows, dtype = values[0].shape[0], values[0].dtype
+            args["pooled_embs"] = [
+                torch.randn(rows, w, generator=gen).to(dtype) for w in out_widths
+            ]
+            args["in_shapes"], args["out_shapes"] = args["out_shapes"], args["in_shapes"]
+            args["out_lengths"] = in_widths
+            args["reverse"] = True
+        return args
+
+    return make
+
+
+def ref_permute_multi(a):
+    inputs = pooled_list(a)
+    for name in ("in_shapes", "out_shapes"):
+        tensor(a, name)  # not read on CPU
+    permutes = tensor(a, "permutes", (I32,), (2,))
+    require(permutes.shape[1] == 6, "permutes [moves, 6]")
+    return apply_moves(inputs, permutes.tolist(), list(a["out_lengths"]), a.get("reverse", False))
+
+
+def make_merge(d):
+    gen = d.generator()
+    rank = d.int(1, 3)
+    shape = [d.int(0, 3) for _ in range(rank)]
+    cat_dim = d.int(-rank, rank - 1)
+    dtype = d.choice(ELEMENT_DTYPES)
+    tensors = []
+    for _ in range(d.int(1, 3)):
+        shape[cat_dim] = d.int(0, 3)
+        tensors.append((torch.randn(shape, generator=gen) * 3).to(dtype))
+    return {
+        "pooled_embeddings": tensors,
+        "uncat_dim_size": d.int(0, 3),
+        "target_device": torch.device("cpu"),
+        "cat_dim": cat_dim,
+    }
+
+
+def ref_merge(a):
+    """torch.cat along cat_dim (its rules: sizes, legacy 1-D empty tensors), in the first
+    tensor's dtype; uncat_dim_size is not read."""
+    tensors = a["pooled_embeddings"]
+    require(len(tensors) >= 1, "pooled_embeddings not empty")
+    for i in range(len(tensors)):
+        require(tensors[i].device.type == "cpu", f"pooled_embeddings[{i}] on cpu")
+    first = tensors[0]
+    try:
+        joined = torch.cat(tensors, a["cat_dim"])
+    except (RuntimeError, IndexError) as e:
+        raise Invalid(f"torch.cat rejects: {e}") from e
+    require(torch.can_cast(joined.dtype, first.dtype), "the result casts to the first dtype")
+    return joined.to(first.dtype)
+
+
 # --------------------------------------------------------------------------- the catalogue
 TOL = {F64: (1e-9, 1e-9), F32: (1e-4, 1e-4), F16: (1e-2, 1e-2), BF16: (2e-2, 2e-2)}
 
@@ -1679,4 +1860,10 @@ CASES = [
         make_expand_into_jagged_permute,
         ref_expand_into_jagged_permute,
     ),
+    # keyed: new ops
+    case("merge_pooled_embeddings", make_merge, ref_merge),
+    case("kt_regroup_arguments", make_kt_regroup, ref_kt_regroup),
+    case("regroup_keyed_tensor", make_regroup, ref_regroup),
+    case("permute_multi_embedding", make_permute_multi((False,)), ref_permute_multi),
+    case("permute_multi_embedding_function", make_permute_multi((False, True)), ref_permute_multi),
 ]

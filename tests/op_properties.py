@@ -34,6 +34,7 @@ FAMILIES = {
     "fuxi": ("_fuxi",),
     "deberta": ("disentangled", "deberta_"),
     "hashing": ("zero_collision_hash", "create_zch_buffer"),
+    "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),
 }
 SETTINGS = dict(
     deadline=None,

@@ -29,6 +29,7 @@ EXAMPLES = {
     "deberta": 1000,
     "hashing": 600,
     "tbe": 1600,
+    "keyed": 1000,
 }
 assert sum(EXAMPLES.values()) >= 10_000
 
