@@ -30,6 +30,15 @@ class Invalid(Exception):
     """The reference rejects the call: the op must raise."""
 
 
+class HugeOutput(Exception):
+    """The call is valid and asks for an output larger than a test makes (a size read from data,
+    as dense_to_jagged's last offset without total_L): memory exhaustion, not a bug, so the op is
+    not run. The data-read counterpart of mutations.SIZE_ARGUMENTS."""
+
+
+MAX_TEST_OUTPUT_ELEMENTS = 2**24
+
+
 def require(condition, why):
     if not condition:
         raise Invalid(why)
@@ -301,6 +310,8 @@ def ref_dense_to_jagged(grad_name, offsets_name):
         total_L = a.get("total_L")
         if total_L is None:
             total_L = last
+            if last * math.prod(dense.shape[1 + len(levels) :]) > MAX_TEST_OUTPUT_ELEMENTS:
+                raise HugeOutput(f"{offsets_name}[-1][-1] = {last} rows")
         require(total_L >= last, "total_L >= last offset")
         values = dense_to_jagged(dense, levels, total_L)
         return (values, list(a[offsets_name])) if a.get("_pair") else values
