@@ -37,6 +37,8 @@ SIZE_ARGUMENTS = (
     "permuted_lengths_sum",
     "num_buckets",
     "my_size",
+    "num_output_rows",
+    "num_dense_output_rows",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

@@ -69,6 +69,13 @@ at::Tensor jagged_index_select_2d_forward(const at::Tensor& values, const at::Te
   TORCH_CHECK_VALUE(num_dense_output_rows <= covered_rows(out_ends),
                     "num_dense_output_rows = ", num_dense_output_rows,
                     " exceeds the rows output_offsets covers, ", covered_rows(out_ends));
+  const int64_t bad_selection = dispatch_index_kind(index_kind(idx.scalar_type()), [&](auto tag) {
+    using index_t = typename decltype(tag)::type;
+    return kernels::first_bad_selection(
+        idx.const_data_ptr<index_t>(), in_ends.const_data_ptr<int64_t>(), in_ends.numel(),
+        out_ends.const_data_ptr<int64_t>(), out_ends.numel(), num_dense_output_rows, src.size(0));
+  });
+  check_segment(bad_selection, idx, in_ends.numel(), "input_offsets", "values", src.size(0));
   at::Tensor out = at::empty({num_dense_output_rows, src.size(1)}, src.options());
   if (num_dense_output_rows == 0) return out;
   kernels::ByteRows rows;

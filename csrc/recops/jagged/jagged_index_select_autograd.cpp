@@ -11,6 +11,7 @@
 #include <string>
 
 #include "recops/common/checks.h"
+#include "recops/common/dispatch.h"
 #include "recops/jagged/ops.h"
 
 namespace recops::jagged {
@@ -18,6 +19,28 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Whether t's data can be read here: a CPU tensor, not a fake or functional one being traced
+// (the composite also runs under torch.compile and on meta tensors, where only shapes are known).
+bool readable(const at::Tensor& t) {
+  return t.device().is_cpu() && t.has_storage() &&
+         !t.key_set().has_any(c10::DispatchKeySet(
+             {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+}
+
+// The data rules the composite's own arguments are named in (its 2-D forward would name the
+// offsets derived from them): indices within lengths, lengths >= 0.
+void check_selection(const at::Tensor& lengths, const at::Tensor& indices) {
+  const at::Tensor idx = indices.contiguous();
+  const int64_t bad = dispatch_index_kind(index_kind(idx.scalar_type()), [&](auto tag) {
+    using index_t = typename decltype(tag)::type;
+    return first_out_of_range(idx.const_data_ptr<index_t>(), idx.numel(), lengths.numel());
+  });
+  TORCH_CHECK_INDEX(bad < 0, "indices must be in [0, lengths.numel() = ", lengths.numel(),
+                    "), got indices[", bad, "] = ", bad < 0 ? 0 : index_at(idx, bad));
+  const at::Tensor lens = lengths.to(at::kLong).contiguous();
+  check_lengths_non_negative(lens, "lengths");
+}
 
 template <const char* Namespace>
 struct JaggedIndexSelect : public torch::autograd::Function<JaggedIndexSelect<Namespace>> {
@@ -34,6 +57,10 @@ struct JaggedIndexSelect : public torch::autograd::Function<JaggedIndexSelect<Na
                 values.sizes());
     check_dim(lengths, 1, "lengths");
     check_dim(indices, 1, "indices");
+    check_index_dtype(indices, "indices");
+    TORCH_CHECK(at::isIntegralType(lengths.scalar_type(), /*includeBool=*/false),
+                "lengths must be an integer tensor, got ", lengths.scalar_type());
+    if (readable(lengths) && readable(indices)) check_selection(lengths, indices);
     // Inclusive offsets (no leading 0), int64: what the 2-D kernels take.
     const at::Tensor output_lengths = at::index_select(lengths, 0, indices);
     const at::Tensor output_offsets = output_lengths.cumsum(0);

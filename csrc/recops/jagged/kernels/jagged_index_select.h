@@ -28,6 +28,27 @@ struct ByteRows {
   int64_t row_bytes = 0;
 };
 
+// The first output segment with rows among [0, num_rows) whose index is outside
+// [0, num_input_segments) or whose rows would come from outside the src_rows input rows, or -1.
+// Run before the output is allocated, as its size comes from the offsets (output_ends
+// non-decreasing from >= 0, checked by the caller).
+template <typename index_t>
+int64_t first_bad_selection(const index_t* indices, const int64_t* input_ends,
+                            int64_t num_input_segments, const int64_t* output_ends,
+                            int64_t num_output_segments, int64_t num_rows, int64_t src_rows) {
+  for (int64_t k = 0; k < num_output_segments; ++k) {
+    const int64_t begin = segment_begin(output_ends, k);
+    if (begin >= num_rows) break;
+    const int64_t count = std::min(output_ends[k], num_rows) - begin;
+    if (count <= 0) continue;
+    const int64_t index = indices[k];
+    if (index < 0 || index >= num_input_segments) return k;
+    const int64_t first = segment_begin(input_ends, index);
+    if (first < 0 || first > src_rows || count > src_rows - first) return k;
+  }
+  return -1;
+}
+
 // jagged_index_select_2d_forward into `out` (num_rows contiguous rows of src.row_bytes). The
 // caller has checked that output_ends is non-decreasing, starts at >= 0 and that its last entry is
 // >= num_rows. Returns -1, or the first output segment whose index is outside
@@ -41,8 +62,9 @@ int64_t jagged_index_select_rows(const ByteRows& src, const index_t* indices,
   const auto fill = [&](int64_t k, int64_t rel, int64_t row, int64_t count) {
     const int64_t index = indices[k];
     if (index < 0 || index >= num_input_segments) return false;
-    const int64_t first = segment_begin(input_ends, index) + rel;
-    if (first < 0 || first > src.rows - count) return false;
+    const int64_t begin = segment_begin(input_ends, index);
+    if (begin < 0 || begin > src.rows || rel > src.rows - begin - count) return false;
+    const int64_t first = begin + rel;
     char* dst = out + row * row_bytes;
     const char* from = src.data + first * src.row_stride;
     if (src.row_stride == row_bytes) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -43,12 +44,15 @@ int64_t linearize_indices(const KeyedIndices<index_t>& in, int64_t* linear) {
       const bool bounded = t + 1 < in.num_features && hash_size > 0;
       for (int64_t i = in.offsets[b]; i < in.offsets[b + 1]; ++i) {
         const int64_t index = in.indices[i];
-        linear[i] = base + index;
-        if (index < 0 || (bounded && index >= hash_size)) {
+        // An unbounded feature's index must not overflow its linear value either.
+        if (index < 0 || (bounded && index >= hash_size) ||
+            index > std::numeric_limits<int64_t>::max() - base) {
           int64_t seen = first_bad.load();
           while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
           }
+          continue;
         }
+        linear[i] = base + index;
       }
     }
   });
@@ -63,8 +67,9 @@ inline int64_t rank_unique(const int64_t* linear, int64_t n, int64_t* reverse, i
   if (n == 0) return 0;
   const auto [lo_it, hi_it] = std::minmax_element(linear, linear + n);
   const int64_t lo = *lo_it;
-  const int64_t span = *hi_it - lo + 1;
-  if (span <= 4 * n + 4096) {
+  const int64_t spread = *hi_it - lo;  // values are >= 0: no overflow
+  if (spread < 4 * n + 4096) {
+    const int64_t span = spread + 1;
     std::vector<int64_t> rank(span, 0);
     for (int64_t i = 0; i < n; ++i) rank[linear[i] - lo] = 1;
     int64_t count = 0;
