@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <string>
+#include <utility>
 
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
@@ -24,8 +25,8 @@ using torch::autograd::variable_list;
 // (the composite also runs under torch.compile and on meta tensors, where only shapes are known).
 bool readable(const at::Tensor& t) {
   return t.device().is_cpu() && t.has_storage() &&
-         !t.key_set().has_any(c10::DispatchKeySet(
-             {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+         !t.key_set().has_any(
+             c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
 }
 
 // The data rules the composite's own arguments are named in (its 2-D forward would name the
@@ -55,6 +56,11 @@ struct JaggedIndexSelect : public torch::autograd::Function<JaggedIndexSelect<Na
                               const at::Tensor&, std::optional<int64_t>)>();
     TORCH_CHECK(values.dim() == 2, "values must be 2-D [rows, columns], got shape ",
                 values.sizes());
+    for (const auto& [t, name] : {std::pair{&lengths, "lengths"}, std::pair{&indices, "indices"}}) {
+      TORCH_CHECK(t->device() == values.device(), name, " is on ", t->device(),
+                  " but values is on ", values.device(),
+                  ": jagged_index_select's tensors must share one device");
+    }
     check_dim(lengths, 1, "lengths");
     check_dim(indices, 1, "indices");
     check_index_dtype(indices, "indices");
