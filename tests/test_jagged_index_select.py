@@ -480,3 +480,18 @@ def test_keyed_opcheck(index_dtype):
     ]:
         # Inputs without grad: opcheck's aot test sums every output, ints included.
         opcheck_both("keyed_jagged_index_select_dim1", args)
+
+
+def test_composite_opcheck_and_compile():
+    values = torch.randn(5, 3)
+    lengths, indices = torch.tensor([2, 3]), torch.tensor([1, 0, 1])
+    opcheck_both("jagged_index_select", (values, lengths, indices))
+    opcheck_both("jagged_index_select", (values.requires_grad_(), lengths, indices, 8))
+
+    def loss(v, lengths, indices):
+        return ops.jagged_index_select(v, lengths, indices)[0].square().sum()
+
+    compiled = torch.compile(loss, dynamic=True, fullgraph=True)
+    grad = torch.autograd.grad(compiled(values, lengths, indices), values)[0]
+    expected = torch.autograd.grad(loss(values, lengths, indices), values)[0]
+    torch.testing.assert_close(grad, expected)
