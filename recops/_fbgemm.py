@@ -60,9 +60,19 @@ FBGEMM_OPS = (
     "permute_multi_embedding",
     "kt_regroup_arguments",
     "regroup_keyed_tensor",
+    # jagged: index selection, segment sums, batched cumsum
+    "asynchronous_batched_complete_cumsum",
+    "segment_sum_csr",
+    "jagged_index_select",
+    "jagged_index_select_2d_forward",
+    "jagged_index_select_2d_forward_v2",
+    "jagged_index_add_2d_forward",
+    "jagged_index_add_2d_forward_v2",
+    "keyed_jagged_index_select_dim1",
+    "jagged_unique_indices",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
-COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")
+COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")
 
 # Backend keys recops may fill in for an FBGEMM-defined op, by device.
 _BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
@@ -71,6 +81,9 @@ CPU_OVERRIDE_VARIABLE = "RECOPS_FBGEMM_CPU_OVERRIDE"
 
 _library = None  # the torch.library.Library holding the fbgemm schemas recops defined
 bound: dict[str, str | list[str]] = {}  # op -> "defined", or the keys recops serves
+# (op, key) that recops serves because FBGEMM has no kernel there (e.g. ops FBGEMM implements on
+# CUDA only): use_for_fbgemm leaves them alone, having no FBGEMM kernel to give the key back to.
+filled: set[tuple[str, str]] = set()
 
 
 def import_fbgemm() -> bool:
@@ -95,6 +108,14 @@ def recops_schema(name: str) -> str:
 
 def _has_kernel(qualname: str, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key)
+
+
+def _has_fbgemm_composite(qualname: str) -> bool:
+    """Whether FBGEMM serves every backend of the op with one composite kernel."""
+    return any(
+        _has_kernel(qualname, key)
+        for key in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+    )
 
 
 def _route(name: str, key: str, enable: bool = True) -> None:
@@ -149,10 +170,11 @@ def bind() -> dict[str, str | list[str]]:
         if qualname not in defined:
             _define(name)
             bound[name] = "defined"
-        elif name not in COMPOSITES and not _has_kernel(qualname, "CompositeImplicitAutograd"):
+        elif name not in COMPOSITES and not _has_fbgemm_composite(qualname):
             for key in _BACKEND_KEYS.values():
                 if _has_kernel(f"recops::{name}", key) and not _has_kernel(qualname, key):
                     _serve(name, [key])
+                    filled.add((name, key))
     if os.environ.get(CPU_OVERRIDE_VARIABLE) == "1":
         use_for_fbgemm()
     return bound
@@ -205,7 +227,7 @@ def use_for_fbgemm(
     """
     key = _device_key(device)
     for name in _kernel_ops(ops):
-        if bound.get(name) == "defined":
+        if bound.get(name) == "defined" or (name, key) in filled:
             continue
         if enable and not (_has_kernel(f"recops::{name}", key) or _tensorless(name)):
             raise NotImplementedError(f"recops has no {device} kernel for {name}")

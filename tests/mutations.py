@@ -39,6 +39,8 @@ SIZE_ARGUMENTS = (
     "my_size",
     "size",  # create_zch_buffer
     "out_lengths",
+    "num_output_rows",
+    "num_dense_output_rows",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

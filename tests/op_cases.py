@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 import torch
 from hstu_reference import hstu_mask, hstu_reference
 from test_deberta import hf_attention, make_log_bucket_position
+from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
+from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_pos_bias, reference_time_buckets
+from test_segment_sum import segment_sum_reference
 
 ops = torch.ops.recops
 I32, I64 = torch.int32, torch.int64
@@ -372,6 +375,263 @@ def ref_offsets_range(a):
     for s, e in itertools.pairwise(bounds):
         out[s:e] = torch.arange(e - s)
     return out
+
+
+# --------------------------------------------------------------------------- jagged: new ops
+def make_segment_sum(d):
+    gen = d.generator()
+    batch_size = d.int(0, 3)
+    lengths = random_lengths(d, gen, d.int(0, 5), 3)
+    csr = torch.tensor([0, *itertools.accumulate(lengths)], dtype=d.choice(INDEX_DTYPES))
+    dtype = d.choice((I32, I64, F32, F64, F16, BF16))
+    values = torch.randint(-4, 5, (int(csr[-1]) * batch_size + d.int(0, 2),), generator=gen)
+    return {"batch_size": batch_size, "csr_seg": csr, "values": values.to(dtype)}
+
+
+def ref_segment_sum(a):
+    batch_size = a["batch_size"]
+    require(batch_size >= 0, "batch_size >= 0")
+    csr = tensor(a, "csr_seg", INDEX_DTYPES)
+    values = tensor(a, "values", (I32, I64, *FLOAT_DTYPES))
+    bounds = offsets_list(csr.reshape(-1), "csr_seg")
+    require(bounds[-1] * batch_size <= values.numel(), "csr_seg[-1] * batch_size within values")
+    return segment_sum_reference(batch_size, csr, values)
+
+
+def make_batched_cumsum(d):
+    return {"values": make_cumsum((2,))(d)["t_in"]}
+
+
+def ref_batched_cumsum(a):
+    return ref_complete_cumsum({"t_in": tensor(a, "values", CUMSUM_DTYPES, (2,))})
+
+
+def make_jagged_selection(d, gen, index_dtype):
+    """values [rows, cols], lengths and indices of a valid jagged_index_select."""
+    lengths = torch.tensor(random_lengths(d, gen, d.int(0, 5), 3), dtype=index_dtype)
+    count = d.int(0, 6) if lengths.numel() else 0
+    indices = torch.randint(0, max(lengths.numel(), 1), (count,), generator=gen, dtype=index_dtype)
+    values = torch.randn(int(lengths.sum()) + d.int(0, 1), d.int(0, 3), generator=gen)
+    return values.to(d.choice(FLOAT_DTYPES)), lengths, indices
+
+
+def make_index_select_2d(v2):
+    def make(d):
+        gen = d.generator()
+        values, lengths, indices = make_jagged_selection(d, gen, d.choice(INDEX_DTYPES))
+        output_offsets = lengths[indices.long()].cumsum(0)
+        rows = int(output_offsets[-1]) if output_offsets.numel() else 0
+        args = {
+            "values": values,
+            "indices": indices,
+            "input_offsets": lengths.cumsum(0),
+            "output_offsets": output_offsets,
+        }
+        if not v2 or d.bool():
+            args["num_dense_output_rows"] = d.int(0, rows)
+        return args
+
+    return make
+
+
+def inclusive_offsets(a, name):
+    """A 1-D int32/int64 inclusive offsets tensor (may be empty) and its values."""
+    t = tensor(a, name, INDEX_DTYPES, (1,))
+    return t, ints(t)
+
+
+def ref_index_select_2d(a):
+    values = tensor(a, "values", None, (2,))
+    _, in_ends = inclusive_offsets(a, "input_offsets")
+    out_t, out_ends = inclusive_offsets(a, "output_offsets")
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    require(indices.numel() >= len(out_ends), "one index per output segment")
+    if out_ends:
+        offsets_list(out_t, "output_offsets")
+    covered = out_ends[-1] if out_ends else 0
+    rows = a.get("num_dense_output_rows")
+    rows = covered if rows is None else rows
+    require(0 <= rows <= covered, "num_dense_output_rows in [0, covered rows]")
+    index = ints(indices)
+    for k, end in enumerate(out_ends):
+        begin = out_ends[k - 1] if k else 0
+        count = min(end, rows) - begin
+        if count <= 0:
+            continue
+        require(0 <= index[k] < len(in_ends), "index in range")
+        first = in_ends[index[k] - 1] if index[k] else 0
+        require(0 <= first and first + count <= values.shape[0], "rows within values")
+    return select_reference(values, indices, a["input_offsets"], out_t, rows)
+
+
+def make_index_add_2d(d):
+    gen = d.generator()
+    values, lengths, indices = make_jagged_selection(d, gen, d.choice(INDEX_DTYPES))
+    values = values.to(d.choice((F32, F64, I32, I64)) if d.bool() else values.dtype)
+    grad_lengths = lengths[indices.long()]
+    rows = int(grad_lengths.sum())
+    grad = torch.randint(-5, 6, (rows, values.shape[1]), generator=gen).to(values.dtype)
+    return {
+        "values": grad,
+        "indices": indices,
+        "input_offsets": grad_lengths.cumsum(0),
+        "output_offsets": lengths.cumsum(0),
+        "num_dense_input_rows": rows,
+        "num_output_rows": values.shape[0],
+    }
+
+
+def ref_index_add_2d(a):
+    values = tensor(a, "values", (I32, I64, *FLOAT_DTYPES), (2,))
+    in_t, in_ends = inclusive_offsets(a, "input_offsets")
+    _, out_ends = inclusive_offsets(a, "output_offsets")
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    require(indices.numel() >= len(in_ends), "one index per input segment")
+    num_output_rows = a["num_output_rows"]
+    require(num_output_rows >= 0, "num_output_rows >= 0")
+    if in_ends:
+        offsets_list(in_t, "input_offsets")
+    require(values.shape[0] <= (in_ends[-1] if in_ends else 0), "values rows covered")
+    index = ints(indices)
+    for k, end in enumerate(in_ends):
+        begin = in_ends[k - 1] if k else 0
+        count = min(end, values.shape[0]) - begin
+        if count <= 0:
+            continue
+        require(0 <= index[k] < len(out_ends), "index in range")
+        first = out_ends[index[k] - 1] if index[k] else 0
+        require(0 <= first and first + count <= num_output_rows, "rows within the output")
+    return add_reference(values, indices, in_t, a["output_offsets"], num_output_rows)
+
+
+def make_index_add_2d_v2(d):
+    args = make_index_add_2d(d)
+    return {**args, "num_output_rows": args.pop("num_output_rows")}
+
+
+def make_jagged_index_select(d):
+    gen = d.generator()
+    values, lengths, indices = make_jagged_selection(d, gen, d.choice(INDEX_DTYPES))
+    args = {"values": values, "lengths": lengths, "indices": indices}
+    if d.bool():
+        args["num_dense_output_rows"] = int(lengths[indices.long()].sum())
+    return args
+
+
+def ref_jagged_index_select(a):
+    values = tensor(a, "values", None, (2,))
+    lengths = tensor(a, "lengths", None, (1,))
+    require(not lengths.dtype.is_floating_point and lengths.dtype != torch.bool, "integer lengths")
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    require(all(0 <= i < lengths.numel() for i in ints(indices)), "indices in range")
+    require(all(x >= 0 for x in ints(lengths)), "lengths >= 0")
+    output_lengths = lengths[indices.long()]
+    out = ref_index_select_2d(
+        {
+            "values": values,
+            "indices": indices,
+            "input_offsets": lengths.long().cumsum(0),
+            "output_offsets": output_lengths.long().cumsum(0),
+            "num_dense_output_rows": a.get("num_dense_output_rows"),
+        }
+    )
+    return [out, output_lengths]
+
+
+def make_keyed_select(d):
+    gen = d.generator()
+    index_dtype = d.choice(INDEX_DTYPES)
+    batch_size, keys = d.int(1, 3), d.int(0, 3)
+    lengths = torch.randint(0, 3, (keys * batch_size,), generator=gen, dtype=index_dtype)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.long().cumsum(0)])
+    total = int(offsets[-1])
+    values = torch.randint(0, 100, (total,), generator=gen).to(d.choice((I64, F32, F16)))
+    indices = torch.randint(
+        0, batch_size, (d.int(0, 4),), generator=gen, dtype=d.choice(INDEX_DTYPES)
+    )
+    args = {
+        "values": values,
+        "lengths": lengths,
+        "offsets": offsets.to(d.choice(INDEX_DTYPES)),
+        "indices": indices,
+        "batch_size": batch_size,
+        "weights": torch.rand(total, generator=gen) if d.bool() else None,
+    }
+    if d.bool():
+        args["selected_lengths_sum"] = int(
+            keyed_select_reference(values, lengths, offsets, indices, batch_size)[0].shape[0]
+        )
+    return args
+
+
+def ref_keyed_select(a):
+    values = tensor(a, "values", None, (1,))
+    lengths = tensor(a, "lengths", INDEX_DTYPES, (1,))
+    offsets = tensor(a, "offsets", INDEX_DTYPES, (1,))
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    weights = optional_tensor(a, "weights", None, (1,))
+    batch_size = a["batch_size"]
+    require(weights is None or weights.numel() == values.numel(), "weights per value")
+    require(offsets.numel() == lengths.numel() + 1, "offsets size")
+    require(batch_size > 0 and lengths.numel() % batch_size == 0, "batch_size divides lengths")
+    hint = a.get("selected_lengths_sum")
+    require(hint is None or hint >= 0, "selected_lengths_sum >= 0")
+    require(all(0 <= i < batch_size for i in ints(indices)), "indices in range")
+    lens, offs = ints(lengths), ints(offsets)
+    require(all(x >= 0 for x in lens), "lengths >= 0")
+    num_batches = lengths.numel() // batch_size
+    total = 0
+    for key in range(num_batches):
+        for i in ints(indices):
+            s = key * batch_size + i
+            begin = 0 if s == 0 else offs[s]
+            require(0 <= begin and begin + lens[s] <= values.numel(), "segment within values")
+            total += lens[s]
+    require(hint is None or hint == total, "selected_lengths_sum matches")
+    return keyed_select_reference(values, lengths, offsets, indices, batch_size, weights)
+
+
+def make_unique_indices(d):
+    gen = d.generator()
+    dtype = d.choice(INDEX_DTYPES)
+    features, batch = d.int(1, 3), d.int(0, 3)
+    sizes = torch.randint(1, 4, (features,), generator=gen)
+    hsc = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    lengths = torch.randint(0, 3, (features * batch,), generator=gen)
+    bag_feature = torch.arange(features * batch) // max(batch, 1)
+    limits = sizes[bag_feature].repeat_interleave(lengths)
+    indices = (torch.rand(int(lengths.sum()), generator=gen) * limits).long()
+    return {
+        "hash_size_cumsum": hsc.to(dtype),
+        "hash_size_offsets": torch.arange(features + 1, dtype=dtype),
+        "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).to(dtype),
+        "indices": indices.to(dtype),
+    }
+
+
+def ref_unique_indices(a):
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    names = ("hash_size_cumsum", "hash_size_offsets", "offsets")
+    hsc, hso, offsets = (tensor(a, n, (indices.dtype,), (1,)) for n in names)
+    features = hsc.numel() - 1
+    require(features >= 1, "at least one feature")
+    require(hso.numel() == features + 1, "hash_size_offsets size")
+    require(offsets.numel() >= 1 and (offsets.numel() - 1) % features == 0, "offsets size")
+    cum = offsets_list(hsc, "hash_size_cumsum")
+    groups = offsets_list(hso, "hash_size_offsets")
+    require(groups[-1] <= features, "hash_size_offsets entries <= T")
+    offs = offsets_list(offsets, "offsets")
+    require(offs[0] == 0 and offs[-1] == indices.numel(), "offsets span the indices")
+    batch = (offsets.numel() - 1) // features
+    index = ints(indices)
+    for b in range(offsets.numel() - 1):
+        t = b // batch
+        size = cum[t + 1] - cum[t]
+        bounded = t + 1 < features and size > 0
+        for i in range(offs[b], offs[b + 1]):
+            require(index[i] >= 0 and (not bounded or index[i] < size), "index within its hash")
+            require(cum[t] + index[i] < 2**63, "linearized index within int64")
+    return unique_indices_reference(hsc, hso, offsets, indices)
 
 
 # --------------------------------------------------------------------------- sparse
@@ -1877,4 +2137,14 @@ CASES = [
     case("regroup_keyed_tensor", make_regroup, ref_regroup),
     case("permute_multi_embedding", make_permute_multi((False,)), ref_permute_multi),
     case("permute_multi_embedding_function", make_permute_multi((False, True)), ref_permute_multi),
+    # jagged: new ops
+    case("segment_sum_csr", make_segment_sum, ref_segment_sum),
+    case("asynchronous_batched_complete_cumsum", make_batched_cumsum, ref_batched_cumsum),
+    case("jagged_index_select_2d_forward", make_index_select_2d(False), ref_index_select_2d),
+    case("jagged_index_select_2d_forward_v2", make_index_select_2d(True), ref_index_select_2d),
+    case("jagged_index_add_2d_forward", make_index_add_2d, ref_index_add_2d),
+    case("jagged_index_add_2d_forward_v2", make_index_add_2d_v2, ref_index_add_2d),
+    case("jagged_index_select", make_jagged_index_select, ref_jagged_index_select),
+    case("keyed_jagged_index_select_dim1", make_keyed_select, ref_keyed_select),
+    case("jagged_unique_indices", make_unique_indices, ref_unique_indices),
 ]

@@ -26,7 +26,7 @@ import recops  # noqa: E402,F401  (registers the ops)
 
 # Workers split the op families; a family's cases are drawn uniformly. "tbe" is tbe_property.py.
 FAMILIES = {
-    "scans": ("cumsum", "offsets_range", "invert_permute", "gather", "index_select"),
+    "scans": ("cumsum", "offsets_range", "invert_permute", "gather", "index_select", "segment_sum"),
     "jagged": ("jagged", "dense_to_jagged"),
     "sparse": ("permute_", "block_bucketize"),
     "relative_bias": ("relative_attn_bias",),

@@ -51,6 +51,15 @@ def _python(code, hide_fbgemm, block_import=True):
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
+def _filled():
+    """What recops serves for FBGEMM at import: the keys FBGEMM leaves empty (ops it implements
+    on CUDA only), which recops keeps however the other ops are routed."""
+    bindings = {}
+    for name, key in sorted(_fbgemm.filled):
+        bindings.setdefault(name, []).append(key)
+    return bindings
+
+
 def _fbgemm_schema(name):
     return str(getattr(torch.ops.fbgemm, name).default._schema)
 
@@ -72,9 +81,10 @@ def test_recops_schemas_are_fbgemms_verbatim():
 
 
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
-def test_with_fbgemm_recops_binds_nothing_by_default():
-    # FBGEMM's CPU wheel has CPU kernels for every op: recops binds nothing on CPU.
-    assert recops.fbgemm_bindings == {}
+def test_with_fbgemm_recops_binds_only_what_fbgemm_lacks():
+    # FBGEMM's CPU wheel has CPU kernels for every op but the CUDA-only ones: recops fills those.
+    assert recops.fbgemm_bindings == _filled()
+    assert "keyed_jagged_index_select_dim1" in _filled()  # FBGEMM has it on CUDA only
 
 
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
@@ -84,7 +94,7 @@ def test_with_fbgemm_recops_binds_nothing_by_default():
 def test_import_order_does_not_matter(imports):
     report, _ = _python(imports + "\n" + _REPORT, hide_fbgemm=False)
     assert report["fbgemm_loaded"]
-    assert report["bindings"] == {}
+    assert report["bindings"] == _filled()
 
 
 # FBGEMM's CPU invert_permute does not check its input; recops' raises on a repeated entry, which
@@ -117,11 +127,10 @@ def test_use_for_fbgemm_routes_fbgemms_own_op_to_recops_without_warning(ops):
     assert not report["before"] and report["routed"] and not report["after"]
     expected = _fbgemm.FBGEMM_OPS if ops is None else ops
     # The CPU key, FBGEMM's AutogradCPU kernel where it has one, an op with no tensor argument at
-    # its composite key (recops._fbgemm._route_keys).
-    assert report["bindings"] == {
-        n: _fbgemm._route_keys(n, "CPU") for n in expected if n not in _fbgemm.COMPOSITES
-    }
-    assert report["after_bindings"] == {}
+    # its composite key (recops._fbgemm._route_keys); the keys recops fills for FBGEMM stay.
+    routed = {n: _fbgemm._route_keys(n, "CPU") for n in expected if n not in _fbgemm.COMPOSITES}
+    assert report["bindings"] == {**routed, **_filled()}
+    assert report["after_bindings"] == _filled()
     assert report["warnings"] == []
     assert "Overriding" not in stderr and "Warning" not in stderr
 
@@ -144,7 +153,7 @@ def test_use_for_fbgemm_results_and_gradients_match_fbgemms():
         actual = run()
     finally:
         recops.use_for_fbgemm(enable=False)
-    assert recops.fbgemm_bindings == {}
+    assert recops.fbgemm_bindings == _filled()
     for a, e in zip(actual, expected, strict=True):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
 

@@ -582,6 +582,87 @@ def write_sweep(records: list[dict], limits) -> None:
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------- jagged: new ops
+def new_jagged_cases(gen) -> list[Case]:
+    """segment_sum_csr, asynchronous_batched_complete_cumsum, jagged_index_select and its 2-D
+    forward / gradient op, on torchrec KJT-pooling-like sizes. The torch references follow FBGEMM's
+    CPU ops: segment_sum_csr as aten's segment_reduce over the scaled offsets, the batched cumsum as
+    cumsum per row, jagged_index_select as a gather of the selected rows (repeat_interleave of the
+    selected segments' starts plus each row's position) and its gradient as index_add_ into them.
+    Values are small integers so that every implementation's sums are exact and agree."""
+    cases = []
+    num_segments, batch_size = 20000, 16
+    seg_lengths = torch.randint(0, 20, (num_segments,), generator=gen)
+    csr = F.pad(seg_lengths.cumsum(0), (1, 0))
+    values = torch.randint(-3, 4, (int(csr[-1]) * batch_size,), generator=gen).float()
+    cases.append(
+        Case(
+            f"segment_sum_csr S={num_segments} B={batch_size} fp32",
+            {
+                "recops": lambda: R.segment_sum_csr(batch_size, csr, values),
+                "fbgemm": lambda: FB.segment_sum_csr(batch_size, csr, values),
+                "torch": lambda: torch.segment_reduce(values, "sum", offsets=csr * batch_size),
+            },
+            _nbytes(values, csr) + num_segments * 4,
+        )
+    )
+    rows, cols = 2048, 1024
+    x = torch.randint(0, 100, (rows, cols), generator=gen)
+    cases.append(
+        Case(
+            f"batched_complete_cumsum {rows}x{cols} int64",
+            {
+                "recops": lambda: R.asynchronous_batched_complete_cumsum(x),
+                "fbgemm": lambda: FB.asynchronous_batched_complete_cumsum(x),
+                "torch": lambda: F.pad(torch.cumsum(x, 1), (1, 0)),
+            },
+            (x.numel() + rows * (cols + 1)) * 8,
+        )
+    )
+    num_in, max_len, dim, count = 4096, 64, 64, 8192
+    lengths = torch.randint(0, max_len, (num_in,), generator=gen)
+    jagged = torch.randint(-8, 8, (int(lengths.sum()), dim), generator=gen).float()
+    indices = torch.randint(0, num_in, (count,), generator=gen)
+    out_lengths = lengths[indices]
+    in_offsets, out_offsets = lengths.cumsum(0), out_lengths.cumsum(0)
+    out_rows = int(out_offsets[-1])
+    starts = in_offsets - lengths
+
+    def torch_rows():
+        first = starts[indices].repeat_interleave(out_lengths)
+        position = torch.arange(out_rows) - (out_offsets - out_lengths).repeat_interleave(
+            out_lengths
+        )
+        return first + position
+
+    grad = torch.randint(-8, 8, (out_rows, dim), generator=gen).float()
+    tag = f"N={num_in} L<{max_len} D={dim} select {count} fp32"
+    cases.append(
+        Case(
+            f"jagged_index_select {tag}",
+            {
+                "recops": lambda: R.jagged_index_select(jagged, lengths, indices),
+                "fbgemm": lambda: FB.jagged_index_select(jagged, lengths, indices),
+                "torch": lambda: [jagged[torch_rows()], lengths[indices]],
+            },
+            2 * out_rows * dim * 4 + _nbytes(lengths, indices),
+        )
+    )
+    add_args = (grad, indices, out_offsets, in_offsets, out_rows, jagged.shape[0])
+    cases.append(
+        Case(
+            f"jagged_index_add_2d_forward {tag}",
+            {
+                "recops": lambda: R.jagged_index_add_2d_forward(*add_args),
+                "fbgemm": lambda: FB.jagged_index_add_2d_forward(*add_args),
+                "torch": lambda: torch.zeros_like(jagged).index_add_(0, torch_rows(), grad),
+            },
+            (2 * out_rows + 2 * jagged.shape[0]) * dim * 4,
+        )
+    )
+    return cases
+
+
 # --------------------------------------------------------------------------- entry point
 def run(limits) -> list[Row]:
     gen = torch.Generator().manual_seed(0)
@@ -592,6 +673,7 @@ def run(limits) -> list[Row]:
         lambda: permute_pooled_cases(gen),
         lambda: block_bucketize_cases(gen),
         lambda: new_sparse_cases(gen),
+        lambda: new_jagged_cases(gen),
         lambda: map(
             _with_copy_reference, jagged_dense_cases(LARGE, 1024, 512, 128, torch.float, gen)
         ),

@@ -38,6 +38,9 @@ torch::CppFunction fbgemm_composite(const std::string& name) {
   if (name == "jagged_to_padded_dense") {
     return torch::CppFunction(TORCH_FN(jagged::jagged_to_padded_dense<kFbgemmNamespace>));
   }
+  if (name == "jagged_index_select") {
+    return torch::CppFunction(TORCH_FN(jagged::jagged_index_select<kFbgemmNamespace>));
+  }
   TORCH_CHECK(name == "dense_to_jagged", "recops has no fbgemm composite for op '", name, "'");
   return torch::CppFunction(TORCH_FN(jagged::dense_to_jagged<kFbgemmNamespace>));
 }

@@ -68,11 +68,44 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "int padding_value) -> Tensor",
       pt2);
   m.def("offsets_range(Tensor offsets, SymInt range_size) -> Tensor", pt2);
+  m.def("asynchronous_batched_complete_cumsum(Tensor values) -> Tensor", pt2);
+  m.def("segment_sum_csr(SymInt batch_size, Tensor csr_seg, Tensor values) -> Tensor", pt2);
+  m.def(
+      "jagged_index_select(Tensor values, Tensor lengths, Tensor indices, "
+      "int? num_dense_output_rows=None) -> Tensor[]",
+      pt2);
+  m.def(
+      "jagged_index_select_2d_forward(Tensor values, Tensor indices, Tensor input_offsets, "
+      "Tensor output_offsets, int num_dense_output_rows) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_index_select_2d_forward_v2(Tensor values, Tensor indices, Tensor input_offsets, "
+      "Tensor output_offsets, int? num_dense_output_rows=None) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_index_add_2d_forward(Tensor values, Tensor indices, Tensor input_offsets, "
+      "Tensor output_offsets, int num_dense_input_rows, int num_output_rows) -> Tensor",
+      pt2);
+  m.def(
+      "jagged_index_add_2d_forward_v2(Tensor values, Tensor indices, Tensor input_offsets, "
+      "Tensor output_offsets, SymInt num_output_rows, SymInt num_dense_input_rows) -> Tensor",
+      pt2);
+  m.def(
+      "keyed_jagged_index_select_dim1(Tensor values, Tensor lengths, Tensor offsets, "
+      "Tensor indices, SymInt batch_size, Tensor? weights=None, "
+      "SymInt? selected_lengths_sum=None) -> Tensor[]",
+      pt2);
+  m.def(
+      "jagged_unique_indices(Tensor hash_size_cumsum, Tensor hash_size_offsets, Tensor offsets, "
+      "Tensor indices) -> (Tensor, Tensor, Tensor, Tensor)",
+      pt2);
 
   m.impl("jagged_to_padded_dense", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(recops::jagged::jagged_to_padded_dense<recops::jagged::kRecopsNamespace>));
   m.impl("dense_to_jagged", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(recops::jagged::dense_to_jagged<recops::jagged::kRecopsNamespace>));
+  m.impl("jagged_index_select", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(recops::jagged::jagged_index_select<recops::jagged::kRecopsNamespace>));
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
@@ -86,4 +119,12 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("jagged_2d_to_dense", TORCH_FN(jagged_2d_to_dense));
   m.impl("jagged_1d_to_dense", TORCH_FN(jagged_1d_to_dense));
   m.impl("offsets_range", TORCH_FN(offsets_range));
+  m.impl("asynchronous_batched_complete_cumsum", TORCH_FN(asynchronous_batched_complete_cumsum));
+  m.impl("segment_sum_csr", TORCH_FN(segment_sum_csr));
+  m.impl("jagged_index_select_2d_forward", TORCH_FN(jagged_index_select_2d_forward));
+  m.impl("jagged_index_select_2d_forward_v2", TORCH_FN(jagged_index_select_2d_forward_v2));
+  m.impl("jagged_index_add_2d_forward", TORCH_FN(jagged_index_add_2d_forward));
+  m.impl("jagged_index_add_2d_forward_v2", TORCH_FN(jagged_index_add_2d_forward_v2));
+  m.impl("keyed_jagged_index_select_dim1", TORCH_FN(keyed_jagged_index_select_dim1));
+  m.impl("jagged_unique_indices", TORCH_FN(jagged_unique_indices));
 }

@@ -13,6 +13,35 @@ namespace recops::jagged {
 at::Tensor asynchronous_complete_cumsum(const at::Tensor& t_in);
 at::Tensor asynchronous_exclusive_cumsum(const at::Tensor& t_in);
 at::Tensor asynchronous_inclusive_cumsum(const at::Tensor& t_in);
+at::Tensor asynchronous_batched_complete_cumsum(const at::Tensor& values);
+
+at::Tensor segment_sum_csr(int64_t batch_size, const at::Tensor& csr_seg, const at::Tensor& values);
+
+at::Tensor jagged_index_select_2d_forward(const at::Tensor& values, const at::Tensor& indices,
+                                          const at::Tensor& input_offsets,
+                                          const at::Tensor& output_offsets,
+                                          int64_t num_dense_output_rows);
+at::Tensor jagged_index_select_2d_forward_v2(const at::Tensor& values, const at::Tensor& indices,
+                                             const at::Tensor& input_offsets,
+                                             const at::Tensor& output_offsets,
+                                             std::optional<int64_t> num_dense_output_rows);
+at::Tensor jagged_index_add_2d_forward(const at::Tensor& values, const at::Tensor& indices,
+                                       const at::Tensor& input_offsets,
+                                       const at::Tensor& output_offsets,
+                                       int64_t num_dense_input_rows, int64_t num_output_rows);
+at::Tensor jagged_index_add_2d_forward_v2(const at::Tensor& values, const at::Tensor& indices,
+                                          const at::Tensor& input_offsets,
+                                          const at::Tensor& output_offsets, int64_t num_output_rows,
+                                          int64_t num_dense_input_rows);
+
+std::vector<at::Tensor> keyed_jagged_index_select_dim1(
+    const at::Tensor& values, const at::Tensor& lengths, const at::Tensor& offsets,
+    const at::Tensor& indices, int64_t batch_size, const std::optional<at::Tensor>& weights,
+    std::optional<int64_t> selected_lengths_sum);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> jagged_unique_indices(
+    const at::Tensor& hash_size_cumsum, const at::Tensor& hash_size_offsets,
+    const at::Tensor& offsets, const at::Tensor& indices);
 
 at::Tensor jagged_to_padded_dense_forward(const at::Tensor& values, at::TensorList offsets,
                                           at::IntArrayRef max_lengths, double padding_value);
@@ -40,5 +69,9 @@ template <const char* Namespace>
 std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged(const at::Tensor& dense,
                                                                 at::TensorList x_offsets,
                                                                 std::optional<c10::SymInt> total_L);
+template <const char* Namespace>
+std::vector<at::Tensor> jagged_index_select(const at::Tensor& values, const at::Tensor& lengths,
+                                            const at::Tensor& indices,
+                                            std::optional<int64_t> num_dense_output_rows);
 
 }  // namespace recops::jagged
