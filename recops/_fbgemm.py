@@ -48,6 +48,13 @@ FBGEMM_OPS = (
     "zero_collision_hash",
     "check_feature_gate_key",
     "is_uvm_tensor",
+    # index select: row gathers of several tables (torchrec's EBC with inverse indices, sharded EBC)
+    "group_index_select_dim0",
+    "group_index_select_dim0_gpu_impl",
+    "group_index_select_dim0_gpu_backward",
+    "batch_index_select_dim0",
+    "batch_index_select_dim0_tensor",
+    "batch_index_select_dim0_backward_cpu_impl",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged")
@@ -59,6 +66,7 @@ CPU_OVERRIDE_VARIABLE = "RECOPS_FBGEMM_CPU_OVERRIDE"
 
 _library = None  # the torch.library.Library holding the fbgemm schemas recops defined
 bound: dict[str, str | list[str]] = {}  # op -> "defined", or the keys recops serves
+_filled: dict[str, list[str]] = {}  # keys FBGEMM left empty, served by recops from bind() on
 
 
 def import_fbgemm() -> bool:
@@ -141,6 +149,7 @@ def bind() -> dict[str, str | list[str]]:
             for key in _BACKEND_KEYS.values():
                 if _has_kernel(f"recops::{name}", key) and not _has_kernel(qualname, key):
                     _serve(name, [key])
+                    _filled.setdefault(name, []).append(key)
     if os.environ.get(CPU_OVERRIDE_VARIABLE) == "1":
         use_for_fbgemm()
     return bound
@@ -197,5 +206,8 @@ def use_for_fbgemm(
             continue
         if enable and not (_has_kernel(f"recops::{name}", key) or _tensorless(name)):
             raise NotImplementedError(f"recops has no {device} kernel for {name}")
-        _serve(name, _route_keys(name, key), enable)
+        keys = _route_keys(name, key)
+        if not enable:  # keys FBGEMM has no kernel for stay recops'
+            keys = [k for k in keys if k not in _filled.get(name, ())]
+        _serve(name, keys, enable)
     return bound
