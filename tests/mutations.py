@@ -38,6 +38,9 @@ SIZE_ARGUMENTS = (
     "num_buckets",
     "my_size",
     "size",  # create_zch_buffer
+    "output_shape_group",  # the index select backwards' table shapes
+    "input_rows",
+    "input_columns",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

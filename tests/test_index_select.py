@@ -219,7 +219,7 @@ def test_batch_backward_cpu_impl_matches_reference():
         grad = torch.randn(sum(n * c for n, c in zip(num, cols, strict=True)))
         n, r, c = (torch.tensor(v) for v in (num, rows, cols))
         actual = ops.batch_index_select_dim0_backward_cpu_impl(
-            grad, indices, n, n, r, c, permute, torch.tensor([48])
+            grad, indices, n, n, r, c, permute, torch.tensor([34])
         )
         expected = reference_batch_backward(grad, indices, num, rows, cols, permute)
         torch.testing.assert_close(actual, expected)
@@ -351,7 +351,7 @@ def test_opcheck():
     )
     torch.library.opcheck(
         ops.batch_index_select_dim0_backward_cpu_impl,
-        (torch.randn(36, dtype=torch.float64), index, n, n, r, c, False, torch.tensor([48])),
+        (torch.randn(36, dtype=torch.float64), index, n, n, r, c, False, torch.tensor([34])),
         test_utils=utils,
     )
 

@@ -87,13 +87,13 @@ BatchLayout layout_of(std::vector<int64_t> num_indices, std::vector<int64_t> row
     l.output_offset.push_back(permute ? l.total_columns : l.output_numel);
     l.input_numel = checked_sum(l.input_numel,
                                 checked_product(rows[i], columns[i], "input_rows * input_columns"),
-                                "the sum of input_rows * input_columns");
-    l.index_numel = checked_sum(l.index_numel, num_indices[i], "the sum of input_num_indices");
+                                "input_rows * input_columns summed");
+    l.index_numel = checked_sum(l.index_numel, num_indices[i], "input_num_indices summed");
     l.output_numel = checked_sum(
         l.output_numel,
         checked_product(num_indices[i], columns[i], "input_num_indices * input_columns"),
-        "the output size");
-    l.total_columns = checked_sum(l.total_columns, columns[i], "the sum of input_columns");
+        "input_num_indices * input_columns summed");
+    l.total_columns = checked_sum(l.total_columns, columns[i], "input_columns summed");
   }
   l.num_indices = std::move(num_indices);
   l.rows = std::move(rows);
@@ -235,7 +235,8 @@ at::Tensor batch_index_select_dim0_backward_cpu_impl(
   TORCH_CHECK(saved_tensor.scalar_type() == at::kLong && saved_tensor.numel() >= 1,
               "saved_tensor must be an int64 tensor holding the forward input's numel, got ",
               saved_tensor.scalar_type(), " of shape ", saved_tensor.sizes());
-  if (saved_tensor.contiguous().const_data_ptr<int64_t>()[0] == 0) {
+  const int64_t saved_numel = saved_tensor.contiguous().const_data_ptr<int64_t>()[0];
+  if (saved_numel == 0) {
     return at::empty({0}, grad_output.options());
   }
   std::vector<int64_t> num = int64_list(input_num_indices, "input_num_indices");
@@ -246,9 +247,12 @@ at::Tensor batch_index_select_dim0_backward_cpu_impl(
   check_same_length(num, "input_num_indices", columns, "input_columns");
   TORCH_CHECK(numels == num, "indices_numels must equal input_num_indices (each table's ",
               "gradient rows take its indices), got ", indices_numels, " and ", input_num_indices);
-  return select_backward(grad_output, indices,
-                         layout_of(std::move(num), std::move(rows), std::move(columns),
-                                   permute_output_dim_0_1, /*strict=*/false));
+  const BatchLayout layout = layout_of(std::move(num), std::move(rows), std::move(columns),
+                                       permute_output_dim_0_1, /*strict=*/false);
+  TORCH_CHECK_VALUE(saved_numel == layout.input_numel,
+                    "saved_tensor[0] (the forward input's numel) must equal sum(input_rows * ",
+                    "input_columns) = ", layout.input_numel, ", got ", saved_numel);
+  return select_backward(grad_output, indices, layout);
 }
 
 }  // namespace recops::gather

@@ -88,7 +88,7 @@ std::vector<at::Tensor> group_index_select_dim0(at::TensorList input_group,
 std::vector<at::Tensor> group_index_select_dim0_gpu_impl(at::TensorList inputs,
                                                          int64_t group_size) {
   TORCH_CHECK(group_size >= 0, "group_size must be >= 0, got ", group_size);
-  TORCH_CHECK(static_cast<int64_t>(inputs.size()) >= 2 * group_size,
+  TORCH_CHECK(group_size <= static_cast<int64_t>(inputs.size()) / 2,
               "inputs must hold group_size (", group_size,
               ") index tensors followed by as many input tensors, got ", inputs.size(), " tensors");
   std::vector<at::Tensor> outputs =
@@ -120,7 +120,10 @@ std::vector<at::Tensor> group_index_select_dim0_gpu_backward(at::TensorList inpu
     TORCH_CHECK_VALUE(output_shape_group[i] >= 0, "output_shape_group entries must be >= 0, got ",
                       "output_shape_group[", i, "] = ", output_shape_group[i]);
   }
-  const FloatKind kind = float_kind(first_input.scalar_type(), "the first forward input");
+  const std::string first_name =
+      "inputs[" + std::to_string(2 * group_size + 2) + "] (the first forward input)";
+  check_cpu(first_input, first_name.c_str());
+  const FloatKind kind = float_kind(first_input.scalar_type(), first_name.c_str());
   const at::TensorOptions options = first_input.options();
 
   std::vector<at::Tensor> outputs;
