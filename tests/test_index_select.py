@@ -411,3 +411,14 @@ def test_batch_bad_input():
         )
     with pytest.raises(RuntimeError, match="grad_output must hold 36 elements"):
         ops.batch_index_select_dim0_backward(torch.ones(35), index, num, rows, cols, False)
+
+
+def test_fbgemm_batch_select_runs_under_inference_mode():
+    # FBGEMM registers batch_index_select_dim0 at AutogradCPU only; inference mode skips autograd
+    # keys and reaches the CPU key, which recops fills when FBGEMM is installed (and defines when
+    # it is not).
+    rows, cols, num = [5, 7], [4, 2], [6, 6]
+    x, index = random_batch(rows, cols, num)
+    with torch.inference_mode():
+        out = torch.ops.fbgemm.batch_index_select_dim0(x, index, num, rows, cols, True)
+    assert torch.equal(out, reference_batch(x, index, num, rows, cols, True))
