@@ -70,6 +70,13 @@ FBGEMM_OPS = (
     "jagged_index_add_2d_forward_v2",
     "keyed_jagged_index_select_dim1",
     "jagged_unique_indices",
+    # index select: row gathers of several tables (torchrec's EBC with inverse indices, sharded EBC)
+    "group_index_select_dim0",
+    "group_index_select_dim0_gpu_impl",
+    "group_index_select_dim0_gpu_backward",
+    "batch_index_select_dim0",
+    "batch_index_select_dim0_tensor",
+    "batch_index_select_dim0_backward_cpu_impl",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")
@@ -82,7 +89,7 @@ CPU_OVERRIDE_VARIABLE = "RECOPS_FBGEMM_CPU_OVERRIDE"
 _library = None  # the torch.library.Library holding the fbgemm schemas recops defined
 bound: dict[str, str | list[str]] = {}  # op -> "defined", or the keys recops serves
 # (op, key) that recops serves because FBGEMM has no kernel there (e.g. ops FBGEMM implements on
-# CUDA only): use_for_fbgemm leaves them alone, having no FBGEMM kernel to give the key back to.
+# CUDA only): use_for_fbgemm(enable=False) keeps them, having no FBGEMM kernel to give them to.
 filled: set[tuple[str, str]] = set()
 
 
@@ -227,9 +234,12 @@ def use_for_fbgemm(
     """
     key = _device_key(device)
     for name in _kernel_ops(ops):
-        if bound.get(name) == "defined" or (name, key) in filled:
+        if bound.get(name) == "defined":
             continue
         if enable and not (_has_kernel(f"recops::{name}", key) or _tensorless(name)):
             raise NotImplementedError(f"recops has no {device} kernel for {name}")
-        _serve(name, _route_keys(name, key), enable)
+        keys = _route_keys(name, key)
+        if not enable:  # keys FBGEMM has no kernel for stay recops'
+            keys = [k for k in keys if (name, k) not in filled]
+        _serve(name, keys, enable)
     return bound

@@ -41,6 +41,9 @@ SIZE_ARGUMENTS = (
     "out_lengths",
     "num_output_rows",
     "num_dense_output_rows",
+    "output_shape_group",  # the index select backwards' table shapes
+    "input_rows",
+    "input_columns",
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 

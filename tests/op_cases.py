@@ -1982,6 +1982,129 @@ def make_permute_multi(reverse_choices):
             args["reverse"] = True
         return args
 
+
+# --------------------------------------------------------------------------- index select
+def make_group_select(d):
+    """2 to 3 groups of tables (any element dtype, rows of 0 to 2 dims) and row indices."""
+    gen = d.generator()
+    dtype = d.choice(ELEMENT_DTYPES)
+    row_shape = [d.int(0, 3) for _ in range(d.int(0, 2))]
+    inputs, indices = [], []
+    for _ in range(d.int(2, 3)):
+        rows = d.int(1, 6)
+        inputs.append((torch.randn(rows, *row_shape, generator=gen) * 5).to(dtype))
+        index = torch.randint(0, rows, (d.int(0, 6),), generator=gen, dtype=d.choice(INDEX_DTYPES))
+        indices.append(index)
+    return {"input_group": inputs, "indices_group": indices}
+
+
+def selected_groups(inputs, indices, inputs_name, indices_name):
+    """index_select(0) of each group (as many as index tensors; extra inputs are ignored)."""
+    require(isinstance(inputs, list | tuple) and isinstance(indices, list | tuple), "lists")
+    require(len(inputs) >= len(indices), f"{inputs_name} as long as {indices_name}")
+    out = []
+    for x, index in zip(inputs[: len(indices)], indices, strict=True):
+        require(x.device.type == "cpu" and x.dim() >= 1, f"{inputs_name} on cpu, with rows")
+        require(index.device.type == "cpu", f"{indices_name} on cpu")
+        require(index.dtype in INDEX_DTYPES and index.dim() <= 1, f"{indices_name} int, 1-D")
+        require(all(0 <= i < x.shape[0] for i in ints(index)), f"{indices_name} in range")
+        out.append(x.index_select(0, index.reshape(-1).long()))
+    return out
+
+
+def ref_group_select(a):
+    return selected_groups(a["input_group"], a["indices_group"], "input_group", "indices_group")
+
+
+def make_group_gpu_impl(d):
+    args = make_group_select(d)
+    indices = args["indices_group"]
+    return {"inputs": [*indices, *args["input_group"]], "group_size": len(indices)}
+
+
+def ref_group_gpu_impl(a):
+    inputs, group_size = a["inputs"], a["group_size"]
+    require(0 <= group_size <= len(inputs) // 2, "group_size in range")
+    out = selected_groups(
+        inputs[group_size : 2 * group_size], inputs[:group_size], "inputs", "inputs"
+    )
+    return [*out, torch.empty(0, dtype=I64), torch.empty(0, dtype=I64)]
+
+
+def make_group_gpu_backward(d):
+    """FBGEMM's packing: output gradients, indices, two saved tensors, the first input."""
+    gen = d.generator()
+    dtype = d.choice(FLOAT_DTYPES)
+    row_shape = [d.int(0, 3) for _ in range(d.int(0, 2))]
+    grads, indices, shapes = [], [], []
+    for _ in range(d.int(2, 3)):
+        rows = d.int(1, 6)
+        index = torch.randint(0, rows, (d.int(0, 6),), generator=gen, dtype=d.choice(INDEX_DTYPES))
+        grads.append(torch.randn(index.numel(), *row_shape, generator=gen).to(dtype))
+        indices.append(index)
+        shapes += [rows, *row_shape]
+    first = torch.randn(shapes[0], *row_shape, generator=gen).to(dtype)
+    saved = [torch.empty(0, dtype=I64), torch.empty(0, dtype=I64)]
+    return {"inputs": [*grads, *indices, *saved, first], "output_shape_group": shapes}
+
+
+def ref_group_gpu_backward(a):
+    inputs, shapes = a["inputs"], a["output_shape_group"]
+    require(len(inputs) >= 3, "inputs has at least 3 tensors")
+    group_size = (len(inputs) - 3) // 2
+    first = inputs[2 * group_size + 2]
+    require(first.device.type == "cpu" and first.dim() >= 1, "first input on cpu, with rows")
+    require(first.dtype in FLOAT_DTYPES, "first input floating")
+    dim = first.dim()
+    require(len(shapes) == group_size * dim, "output_shape_group: dim sizes per group")
+    require(all(s >= 0 for s in shapes), "output_shape_group >= 0")
+    out = []
+    for g in range(group_size):
+        grad, index = inputs[g], inputs[group_size + g]
+        shape = shapes[g * dim : (g + 1) * dim]
+        require(grad.device.type == "cpu" and index.device.type == "cpu", "inputs on cpu")
+        require(index.dtype in INDEX_DTYPES and index.dim() <= 1, "indices int, 1-D")
+        require(list(grad.shape) == [index.numel(), *shape[1:]], "grad shape")
+        require(grad.dtype in FLOAT_DTYPES, "grad floating")
+        require(all(0 <= i < shape[0] for i in ints(index)), "indices in range")
+        acc = torch.zeros(shape, dtype=F64)
+        acc.index_add_(0, index.reshape(-1).long(), grad.to(first.dtype).double())
+        out.append(acc.to(first.dtype))
+    return [*(torch.empty(0, dtype=I64) for _ in range(group_size)), *out]
+
+
+def make_batch_select(tensor_form):
+    """2 to 3 tables of rows x columns elements packed in `inputs`, row indices per table."""
+
+    def make(d):
+        gen = d.generator()
+        permute = d.bool()
+        tables = d.int(2, 3)
+        rows = [d.int(1, 5) for _ in range(tables)]
+        cols = [d.int(1, 4) for _ in range(tables)]
+        num = [d.int(1, 5)] * tables if permute else [d.int(1, 5) for _ in range(tables)]
+        dtype = d.choice(ELEMENT_DTYPES)
+        index_dtype = d.choice(INDEX_DTYPES)
+        inputs = (
+            torch.randn(sum(r * c for r, c in zip(rows, cols, strict=True)), generator=gen) * 5
+        ).to(dtype)
+        indices = torch.cat(
+            [
+                torch.randint(0, r, (n,), generator=gen, dtype=index_dtype)
+                for r, n in zip(rows, num, strict=True)
+            ]
+        )
+        sizes = [num, rows, cols]
+        if tensor_form:
+            sizes = [torch.tensor(v, dtype=I64) for v in sizes]
+        names = ("input_num_indices", "input_rows", "input_columns")
+        return {
+            "inputs": inputs,
+            "indices": indices,
+            **dict(zip(names, sizes, strict=True)),
+            "permute_output_dim_0_1": permute,
+        }
+
     return make
 
 
@@ -2026,6 +2149,119 @@ def ref_merge(a):
         raise Invalid(f"torch.cat rejects: {e}") from e
     require(torch.can_cast(joined.dtype, first.dtype), "the result casts to the first dtype")
     return joined.to(first.dtype)
+
+
+def batch_sizes(a, tensor_form):
+    names = ("input_num_indices", "input_rows", "input_columns")
+    if tensor_form:
+        lists = [ints(tensor(a, n, (I64,), (1,))) for n in names]
+    else:
+        lists = [list(a[n]) for n in names]
+    require(len(lists[1]) == len(lists[0]) and len(lists[2]) == len(lists[0]), "one size each")
+    return lists
+
+
+def batch_layout(num, rows, cols, permute, strict):
+    """Validates the sizes; returns (input numel, index numel, output numel)."""
+    low = 1 if strict else 0
+    require(all(r >= low for r in rows) and all(c >= low for c in cols), "rows, columns")
+    if permute:
+        require(len(num) > 0 and num[0] >= low, "input_num_indices[0]")
+        require(all(n == num[0] for n in num), "input_num_indices equal")
+    else:
+        require(all(n >= low for n in num), "input_num_indices")
+    products = [r * c for r, c in zip(rows, cols, strict=True)]
+    products += [n * c for n, c in zip(num, cols, strict=True)]
+    require(all(p < 2**63 for p in products), "products in int64")
+    sums = (
+        sum(r * c for r, c in zip(rows, cols, strict=True)),
+        sum(num),
+        sum(n * c for n, c in zip(num, cols, strict=True)),
+        sum(cols),
+    )
+    require(all(t < 2**63 for t in sums), "sums in int64")
+    return sums[:3]
+
+
+def batch_indices(a, num, rows):
+    indices = tensor(a, "indices", INDEX_DTYPES, (1,))
+    require(indices.numel() == sum(num), "indices: sum(input_num_indices)")
+    parts = torch.split(indices.long(), num)
+    for part, r in zip(parts, rows, strict=True):
+        require(all(0 <= i < r for i in ints(part)), "indices in range")
+    return parts
+
+
+def ref_batch_select(tensor_form):
+    def ref(a):
+        num, rows, cols = batch_sizes(a, tensor_form)
+        inputs = tensor(a, "inputs")
+        if inputs.numel() == 0:
+            return inputs.new_empty(0)
+        require(inputs.dim() == 1, "inputs 1-D")
+        permute = a.get("permute_output_dim_0_1", False)
+        input_numel, _, _ = batch_layout(num, rows, cols, permute, True)
+        require(inputs.numel() == input_numel, "inputs: sum(rows * columns)")
+        parts = batch_indices(a, num, rows)
+        tables = torch.split(inputs, [r * c for r, c in zip(rows, cols, strict=True)])
+        outs = [t.view(r, c)[i] for t, i, r, c in zip(tables, parts, rows, cols, strict=True)]
+        if permute:
+            return torch.cat(outs, dim=1).flatten()
+        return torch.cat([o.flatten() for o in outs])
+
+    return ref
+
+
+def make_batch_backward(tensor_form):
+    def make(d):
+        args = make_batch_select(tensor_form)(d)
+        out = ref_batch_select(tensor_form)(args)
+        grad = torch.randn(out.shape, generator=d.generator()).to(d.choice(FLOAT_DTYPES))
+        del args["inputs"]
+        if tensor_form:
+            numel = sum(
+                r * c
+                for r, c in zip(ints(args["input_rows"]), ints(args["input_columns"]), strict=True)
+            )
+            args["indices_numels"] = args["input_num_indices"].clone()
+            args["saved_tensor"] = torch.tensor([numel])
+        return {"grad_output": grad, **args}
+
+    return make
+
+
+def ref_batch_backward(tensor_form):
+    def ref(a):
+        if tensor_form:
+            saved = tensor(a, "saved_tensor", (I64,))
+            require(saved.numel() >= 1, "saved_tensor not empty")
+            if ints(saved)[0] == 0:
+                return torch.empty(0, dtype=a["grad_output"].dtype)
+        num, rows, cols = batch_sizes(a, tensor_form)
+        if tensor_form:
+            numels = ints(tensor(a, "indices_numels", (I64,), (1,)))
+            require(numels == num, "indices_numels == input_num_indices")
+        permute = a["permute_output_dim_0_1"]
+        input_numel, _, output_numel = batch_layout(num, rows, cols, permute, False)
+        if tensor_form:
+            require(ints(a["saved_tensor"])[0] == input_numel, "saved_tensor: the input numel")
+        grad = tensor(a, "grad_output", FLOAT_DTYPES, (1,))
+        require(grad.numel() == output_numel, "grad_output: the output's numel")
+        parts = batch_indices(a, num, rows)
+        if permute:
+            grads = torch.split(grad.view(num[0], sum(cols)), cols, dim=1)
+        else:
+            sizes = [n * c for n, c in zip(num, cols, strict=True)]
+            grads = [
+                g.reshape(n, c) for g, n, c in zip(torch.split(grad, sizes), num, cols, strict=True)
+            ]
+        out = [
+            torch.zeros(r, c, dtype=F64).index_add_(0, i, g.double()).flatten()
+            for g, i, r, c in zip(grads, parts, rows, cols, strict=True)
+        ]
+        return torch.cat([*out, torch.empty(0, dtype=F64)]).to(grad.dtype)
+
+    return ref
 
 
 # --------------------------------------------------------------------------- the catalogue
@@ -2147,4 +2383,16 @@ CASES = [
     case("jagged_index_select", make_jagged_index_select, ref_jagged_index_select),
     case("keyed_jagged_index_select_dim1", make_keyed_select, ref_keyed_select),
     case("jagged_unique_indices", make_unique_indices, ref_unique_indices),
+    # index select: new ops
+    case("group_index_select_dim0", make_group_select, ref_group_select),
+    case("group_index_select_dim0_gpu_impl", make_group_gpu_impl, ref_group_gpu_impl),
+    case("group_index_select_dim0_gpu_backward", make_group_gpu_backward, ref_group_gpu_backward),
+    case("batch_index_select_dim0", make_batch_select(False), ref_batch_select(False)),
+    case("batch_index_select_dim0_tensor", make_batch_select(True), ref_batch_select(True)),
+    case("batch_index_select_dim0_backward", make_batch_backward(False), ref_batch_backward(False)),
+    case(
+        "batch_index_select_dim0_backward_cpu_impl",
+        make_batch_backward(True),
+        ref_batch_backward(True),
+    ),
 ]

@@ -85,6 +85,9 @@ def test_with_fbgemm_recops_binds_only_what_fbgemm_lacks():
     # FBGEMM's CPU wheel has CPU kernels for every op but the CUDA-only ones: recops fills those.
     assert recops.fbgemm_bindings == _filled()
     assert "keyed_jagged_index_select_dim1" in _filled()  # FBGEMM has it on CUDA only
+    # FBGEMM registers these at AutogradCPU only (its autograd calls CPU helper ops): the CPU key,
+    # reached under inference mode, is empty.
+    assert _filled()["batch_index_select_dim0"] == ["CPU"]
 
 
 @pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")

@@ -1,4 +1,6 @@
-"""Rank-1 gather and the relative attention bias (issue 3) against their PyTorch formulations.
+"""Rank-1 gather and the relative attention bias (issue 3) against their PyTorch formulations, and
+FBGEMM's index_select_dim0 family (group_index_select_dim0, batch_index_select_dim0) against
+FBGEMM's CPU kernels and the torch composition.
 
 Each case runs with the default thread count and again with one thread (per-core efficiency, and
 a view that other processes competing for the cores disturb less). Every recops result is checked
@@ -7,9 +9,10 @@ against its reference once before timing.
 
 import torch
 import torch.nn.functional as F
-from harness import Row, median_time
+from harness import Row, measure_quietly, median_time
 
 ops = torch.ops.recops
+FB = torch.ops.fbgemm
 SUITE = "gather_bias"
 DIVISOR = 0.301
 NUM_BUCKETS = 128
@@ -111,6 +114,103 @@ def _bias_rows(batch, n, threads):
     return rows
 
 
+def group_select_cases(gen, features=8, rows=2048, batch=4096, dim=128):
+    """torchrec's EmbeddingBagCollection with inverse indices
+    (torchrec.modules.embedding_modules.process_pooled_embeddings): each feature's pooled
+    embeddings of the deduplicated batch [rows, dim] are expanded to the full batch by its inverse
+    indices, forward and forward + backward. The torch composition is what FBGEMM's CPU path
+    computes: one index_select per feature, and autograd's index_add per feature backward."""
+    tables = [torch.randn(rows, dim, generator=gen, requires_grad=True) for _ in range(features)]
+    indices = [torch.randint(0, rows, (batch,), generator=gen) for _ in range(features)]
+    grads = [torch.randn(batch, dim, generator=gen) for _ in range(features)]
+
+    def torch_composition(xs, idx):
+        return [x.index_select(0, i) for x, i in zip(xs, idx, strict=True)]
+
+    impls = {
+        "recops": lambda xs, idx: ops.group_index_select_dim0(xs, idx),
+        "fbgemm": lambda xs, idx: FB.group_index_select_dim0(xs, idx),
+        "torch composition": torch_composition,
+    }
+    moved = features * batch * (dim * 4 + 8)
+    cases = []
+    for label in ("fwd", "fwd+bwd"):
+        fns = {}
+        for impl, fn in impls.items():
+            if label == "fwd":
+                fns[impl] = lambda fn=fn: fn(tables, indices)
+            else:
+                fns[impl] = lambda fn=fn: torch.autograd.grad(fn(tables, indices), tables, grads)
+        name = f"group_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows {label}"
+        cases.append((name, fns, moved * (1 if label == "fwd" else 3)))
+    return cases
+
+
+def batch_select_cases(gen, features=8, rows=2048, batch=4096, dim=64):
+    """torchrec's sharded EmbeddingBagCollection with inverse indices
+    (torchrec.distributed.embeddingbag.EmbeddingBagCollectionAwaitable._wait_impl): the packed
+    per-feature embeddings of the deduplicated batch are expanded to [batch, features * dim]
+    with permute_output_dim_0_1=True, forward and forward + backward. The torch composition is
+    FBGEMM's CPU autograd function's: split, view, index_select and cat (index_add backward)."""
+    num, row_sizes, cols = [batch] * features, [rows] * features, [dim] * features
+    inputs = torch.randn(features * rows * dim, generator=gen, requires_grad=True)
+    indices = torch.randint(0, rows, (features * batch,), generator=gen)
+    grad = torch.randn(batch * features * dim, generator=gen)
+
+    def torch_composition(x):
+        tables = torch.split(x, [r * c for r, c in zip(row_sizes, cols, strict=True)])
+        parts = torch.split(indices, num)
+        outs = [
+            t.view(r, c).index_select(0, i)
+            for t, i, r, c in zip(tables, parts, row_sizes, cols, strict=True)
+        ]
+        return torch.cat(outs, dim=1).flatten()
+
+    args = (indices, num, row_sizes, cols, True)
+    impls = {
+        "recops": lambda x: ops.batch_index_select_dim0(x, *args),
+        "fbgemm": lambda x: FB.batch_index_select_dim0(x, *args),
+        "torch composition": torch_composition,
+    }
+    moved = features * batch * (dim * 4 + 8)
+    cases = []
+    for label in ("fwd", "fwd+bwd"):
+        fns = {}
+        for impl, fn in impls.items():
+            if label == "fwd":
+                fns[impl] = lambda fn=fn: fn(inputs)
+            else:
+                fns[impl] = lambda fn=fn: torch.autograd.grad(fn(inputs), inputs, grad)
+        name = f"batch_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows {label}"
+        cases.append((name, fns, moved * (1 if label == "fwd" else 3)))
+    return cases
+
+
+def verify_index_select(fns):
+    """recops equals FBGEMM exactly (the same gathers; backward sums in position order) and the
+    torch composition within fp32 rounding of the summation order."""
+    ours, theirs, composed = (fns[k]() for k in ("recops", "fbgemm", "torch composition"))
+    if isinstance(ours, torch.Tensor):
+        ours, theirs, composed = [ours], [theirs], [composed]
+    for a, b, c in zip(ours, theirs, composed, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-5)
+
+
+def _index_select_rows(threads, sizes=None):
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    sizes = sizes or {}
+    for name, fns, moved in group_select_cases(gen, **sizes) + batch_select_cases(gen, **sizes):
+        verify_index_select(fns)
+        times, _ = measure_quietly(fns)
+        case = f"{name}, {threads} thr"
+        for impl in fns:
+            extra = {"compare_to": ["fbgemm", "torch composition"]} if impl == "recops" else {}
+            rows.append(Row(SUITE, case, impl, times[impl], bytes_moved=moved, extra=extra))
+    return rows
+
+
 def run(limits):
     rows = []
     before = torch.get_num_threads()
@@ -121,6 +221,7 @@ def run(limits):
             rows += _gather_rows(20480, 1 << 20, threads)
             rows += _bias_rows(32, 256, threads)
             rows += _bias_rows(8, 1024, threads)
+            rows += _index_select_rows(threads)
     finally:
         torch.set_num_threads(before)
     return rows

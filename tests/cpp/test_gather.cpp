@@ -1,14 +1,18 @@
 // Gather family kernels (csrc/recops/gather/kernels) against scalar loops: gather_for_rank1's
 // y = x[index] and its backward, the scatter-add, on both of its strategies (per-chunk partial
 // histograms and owner-computes ranges), for every floating type; bad indices are reported by
-// position.
+// position. The row gathers of the index_select_dim0 family (index_select_rows.h): several
+// tables at once, with strided output rows, and the row scatter-add on its serial and
+// owner-computes paths.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "recops/common/half_bits.h"
 #include "recops/gather/kernels/gather.h"
+#include "recops/gather/kernels/index_select_rows.h"
 #include "test_util.h"
 
 namespace recops::gather::kernels {
@@ -109,6 +113,135 @@ TEST(ScatterAdd, ReportsTheFirstBadIndex) {
     const std::vector<float> grad(num_indices, 1.0f);
     std::vector<float> out(n);
     EXPECT_EQ(scatter_add<float>(grad.data(), index.data(), num_indices, n, out.data()), 70000);
+  }
+}
+
+// ---------------------------------------------------------------- row gathers of several tables
+struct Table {
+  int64_t rows, width;
+  std::vector<float> values;
+  std::vector<int64_t> index;
+};
+
+std::vector<Table> random_tables(const std::vector<std::array<int64_t, 3>>& shapes) {
+  std::vector<Table> tables;
+  uint32_t seed = 5;
+  for (const auto& [rows, width, count] : shapes) {
+    Table t{rows, width, {}, random_integers<int64_t>(count, 0, rows - 1, seed++)};
+    for (int64_t e = 0; e < rows * width; ++e) t.values.push_back(static_cast<float>(e % 1009));
+    tables.push_back(std::move(t));
+  }
+  return tables;
+}
+
+// Gathers every table's rows side by side (row j of the output: table 0's row, table 1's, ...),
+// as batch_index_select_dim0's permuted output, and checks it against a scalar loop.
+void check_row_gather(const std::vector<std::array<int64_t, 3>>& shapes) {
+  std::vector<Table> tables = random_tables(shapes);
+  const int64_t count = shapes[0][2];
+  int64_t total_width = 0;
+  for (const Table& t : tables) total_width += t.width;
+  std::vector<float> out(count * total_width, -1.0f);
+  std::vector<RowGather> groups;
+  int64_t column = 0;
+  for (const Table& t : tables) {
+    groups.push_back({reinterpret_cast<const char*>(t.values.data()), t.rows,
+                      t.width * int64_t{sizeof(float)}, RowIndex{t.index.data(), true}, count,
+                      reinterpret_cast<char*>(out.data() + column),
+                      total_width * int64_t{sizeof(float)}});
+    column += t.width;
+  }
+  const BadIndex bad = gather_row_groups(groups.data(), static_cast<int64_t>(groups.size()));
+  EXPECT_EQ(bad.group, -1);
+  column = 0;
+  for (const Table& t : tables) {
+    for (int64_t j = 0; j < count; ++j) {
+      for (int64_t d = 0; d < t.width; ++d) {
+        ASSERT_EQ(out[j * total_width + column + d], t.values[t.index[j] * t.width + d]);
+      }
+    }
+    column += t.width;
+  }
+}
+
+TEST(RowGather, GathersSeveralTablesIntoStridedRows) {
+  check_row_gather({{5, 3, 7}, {9, 1, 7}, {2, 4, 7}});
+  check_row_gather({{5, 3, 0}, {1, 2, 0}});
+  check_row_gather({{7, 0, 4}, {3, 2, 4}});  // rows of zero width
+  ScopedThreads threads(4);
+  check_row_gather({{3000, 16, 50000}, {10, 8, 50000}});
+}
+
+TEST(RowGather, ReportsTheFirstBadIndexByGroupAndPosition) {
+  ScopedThreads threads(4);
+  std::vector<Table> tables = random_tables({{100, 4, 30000}, {50, 2, 40000}});
+  tables[1].index[25000] = 50;
+  tables[1].index[30000] = -1;
+  std::vector<float> out0(30000 * 4), out1(40000 * 2);
+  std::vector<RowGather> groups;
+  float* outs[] = {out0.data(), out1.data()};
+  for (int g = 0; g < 2; ++g) {
+    const Table& t = tables[g];
+    const int64_t row_bytes = t.width * int64_t{sizeof(float)};
+    groups.push_back({reinterpret_cast<const char*>(t.values.data()), t.rows, row_bytes,
+                      RowIndex{t.index.data(), true}, static_cast<int64_t>(t.index.size()),
+                      reinterpret_cast<char*>(outs[g]), row_bytes});
+  }
+  const BadIndex bad = gather_row_groups(groups.data(), 2);
+  EXPECT_EQ(bad.group, 1);
+  EXPECT_EQ(bad.position, 25000);
+}
+
+template <typename scalar_t>
+void check_scatter_add_rows(int64_t rows, int64_t width, int64_t count, int64_t grad_stride,
+                            double tolerance) {
+  const std::vector<int32_t> index = random_integers<int32_t>(count, 0, rows - 1);
+  std::vector<scalar_t> grad(count * grad_stride);
+  for (int64_t e = 0; e < count * grad_stride; ++e) {
+    grad[e] = static_cast<scalar_t>(static_cast<float>((e * 37) % 101) / 16.0f - 3.0f);
+  }
+  std::vector<double> expected(rows * width, 0.0);
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t d = 0; d < width; ++d) {
+      expected[index[j] * width + d] +=
+          static_cast<double>(static_cast<float>(grad[j * grad_stride + d]));
+    }
+  }
+  std::vector<scalar_t> out(rows * width, static_cast<scalar_t>(99.0f));
+  EXPECT_EQ(
+      (scatter_add_rows<accumulate_t<scalar_t>>(
+          grad.data(), grad_stride, RowIndex{index.data(), false}, count, rows, width, out.data())),
+      -1);
+  for (int64_t e = 0; e < rows * width; ++e) {
+    ASSERT_NEAR(static_cast<double>(static_cast<float>(out[e])), expected[e],
+                tolerance * (1.0 + std::abs(expected[e])))
+        << "element " << e;
+  }
+}
+
+TEST(ScatterAddRows, SerialAndOwnedRangesMatchScalarLoop) {
+  check_scatter_add_rows<float>(10, 3, 40, 3, 1e-6);
+  check_scatter_add_rows<double>(1, 5, 17, 8, 1e-12);  // one row, strided gradient rows
+  check_scatter_add_rows<float>(6, 2, 0, 2, 0);        // nothing to add: zeros
+  ScopedThreads threads(4);
+  check_scatter_add_rows<float>(5000, 16, 60000, 16, 1e-5);
+  check_scatter_add_rows<double>(37, 8, 80000, 24, 1e-12);  // hot rows, permuted layout
+  check_scatter_add_rows<Fp16>(3000, 8, 50000, 8, 2e-3);
+  check_scatter_add_rows<Bf16>(200000, 2, 20000, 2, 1e-2);  // a large table, few rows touched
+}
+
+TEST(ScatterAddRows, ReportsTheFirstBadIndex) {
+  ScopedThreads threads(4);
+  for (const int64_t rows : {int64_t{1}, int64_t{10}, int64_t{500000}}) {
+    const int64_t count = 100000;
+    std::vector<int64_t> index = random_integers<int64_t>(count, 0, rows - 1);
+    index[70000] = rows;
+    index[90000] = -1;
+    const std::vector<float> grad(count * 2, 1.0f);
+    std::vector<float> out(rows * 2);
+    EXPECT_EQ(scatter_add_rows<float>(grad.data(), 2, RowIndex{index.data(), true}, count, rows, 2,
+                                      out.data()),
+              70000);
   }
 }
 
