@@ -1982,6 +1982,51 @@ def make_permute_multi(reverse_choices):
             args["reverse"] = True
         return args
 
+    return make
+
+
+def ref_permute_multi(a):
+    inputs = pooled_list(a)
+    for name in ("in_shapes", "out_shapes"):
+        tensor(a, name)  # not read on CPU
+    permutes = tensor(a, "permutes", (I32,), (2,))
+    require(permutes.shape[1] == 6, "permutes [moves, 6]")
+    return apply_moves(inputs, permutes.tolist(), list(a["out_lengths"]), a.get("reverse", False))
+
+
+def make_merge(d):
+    gen = d.generator()
+    rank = d.int(1, 3)
+    shape = [d.int(0, 3) for _ in range(rank)]
+    cat_dim = d.int(-rank, rank - 1)
+    dtype = d.choice(ELEMENT_DTYPES)
+    tensors = []
+    for _ in range(d.int(1, 3)):
+        shape[cat_dim] = d.int(0, 3)
+        tensors.append((torch.randn(shape, generator=gen) * 3).to(dtype))
+    return {
+        "pooled_embeddings": tensors,
+        "uncat_dim_size": d.int(0, 3),
+        "target_device": torch.device("cpu"),
+        "cat_dim": cat_dim,
+    }
+
+
+def ref_merge(a):
+    """torch.cat along cat_dim (its rules: sizes, legacy 1-D empty tensors), in the first
+    tensor's dtype; uncat_dim_size is not read."""
+    tensors = a["pooled_embeddings"]
+    require(len(tensors) >= 1, "pooled_embeddings not empty")
+    for i in range(len(tensors)):
+        require(tensors[i].device.type == "cpu", f"pooled_embeddings[{i}] on cpu")
+    first = tensors[0]
+    try:
+        joined = torch.cat(tensors, a["cat_dim"])
+    except (RuntimeError, IndexError) as e:
+        raise Invalid(f"torch.cat rejects: {e}") from e
+    require(torch.can_cast(joined.dtype, first.dtype), "the result casts to the first dtype")
+    return joined.to(first.dtype)
+
 
 # --------------------------------------------------------------------------- index select
 def make_group_select(d):
@@ -2106,49 +2151,6 @@ def make_batch_select(tensor_form):
         }
 
     return make
-
-
-def ref_permute_multi(a):
-    inputs = pooled_list(a)
-    for name in ("in_shapes", "out_shapes"):
-        tensor(a, name)  # not read on CPU
-    permutes = tensor(a, "permutes", (I32,), (2,))
-    require(permutes.shape[1] == 6, "permutes [moves, 6]")
-    return apply_moves(inputs, permutes.tolist(), list(a["out_lengths"]), a.get("reverse", False))
-
-
-def make_merge(d):
-    gen = d.generator()
-    rank = d.int(1, 3)
-    shape = [d.int(0, 3) for _ in range(rank)]
-    cat_dim = d.int(-rank, rank - 1)
-    dtype = d.choice(ELEMENT_DTYPES)
-    tensors = []
-    for _ in range(d.int(1, 3)):
-        shape[cat_dim] = d.int(0, 3)
-        tensors.append((torch.randn(shape, generator=gen) * 3).to(dtype))
-    return {
-        "pooled_embeddings": tensors,
-        "uncat_dim_size": d.int(0, 3),
-        "target_device": torch.device("cpu"),
-        "cat_dim": cat_dim,
-    }
-
-
-def ref_merge(a):
-    """torch.cat along cat_dim (its rules: sizes, legacy 1-D empty tensors), in the first
-    tensor's dtype; uncat_dim_size is not read."""
-    tensors = a["pooled_embeddings"]
-    require(len(tensors) >= 1, "pooled_embeddings not empty")
-    for i in range(len(tensors)):
-        require(tensors[i].device.type == "cpu", f"pooled_embeddings[{i}] on cpu")
-    first = tensors[0]
-    try:
-        joined = torch.cat(tensors, a["cat_dim"])
-    except (RuntimeError, IndexError) as e:
-        raise Invalid(f"torch.cat rejects: {e}") from e
-    require(torch.can_cast(joined.dtype, first.dtype), "the result casts to the first dtype")
-    return joined.to(first.dtype)
 
 
 def batch_sizes(a, tensor_form):

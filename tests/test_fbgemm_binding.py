@@ -132,7 +132,7 @@ def test_use_for_fbgemm_routes_fbgemms_own_op_to_recops_without_warning(ops):
     # The CPU key, FBGEMM's AutogradCPU kernel where it has one, an op with no tensor argument at
     # its composite key (recops._fbgemm._route_keys); the keys recops fills for FBGEMM stay.
     routed = {n: _fbgemm._route_keys(n, "CPU") for n in expected if n not in _fbgemm.COMPOSITES}
-    assert report["bindings"] == {**routed, **_filled()}
+    assert report["bindings"] == {**_filled(), **routed}
     assert report["after_bindings"] == _filled()
     assert report["warnings"] == []
     assert "Overriding" not in stderr and "Warning" not in stderr
