@@ -93,6 +93,25 @@ int64_t scatter_add_partials(const scalar_t* grad, const index_t* index, int64_t
 }
 
 // count[index[i] >> shift] += 1 for i in [begin, end). Returns the first invalid position or -1.
+// counts[c * ranges + r] (chunk c's entries in range r) become the position where chunk c's
+// first entry of range r goes, with ranges laid out one after another and, within a range, chunks
+// in order. Returns each range's first position, and the total last.
+inline std::vector<int64_t> counts_to_cursors(std::vector<int64_t>& counts, int64_t chunks,
+                                              int64_t ranges) {
+  std::vector<int64_t> range_begin(ranges + 1, 0);
+  int64_t cursor = 0;
+  for (int64_t r = 0; r < ranges; ++r) {
+    range_begin[r] = cursor;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t count = counts[c * ranges + r];
+      counts[c * ranges + r] = cursor;
+      cursor += count;
+    }
+  }
+  range_begin[ranges] = cursor;
+  return range_begin;
+}
+
 template <typename index_t>
 int64_t count_ranges(const index_t* index, int64_t begin, int64_t end, int64_t n, int shift,
                      int64_t* count) {
@@ -143,17 +162,7 @@ int64_t scatter_add_owned_ranges(const scalar_t* grad, const index_t* index, int
   if (first_bad >= 0) return first_bad;
 
   // Range r's entries are contiguous, ordered by chunk then position: counts become cursors.
-  std::vector<int64_t> range_begin(ranges + 1, 0);
-  int64_t cursor = 0;
-  for (int64_t r = 0; r < ranges; ++r) {
-    range_begin[r] = cursor;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t count = counts[c * ranges + r];
-      counts[c * ranges + r] = cursor;
-      cursor += count;
-    }
-  }
-  range_begin[ranges] = cursor;
+  const std::vector<int64_t> range_begin = counts_to_cursors(counts, chunks, ranges);
 
   // Pass 2: bucket the (index, grad) pairs by range.
   std::unique_ptr<index_t[]> sorted_index(new index_t[num_indices]);

@@ -159,17 +159,7 @@ int64_t scatter_add_rows(const scalar_t* grad, int64_t grad_stride, const RowInd
   if (first_bad >= 0) return first_bad;
 
   // Range r's positions are contiguous, ordered by chunk then position: counts become cursors.
-  std::vector<int64_t> range_begin(ranges + 1, 0);
-  int64_t cursor = 0;
-  for (int64_t r = 0; r < ranges; ++r) {
-    range_begin[r] = cursor;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t n = counts[c * ranges + r];
-      counts[c * ranges + r] = cursor;
-      cursor += n;
-    }
-  }
-  range_begin[ranges] = cursor;
+  const std::vector<int64_t> range_begin = counts_to_cursors(counts, chunks, ranges);
 
   // Pass 2: bucket the positions by range.
   std::unique_ptr<int64_t[]> positions(new int64_t[count]);
