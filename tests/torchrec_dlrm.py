@@ -235,12 +235,13 @@ def train(run: Run, rank: int, world: int, pg) -> dict:
                 ops = _ops_of_a_step(one_step)
             else:
                 one_step()
-        # The FBGEMM ops whose CPU kernel was recops' during the run (a routed op runs recops'
-        # kernel under FBGEMM's name: the profiler records only the fbgemm:: call).
+        # The FBGEMM ops whose CPU kernel was routed to recops' during the run (a routed op runs
+        # recops' kernel under FBGEMM's name: the profiler records only the fbgemm:: call); not
+        # the CPU keys recops fills because FBGEMM has no CPU kernel there.
         routed = sorted(
             name
             for name, keys in recops.fbgemm_bindings.items()
-            if keys == "defined" or "CPU" in keys
+            if keys == "defined" or ("CPU" in keys and (name, "CPU") not in recops._fbgemm.filled)
         )
     dense_params = {
         k: v.detach().clone() for k, v in model.state_dict().items() if type(v) is torch.Tensor
