@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "recops/common/parallel.h"
+#include "recops/common/streaming.h"
 #include "recops/gather/kernels/gather.h"
 
 namespace recops::gather::kernels {
@@ -80,8 +81,9 @@ inline BadIndex gather_row_groups(const RowGather* groups, int64_t num_groups) {
         bad[c] = i;
         return;
       }
-      std::memcpy(group.dst + j * group.dst_stride, group.src + k * group.row_bytes,
-                  group.row_bytes);
+      // copy_bytes: memcpy that also takes the null pointers of rows without elements.
+      copy_bytes(group.dst + j * group.dst_stride, group.src + k * group.row_bytes, group.row_bytes,
+                 /*streaming=*/false);
     }
   });
   const int64_t first = first_reported(bad);

@@ -16,6 +16,7 @@
 
 #include "recops/common/half_bits.h"
 #include "recops/common/parallel.h"
+#include "recops/common/streaming.h"
 #include "recops/jagged/kernels/selected_segments.h"
 
 namespace recops::jagged::kernels {
@@ -68,10 +69,10 @@ int64_t jagged_index_select_rows(const ByteRows& src, const index_t* indices,
     char* dst = out + row * row_bytes;
     const char* from = src.data + first * src.row_stride;
     if (src.row_stride == row_bytes) {
-      std::memcpy(dst, from, count * row_bytes);
+      copy_bytes(dst, from, count * row_bytes, /*streaming=*/false);
     } else {
       for (int64_t i = 0; i < count; ++i) {
-        std::memcpy(dst + i * row_bytes, from + i * src.row_stride, row_bytes);
+        copy_bytes(dst + i * row_bytes, from + i * src.row_stride, row_bytes, false);
       }
     }
     return true;

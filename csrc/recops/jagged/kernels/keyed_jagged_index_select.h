@@ -10,6 +10,7 @@
 
 #include "recops/common/parallel.h"
 #include "recops/common/prefix_sum.h"
+#include "recops/common/streaming.h"
 #include "recops/jagged/kernels/selected_segments.h"
 
 namespace recops::jagged::kernels {
@@ -87,8 +88,8 @@ int64_t select_keyed_segments(const KeyedSelection& sel, const offset_t* offsets
     for (int s = 0; s < num_streams; ++s) {
       const ByteStream& stream = streams[s];
       if (first < 0 || first > stream.src_elements - count) return false;
-      std::memcpy(stream.dst + at * stream.element_bytes, stream.src + first * stream.element_bytes,
-                  count * stream.element_bytes);
+      copy_bytes(stream.dst + at * stream.element_bytes, stream.src + first * stream.element_bytes,
+                 count * stream.element_bytes, /*streaming=*/false);
     }
     return true;
   };
