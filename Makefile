@@ -19,7 +19,10 @@ ASAN_TREE := build/asan
 ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tests/test_gather.py \
 	tests/test_permute_pooled.py tests/test_block_bucketize.py tests/test_embedding.py tests/test_hstu_attention.py \
 	tests/test_fuxi_attention.py tests/test_relative_bias.py tests/test_deberta.py \
-	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py
+	tests/test_fbgemm_binding.py tests/test_bad_input.py tests/test_bad_input_properties.py \
+	tests/test_segment_sum.py tests/test_jagged_index_select.py tests/test_jagged_unique_indices.py \
+	tests/test_permute_sparse_features.py tests/test_keyed.py tests/test_index_select.py \
+	tests/test_hashing.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 # The C++ tests' CMake build (tests/cpp).
 CPP_TEST_BUILD := build/cpp
