@@ -135,6 +135,18 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def print_speedups(suite: str, rows, baselines=("fbgemm", "torch")) -> None:
+    """Prints recops' geomean and minimum speed-up over each baseline across a suite's cases."""
+    speedups = {}
+    for r in rows:
+        if r.impl == "recops":
+            base = {b.impl: b.seconds for b in rows if b.case == r.case}
+            for impl in baselines:
+                speedups.setdefault(impl, []).append(base[impl] / r.seconds)
+    for impl, vals in speedups.items():
+        print(f"{suite}: recops vs {impl}: geomean {geomean(vals):.2f}x, min {min(vals):.2f}x")
+
+
 def results_dir() -> str:
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     os.makedirs(path, exist_ok=True)

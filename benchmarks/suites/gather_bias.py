@@ -114,6 +114,17 @@ def _bias_rows(batch, n, threads):
     return rows
 
 
+def _forward_and_backward(title, impls, leaves, grads, moved):
+    """(name, fns, bytes) of the forward and of the forward + backward of each impl, impl(leaves)
+    giving the outputs; the backward reads and writes the forward's bytes twice more."""
+    forward = {impl: (lambda fn=fn: fn(leaves)) for impl, fn in impls.items()}
+    both = {
+        impl: (lambda fn=fn: torch.autograd.grad(fn(leaves), leaves, grads))
+        for impl, fn in impls.items()
+    }
+    return [(f"{title} fwd", forward, moved), (f"{title} fwd+bwd", both, 3 * moved)]
+
+
 def group_select_cases(gen, features=8, rows=2048, batch=4096, dim=128):
     """torchrec's EmbeddingBagCollection with inverse indices
     (torchrec.modules.embedding_modules.process_pooled_embeddings): each feature's pooled
@@ -124,26 +135,16 @@ def group_select_cases(gen, features=8, rows=2048, batch=4096, dim=128):
     indices = [torch.randint(0, rows, (batch,), generator=gen) for _ in range(features)]
     grads = [torch.randn(batch, dim, generator=gen) for _ in range(features)]
 
-    def torch_composition(xs, idx):
-        return [x.index_select(0, i) for x, i in zip(xs, idx, strict=True)]
+    def torch_composition(xs):
+        return [x.index_select(0, i) for x, i in zip(xs, indices, strict=True)]
 
     impls = {
-        "recops": lambda xs, idx: ops.group_index_select_dim0(xs, idx),
-        "fbgemm": lambda xs, idx: FB.group_index_select_dim0(xs, idx),
+        "recops": lambda xs: ops.group_index_select_dim0(xs, indices),
+        "fbgemm": lambda xs: FB.group_index_select_dim0(xs, indices),
         "torch composition": torch_composition,
     }
-    moved = features * batch * (dim * 4 + 8)
-    cases = []
-    for label in ("fwd", "fwd+bwd"):
-        fns = {}
-        for impl, fn in impls.items():
-            if label == "fwd":
-                fns[impl] = lambda fn=fn: fn(tables, indices)
-            else:
-                fns[impl] = lambda fn=fn: torch.autograd.grad(fn(tables, indices), tables, grads)
-        name = f"group_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows {label}"
-        cases.append((name, fns, moved * (1 if label == "fwd" else 3)))
-    return cases
+    title = f"group_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows"
+    return _forward_and_backward(title, impls, tables, grads, features * batch * (dim * 4 + 8))
 
 
 def batch_select_cases(gen, features=8, rows=2048, batch=4096, dim=64):
@@ -172,18 +173,8 @@ def batch_select_cases(gen, features=8, rows=2048, batch=4096, dim=64):
         "fbgemm": lambda x: FB.batch_index_select_dim0(x, *args),
         "torch composition": torch_composition,
     }
-    moved = features * batch * (dim * 4 + 8)
-    cases = []
-    for label in ("fwd", "fwd+bwd"):
-        fns = {}
-        for impl, fn in impls.items():
-            if label == "fwd":
-                fns[impl] = lambda fn=fn: fn(inputs)
-            else:
-                fns[impl] = lambda fn=fn: torch.autograd.grad(fn(inputs), inputs, grad)
-        name = f"batch_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows {label}"
-        cases.append((name, fns, moved * (1 if label == "fwd" else 3)))
-    return cases
+    title = f"batch_index_select_dim0 {features} x [{rows}, {dim}] -> {batch} rows"
+    return _forward_and_backward(title, impls, inputs, grad, features * batch * (dim * 4 + 8))
 
 
 def verify_index_select(fns):

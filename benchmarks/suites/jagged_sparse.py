@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from harness import Row, geomean, measure_quietly, results_dir
+from harness import Row, measure_quietly, print_speedups, results_dir
 
 SUITE = "jagged_sparse"
 R = torch.ops.recops
@@ -684,12 +684,5 @@ def run(limits) -> list[Row]:
             rows += _measure(case)
     write_sweep(sweep(limits, gen), limits)
 
-    speedups = {}
-    for r in rows:
-        if r.impl == "recops":
-            base = {b.impl: b.seconds for b in rows if b.case == r.case}
-            for impl in ("fbgemm", "torch"):
-                speedups.setdefault(impl, []).append(base[impl] / r.seconds)
-    for impl, vals in speedups.items():
-        print(f"{SUITE}: recops vs {impl}: geomean {geomean(vals):.2f}x, min {min(vals):.2f}x")
+    print_speedups(SUITE, rows)
     return rows

@@ -19,7 +19,7 @@ Every case checks once that all three agree exactly, then times them interleaved
 from dataclasses import dataclass
 
 import torch
-from harness import Row, geomean, measure_quietly
+from harness import Row, measure_quietly, print_speedups
 
 SUITE = "keyed"
 R = torch.ops.recops
@@ -254,12 +254,5 @@ def run(limits) -> list[Row]:
             compare = [b for b in IMPLS if IMPLS.index(b) > IMPLS.index(name)]
             extra = {"compare_to": compare, "others_load": round(load, 2)}
             rows.append(Row(SUITE, case.name, name, times[name], case.bytes_moved, extra=extra))
-    speedups = {}
-    for r in rows:
-        if r.impl == "recops":
-            base = {b.impl: b.seconds for b in rows if b.case == r.case}
-            for impl in ("fbgemm", "torch"):
-                speedups.setdefault(impl, []).append(base[impl] / r.seconds)
-    for impl, vals in speedups.items():
-        print(f"{SUITE}: recops vs {impl}: geomean {geomean(vals):.2f}x, min {min(vals):.2f}x")
+    print_speedups(SUITE, rows)
     return rows
