@@ -142,7 +142,8 @@ def print_speedups(suite: str, rows, baselines=("fbgemm", "torch")) -> None:
         if r.impl == "recops":
             base = {b.impl: b.seconds for b in rows if b.case == r.case}
             for impl in baselines:
-                speedups.setdefault(impl, []).append(base[impl] / r.seconds)
+                if impl in base:  # ops FBGEMM has no CPU kernel for have no fbgemm row
+                    speedups.setdefault(impl, []).append(base[impl] / r.seconds)
     for impl, vals in speedups.items():
         print(f"{suite}: recops vs {impl}: geomean {geomean(vals):.2f}x, min {min(vals):.2f}x")
 
