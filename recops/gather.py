@@ -52,6 +52,9 @@ register_autograd(
 
 # ------------------------------------------------ FBGEMM's index_select_dim0 family (row gathers)
 def _row_selected(input, index):
+    if input.dim() == 0:  # index_select on a scalar: one index, a scalar out
+        torch._check(index.numel() == 1, lambda: "a 0-D input takes exactly one index")
+        return input.new_empty(())
     return input.new_empty((index.numel(), *input.shape[1:]))
 
 
@@ -91,66 +94,6 @@ def _group_index_select_dim0_gpu_backward_fake(inputs, output_shape_group):
     return [torch.empty(0, dtype=torch.int64) for _ in range(group_size)] + grads
 
 
-def _group_grads(grads, indices, tables, saved):
-    """Gradients of the tables from the outputs' gradients, as FBGEMM's autograd computes them:
-    its backward op, in the first table's dtype (autograd casts to each table's)."""
-    group_size = len(indices)
-    grads = [
-        g if g is not None else t.new_zeros((i.numel(), *t.shape[1:]))
-        for g, i, t in zip(grads[:group_size], indices, tables, strict=True)
-    ]
-    shapes = [s for t in tables[:group_size] for s in t.shape]
-    result = ops.group_index_select_dim0_gpu_backward([*grads, *indices, *saved, tables[0]], shapes)
-    return list(result[group_size:])
-
-
-def _group_index_select_setup(ctx, inputs, output):
-    input_group, indices_group = inputs
-    ctx.group_size = len(indices_group)
-    ctx.tables = [x.detach() for x in input_group[: ctx.group_size]]  # shapes and first dtype
-    ctx.extra = len(input_group) - ctx.group_size
-    ctx.save_for_backward(*indices_group)
-
-
-def _group_index_select_backward(ctx, grads):
-    indices = list(ctx.saved_tensors)
-    no_grads = [None] * ctx.group_size
-    if ctx.group_size == 0:
-        return [None] * ctx.extra, no_grads
-    table_grads = _group_grads(grads, indices, ctx.tables, _saved_data())
-    return table_grads + [None] * ctx.extra, no_grads
-
-
-register_autograd(
-    "recops::group_index_select_dim0",
-    _group_index_select_backward,
-    setup_context=_group_index_select_setup,
-)
-
-
-def _gpu_impl_setup(ctx, inputs, output):
-    all_inputs, group_size = inputs
-    ctx.group_size = group_size
-    ctx.tables = [x.detach() for x in all_inputs[group_size : 2 * group_size]]
-    ctx.extra = len(all_inputs) - 2 * group_size
-    ctx.save_for_backward(*all_inputs[:group_size], *output[group_size:])
-
-
-def _gpu_impl_backward(ctx, grads):
-    group_size = ctx.group_size
-    saved = list(ctx.saved_tensors)
-    indices, extra = saved[:group_size], saved[group_size:]
-    if group_size == 0:
-        return [None] * ctx.extra, None
-    table_grads = _group_grads(grads, indices, ctx.tables, extra)
-    return [None] * group_size + table_grads + [None] * ctx.extra, None
-
-
-register_autograd(
-    "recops::group_index_select_dim0_gpu_impl", _gpu_impl_backward, setup_context=_gpu_impl_setup
-)
-
-
 def _batch_output_numel(inputs, num_indices, columns):
     if inputs.numel() == 0:
         return 0
@@ -161,7 +104,10 @@ def _batch_output_numel(inputs, num_indices, columns):
 def _batch_index_select_dim0_fake(
     inputs, indices, input_num_indices, input_rows, input_columns, permute_output_dim_0_1=False
 ):
-    torch._check(inputs.dim() == 1, lambda: "inputs must be 1-D")
+    torch._check(
+        inputs.dim() >= 1 and inputs.numel() == inputs.shape[0],
+        lambda: "inputs must be 1-D, or [N, 1, ...]",
+    )
     return inputs.new_empty(_batch_output_numel(inputs, input_num_indices, input_columns))
 
 
@@ -219,7 +165,7 @@ def _batch_backward(ctx, grad):
         grad_input = ops.batch_index_select_dim0_backward(
             grad, indices, num, rows, columns, ctx.permute
         )
-    return input_grads(ctx, grad_input, None, None, None, None, None)
+    return input_grads(ctx, grad_input.view(ctx.inputs_shape), None, None, None, None, None)
 
 
 for _name in ("batch_index_select_dim0", "batch_index_select_dim0_tensor"):

@@ -935,12 +935,14 @@ def make_expand_into_jagged_permute(d):
     permute = torch.randperm(segments, generator=gen).to(d.choice(INDEX_DTYPES))
     input_offset = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(dtype)
     out_lengths = lengths[permute.long()]
-    output_offset = torch.cat([lengths.new_zeros(1), out_lengths.cumsum(0)]).to(dtype)
+    # torchrec's offsets cover the output from 0; any start and spare tail are valid too.
+    start, tail = d.choice(((0, 0), (d.int(0, 3), d.int(0, 3))))
+    output_offset = start + torch.cat([lengths.new_zeros(1), out_lengths.cumsum(0)]).to(dtype)
     return {
         "permute": permute,
         "input_offset": input_offset,
         "output_offset": output_offset,
-        "output_size": int(out_lengths.sum()),
+        "output_size": start + int(out_lengths.sum()) + tail,
     }
 
 
@@ -953,14 +955,16 @@ def ref_expand_into_jagged_permute(a):
     order = ints(permute)
     require(all(0 <= p < T for p in order), "permute in range")
     out = offsets_list(output_offset, "output_offset")
-    require(out[0] == 0 and out[-1] == a["output_size"], "output_offset covers the output")
+    size = a["output_size"]
+    require(out[0] >= 0 and out[-1] <= size, "output_offset within the output")
     starts = ints(input_offset)
     top = torch.iinfo(input_offset.dtype).max
-    result = []
+    result = [0] * out[0]  # entries output_offset leaves uncovered are zero
     for t, p in enumerate(order):
         n = out[t + 1] - out[t]
         require(n == 0 or starts[p] + n - 1 <= top, "ramp fits the dtype")
         result.extend(range(starts[p], starts[p] + n))
+    result.extend([0] * (size - out[-1]))
     return torch.tensor(result, dtype=input_offset.dtype)
 
 

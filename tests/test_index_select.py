@@ -6,7 +6,7 @@ import pytest
 import torch
 from threads import num_threads
 
-import recops  # noqa: F401  (registers the ops)
+import recops
 
 ops = torch.ops.recops
 
@@ -102,6 +102,22 @@ def test_group_forward_row_shapes_and_non_contiguous(row_shape):
     out = ops.group_index_select_dim0([x, x], [index, torch.tensor(3)])
     assert torch.equal(out[0], x.index_select(0, index))
     assert torch.equal(out[1], x.index_select(0, torch.tensor(3)))
+
+
+def test_group_forward_selects_from_a_scalar_as_index_select_does():
+    """A 0-D input is one row of one element, as in FBGEMM's CPU path (torch.index_select)."""
+    inputs = [torch.tensor(3.0), torch.tensor(3.0), torch.arange(4.0)]
+    indices = [torch.tensor([0]), torch.tensor(0), torch.tensor(2)]
+    out = ops.group_index_select_dim0(inputs, indices)
+    for a, x, i in zip(out, inputs, indices, strict=True):
+        assert torch.equal(a, torch.index_select(x, 0, i))
+    if recops.fbgemm_loaded:
+        for a, e in zip(
+            out, torch.ops.fbgemm.group_index_select_dim0(inputs, indices), strict=True
+        ):
+            assert torch.equal(a, e)
+    with pytest.raises(IndexError, match=r"indices_group\[0\]\[0\] = 1"):
+        ops.group_index_select_dim0([inputs[0]], [torch.tensor([1])])
 
 
 def test_group_forward_mixed_index_dtypes_and_extra_inputs():
@@ -210,6 +226,27 @@ def test_batch_unequal_counts_and_empty_inputs():
     assert out.shape == (0,)
     (grad,) = torch.autograd.grad(out, empty, torch.empty(0))
     assert grad.shape == (0,)
+
+
+def test_batch_inputs_with_trailing_unit_dims():
+    """FBGEMM splits inputs along dim 0 and views each piece as [rows, columns], so [N, 1] inputs
+    work as [N] does; the gradient keeps the inputs' shape."""
+    rows, cols, num = [5, 7], [4, 2], [6, 6]
+    flat, indices = random_batch(rows, cols, num)
+    inputs = flat.view(-1, 1).requires_grad_()
+    out = ops.batch_index_select_dim0(inputs, indices, num, rows, cols)
+    assert torch.equal(out, reference_batch(flat, indices, num, rows, cols, False))
+    if recops.fbgemm_loaded:
+        fbgemm_out = torch.ops.fbgemm.batch_index_select_dim0(inputs, indices, num, rows, cols)
+        assert torch.equal(out, fbgemm_out)
+    grad = torch.randn_like(out)
+    (actual,) = torch.autograd.grad(out, inputs, grad)
+    (expected,) = torch.autograd.grad(
+        ops.batch_index_select_dim0(flat.requires_grad_(), indices, num, rows, cols), flat, grad
+    )
+    assert torch.equal(actual, expected.view(-1, 1))
+    with pytest.raises(RuntimeError, match=r"inputs must be 1-D, or \[N, 1, ...\]"):
+        ops.batch_index_select_dim0(flat.detach().view(-1, 2), indices, num, rows, cols)
 
 
 def test_batch_backward_cpu_impl_matches_reference():
@@ -369,8 +406,8 @@ def test_group_bad_input():
         ops.group_index_select_dim0([x], [torch.tensor([0.0])])
     with pytest.raises(RuntimeError, match=r"indices_group\[0\] must be 1-D"):
         ops.group_index_select_dim0([x], [torch.tensor([[0]])])
-    with pytest.raises(RuntimeError, match=r"input_group\[0\] must have at least 1 dimension"):
-        ops.group_index_select_dim0([torch.tensor(1.0)], [torch.tensor([0])])
+    with pytest.raises(IndexError, match=r"indices_group\[0\] must hold exactly one index when "):
+        ops.group_index_select_dim0([torch.tensor(1.0)], [torch.tensor([0, 0])])
     with pytest.raises(RuntimeError, match="inputs must hold group_size"):
         ops.group_index_select_dim0_gpu_impl([torch.tensor([0]), x], 2)
     index = torch.tensor([0, 4])

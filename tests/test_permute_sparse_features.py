@@ -75,6 +75,16 @@ def test_permute_sparse_features_non_contiguous_and_int64_permute():
     assert_same(ops.permute_sparse_features(permute.long(), lengths_t, indices, weights), want)
 
 
+def test_expand_leaves_uncovered_output_zero():
+    """FBGEMM writes only the entries output_offset covers (here 1..4 of 6) and leaves the others
+    unwritten; recops zeroes them."""
+    permute = torch.tensor([1, 0])
+    input_offset = torch.tensor([0, 1, 4])
+    output_offset = torch.tensor([1, 4, 5])
+    got = ops.expand_into_jagged_permute(permute, input_offset, output_offset, 6)
+    assert got.tolist() == [0, 1, 2, 3, 0, 0]
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
@@ -316,9 +326,9 @@ def test_expand_output_lengths_need_not_match_input_lengths():
         (dict(permute=torch.tensor([0, 2])), r"permute entries must be in \[0, 2\)"),
         (dict(output_offset=torch.tensor([0, 3])), "must hold permute.numel\\(\\) \\+ 1 = 3"),
         (dict(output_offset=torch.tensor([0, 3, 2])), "output_offset must be non-decreasing"),
-        (dict(output_offset=torch.tensor([1, 3, 4])), "output_offset must run from 0"),
-        (dict(output_size=5), "output_offset must run from 0 to output_size = 5"),
-        (dict(output_size=-1), "output_offset must run from 0 to output_size = -1"),
+        (dict(output_offset=torch.tensor([-1, 3, 4])), r"output_offset must be >= 0"),
+        (dict(output_size=3), r"output_offset must stay within \[0, output_size = 3\]"),
+        (dict(output_size=-1), r"output_offset must stay within \[0, output_size = -1\]"),
         (dict(output_offset=torch.tensor([0, 3, 4], dtype=I32)), "must share one dtype"),
         (dict(permute=torch.tensor([1.0, 0.0])), "permute must be int32 or int64"),
         (

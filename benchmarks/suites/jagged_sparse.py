@@ -693,7 +693,62 @@ def new_jagged_cases(gen) -> list[Case]:
             2 * keys * picked * 4.5 * 8 + _nbytes(kjt_lengths, selected),
         )
     )
+    cases.append(_jagged_unique_indices_case(gen))
     return cases
+
+
+def _torch_jagged_unique_indices(hash_size_cumsum, hash_size_offsets, offsets, indices):
+    """FBGEMM's jagged_unique_indices (CUDA-only there) as plain PyTorch, step for step as its CUDA
+    op runs: linearize each index by its feature's hash_size_cumsum entry, torch.unique (sorted,
+    with the inverse) as its at::_unique, scatter each index to its unique slot (its delinearize
+    kernel), then per feature group the distinct values in the group's hash range (a binary search
+    of the sorted uniques) spread over the group's bags, the first ones taking one more."""
+    num_features = hash_size_cumsum.numel() - 1
+    batch = (offsets.numel() - 1) // num_features
+    bag_lengths = offsets.diff()
+    feature = torch.arange(num_features).repeat_interleave(batch)
+    linear = hash_size_cumsum[feature].repeat_interleave(bag_lengths) + indices
+    unique_linear, reverse = torch.unique(linear, sorted=True, return_inverse=True)
+    unique = torch.empty_like(unique_linear).scatter_(0, reverse, indices)
+    first, end = hash_size_offsets[:-1], hash_size_offsets[1:]
+    lo = torch.searchsorted(unique_linear, hash_size_cumsum[first])
+    hi = torch.searchsorted(unique_linear, hash_size_cumsum[end])
+    last = end == num_features
+    hi = torch.where(last, unique_linear.numel(), hi)
+    empty = (hash_size_cumsum[first] == hash_size_cumsum[end]) & ~last
+    count = torch.where(empty, 0, (hi - lo).clamp(min=0))
+    group_bags = (end - first).clamp(min=0) * batch
+    share = torch.where(group_bags > 0, count // group_bags.clamp(min=1), 0)
+    extra = torch.where(group_bags > 0, count % group_bags.clamp(min=1), 0)
+    bag_start = torch.cumsum(group_bags, 0) - group_bags
+    position = torch.arange(int(group_bags.sum())) - bag_start.repeat_interleave(group_bags)
+    lengths = (
+        share.repeat_interleave(group_bags)
+        + (position < extra.repeat_interleave(group_bags)).long()
+    )
+    lengths = F.pad(lengths, (0, offsets.numel() - 1 - lengths.numel()))
+    return [lengths, F.pad(lengths.cumsum(0), (1, 0)), unique, reverse]
+
+
+def _jagged_unique_indices_case(gen) -> Case:
+    """jagged_unique_indices on the managed-collision shape torchrec's mc_modules passes (one group
+    per feature): T features x B bags, ids drawn from hash sizes of 2^20, so about one in ten
+    repeats within a feature."""
+    features, batch, hash_size = 26, 2048, 1 << 20
+    lengths = torch.randint(0, 20, (features * batch,), generator=gen)
+    offsets = F.pad(lengths.cumsum(0), (1, 0))
+    indices = torch.randint(0, hash_size, (int(offsets[-1]),), generator=gen) % (hash_size // 8)
+    hash_size_cumsum = torch.arange(features + 1) * hash_size
+    hash_size_offsets = torch.arange(features + 1)
+    args = (hash_size_cumsum, hash_size_offsets, offsets, indices)
+    return Case(
+        f"jagged_unique_indices T={features} B={batch} int64",
+        {
+            "recops": lambda: R.jagged_unique_indices(*args),
+            "torch": lambda: _torch_jagged_unique_indices(*args),
+        },
+        4 * _nbytes(indices) + 3 * _nbytes(offsets),
+    )
 
 
 # --------------------------------------------------------------------------- entry point

@@ -121,7 +121,10 @@ void check_kernel_result(int64_t table, int64_t position, const at::Tensor& indi
 
 at::Tensor select(const at::Tensor& inputs, const at::Tensor& indices, BatchLayout l) {
   check_cpu(inputs, "inputs");
-  check_dim(inputs, 1, "inputs");
+  // FBGEMM splits inputs along dim 0 and views each piece as [rows, columns]: [N] or [N, 1, ...].
+  TORCH_CHECK(inputs.dim() >= 1 && inputs.numel() == inputs.size(0),
+              "inputs must be 1-D, or [N, 1, ...] (one element per row of dim 0), got shape ",
+              inputs.sizes());
   TORCH_CHECK(inputs.numel() == l.input_numel,
               "inputs must hold sum(input_rows * input_columns) = ", l.input_numel,
               " elements, got ", inputs.numel());

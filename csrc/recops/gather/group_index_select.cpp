@@ -46,20 +46,22 @@ std::vector<at::Tensor> select_groups(at::TensorList inputs, at::TensorList indi
     const std::string input_name = nth(inputs_name, g);
     const std::string index_name = nth(indices_name, g);
     check_cpu(inputs[g], input_name.c_str());
-    TORCH_CHECK(inputs[g].dim() >= 1, input_name, " must have at least 1 dimension (rows), got ",
-                "a 0-D tensor");
     check_group_index(indices[g], index_name);
+    // index_select on a scalar, as FBGEMM's CPU path: one row of one element, a scalar out.
+    TORCH_CHECK_INDEX(inputs[g].dim() > 0 || indices[g].numel() == 1, index_name,
+                      " must hold exactly one index when ", input_name, " is 0-D, got ",
+                      indices[g].numel());
     inputs_c.push_back(inputs[g].contiguous());
     indices_c.push_back(indices[g].contiguous());
   }
   for (size_t g = 0; g < group_size; ++g) {
     const at::Tensor& input = inputs_c[g];
     std::vector<int64_t> shape = input.sizes().vec();
-    shape[0] = indices_c[g].numel();
+    if (input.dim() > 0) shape[0] = indices_c[g].numel();
     outputs.push_back(at::empty(shape, input.options()));
     const int64_t row_bytes = row_numel(input.sizes()) * input.element_size();
     groups[g] = {static_cast<const char*>(input.const_data_ptr()),
-                 input.size(0),
+                 input.dim() > 0 ? input.size(0) : 1,
                  row_bytes,
                  row_index(indices_c[g]),
                  indices_c[g].numel(),

@@ -1,8 +1,9 @@
 // expand_into_jagged_permute (FBGEMM's schema and semantics, docs/ops.md section 1): the element
 // permutation that moves a jagged tensor's segments as `permute` moves them (torchrec's
 // variable-batch all-to-all recat). Validates, then runs kernels/expand_into_jagged_permute.h.
-// Unlike FBGEMM it accepts an empty permute, and it requires output_offset to cover the output
-// exactly (from 0 to output_size), which FBGEMM assumes and leaves unchecked.
+// Unlike FBGEMM it accepts an empty permute, checks that output_offset stays within
+// [0, output_size] (FBGEMM writes past the output otherwise), and zeroes the output entries
+// output_offset does not cover (FBGEMM leaves them unwritten).
 #include <ATen/ops/empty.h>
 
 #include "recops/common/checks.h"
@@ -36,11 +37,13 @@ at::Tensor expand_into_jagged_permute(const at::Tensor& permute, const at::Tenso
                     "] = ", bad < 0 ? 0 : index_at(permute_c, bad));
   check_offsets_monotonic(output_c, "output_offset");
   const int64_t first = index_at(output_c, 0), last = index_at(output_c, T);
-  TORCH_CHECK_VALUE(first == 0 && last == output_size,
-                    "output_offset must run from 0 to output_size = ", output_size, ", got ", first,
-                    " to ", last);
+  TORCH_CHECK_VALUE(first >= 0 && last <= output_size,
+                    "output_offset must stay within [0, output_size = ", output_size, "], got ",
+                    first, " to ", last);
 
   at::Tensor output = at::empty({output_size}, input_offset.options());
+  output.narrow(0, 0, first).zero_();
+  output.narrow(0, last, output_size - last).zero_();
   dispatch_index_kind(index_kind(permute_c.scalar_type()), [&](auto perm_tag) {
     using perm_t = typename decltype(perm_tag)::type;
     dispatch_index_kind(index_kind(input_c.scalar_type()), [&](auto offset_tag) {
