@@ -169,14 +169,8 @@ import torchrec_trace as trace  # noqa: E402  (tests/ is on sys.path)
 from recops import _fbgemm  # noqa: E402
 
 # FBGEMM ops torchrec's CPU paths call that recops does not serve (docs/jagged_sparse.md,
-# "torchrec's CPU op surface"): ops other work in progress adds, FBGEMM's autograd helpers of
-# ops recops does not implement yet, and the quantized inference TBE.
+# "torchrec's CPU op surface"): the quantized inference TBE's.
 NOT_SERVED = {
-    "segment_sum_csr",
-    "permute_multi_embedding",
-    "permute_multi_embedding_function",
-    "kt_regroup_arguments",
-    "regroup_keyed_tensor",
     "int_nbit_split_embedding_codegen_lookup_function",
     "FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf",
     "bounds_check_indices",
