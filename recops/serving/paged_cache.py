@@ -1,0 +1,262 @@
+"""A paged key / value cache for serving generative recommenders (docs/serving.md).
+
+Per user and per layer, the keys and values of the rows already encoded, with each row's
+timestamp (the relative time bias reads the keys' times), in fixed-size pages of one pool that is
+allocated once: vLLM's and Rec SDK's ``hstu_paged`` layout, one page table per user shared by every
+layer. Appending rows fills the user's last page and takes new pages; old rows never move. When
+pages run short, whole users are evicted, least recently used first. The pool's bytes never exceed
+the capacity it was given.
+
+Requests may come from several threads. The bookkeeping (page tables, the LRU order, which users a
+request holds) is under one lock; the reads and writes of page contents are not: a request holds
+its users (:meth:`PagedKVCache.hold`) so that no other request evicts or extends them meanwhile,
+and a request that asks for a user another one holds waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheLayout:
+    """What one cached row holds: ``num_layers`` x (keys ``[num_heads, key_dim]`` and values
+    ``[num_heads, value_dim]``) in ``dtype``, and an int64 timestamp. ``page_rows`` rows a page."""
+
+    num_layers: int
+    num_heads: int
+    key_dim: int
+    value_dim: int
+    dtype: torch.dtype = torch.float32
+    page_rows: int = 64
+
+    def __post_init__(self):
+        for name in ("num_layers", "num_heads", "key_dim", "value_dim", "page_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype}")
+
+    @property
+    def row_bytes(self) -> int:
+        element = torch.empty(0, dtype=self.dtype).element_size()
+        per_layer = self.num_heads * (self.key_dim + self.value_dim) * element
+        return self.num_layers * per_layer + 8  # + the int64 timestamp
+
+    @property
+    def page_bytes(self) -> int:
+        return self.page_rows * self.row_bytes
+
+
+class CacheFull(RuntimeError):
+    """The users a request needs do not fit in the cache, even with every other user evicted."""
+
+
+@dataclasses.dataclass
+class _Entry:
+    pages: list[int]
+    length: int = 0  # cached rows
+
+
+@dataclasses.dataclass(frozen=True)
+class PageTables:
+    """The page tables of a batch of users: ``pages[b, j]`` is the pool page holding user b's rows
+    ``[j * page_rows, (j + 1) * page_rows)`` (-1 past its pages), ``lengths[b]`` its cached rows
+    and ``new_rows[b]`` the rows the request appends after them (pages reserved)."""
+
+    pages: torch.Tensor  # [B, max_pages] int32
+    lengths: torch.Tensor  # [B] int64
+    new_rows: torch.Tensor  # [B] int64
+
+
+class PagedKVCache:
+    """Keys, values and timestamps of users' encoded rows in a pool of at most ``capacity_bytes``.
+
+    ``keys[layer]`` is ``[num_pages, page_rows, num_heads, key_dim]`` (``values`` likewise with
+    ``value_dim``), ``timestamps`` ``[num_pages, page_rows]``."""
+
+    def __init__(self, layout: CacheLayout, capacity_bytes: int):
+        num_pages = capacity_bytes // layout.page_bytes
+        if num_pages < 1:
+            raise ValueError(
+                f"capacity_bytes must hold at least one page of {layout.page_bytes} bytes "
+                f"({layout.page_rows} rows), got {capacity_bytes}"
+            )
+        self.layout = layout
+        self.capacity_bytes = capacity_bytes
+        shape = (layout.num_layers, num_pages, layout.page_rows, layout.num_heads)
+        self.keys = torch.zeros(*shape, layout.key_dim, dtype=layout.dtype)
+        self.values = torch.zeros(*shape, layout.value_dim, dtype=layout.dtype)
+        self.timestamps = torch.zeros(num_pages, layout.page_rows, dtype=torch.int64)
+        self._free = list(range(num_pages - 1, -1, -1))  # pop() takes the lowest page first
+        self._users: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
+        self._held: set[int] = set()
+        self._changed = threading.Condition()
+
+    @property
+    def num_pages(self) -> int:
+        return self.timestamps.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """The pool's bytes (at most ``capacity_bytes``)."""
+        return sum(t.numel() * t.element_size() for t in (self.keys, self.values, self.timestamps))
+
+    @property
+    def free_pages(self) -> int:
+        with self._changed:
+            return len(self._free)
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._users)
+
+    def cached_rows(self, user: int) -> int:
+        """Rows cached for ``user`` (0 if none or evicted); does not count as a use."""
+        with self._changed:
+            entry = self._users.get(user)
+            return 0 if entry is None else entry.length
+
+    def _pages_for(self, rows: int) -> int:
+        return -(-rows // self.layout.page_rows)
+
+    def _reserve(self, users: Sequence[int], new_rows: Sequence[int]) -> list[int]:
+        """Pages for every user's new rows, evicting unheld users least recently used first;
+        returns the users that were not cached. All or nothing: on CacheFull nothing changed."""
+        needed = 0
+        for user, rows in zip(users, new_rows, strict=True):
+            entry = self._users.get(user)
+            have = 0 if entry is None else len(entry.pages)
+            length = 0 if entry is None else entry.length
+            needed += max(0, self._pages_for(length + rows) - have)
+        evictable = [u for u in self._users if u not in self._held and u not in users]
+        spare = len(self._free) + sum(len(self._users[u].pages) for u in evictable)
+        if needed > spare:
+            raise CacheFull(
+                f"the request needs {needed} more pages of {self.layout.page_rows} rows; "
+                f"{spare} of the cache's {self.num_pages} can be freed"
+            )
+        for victim in evictable:
+            if len(self._free) >= needed:
+                break
+            self._drop(victim)
+        added = []
+        for user, rows in zip(users, new_rows, strict=True):
+            entry = self._users.get(user)
+            if entry is None:
+                entry = self._users[user] = _Entry(pages=[])
+                added.append(user)
+            self._users.move_to_end(user)
+            while len(entry.pages) < self._pages_for(entry.length + rows):
+                entry.pages.append(self._free.pop())
+        return added
+
+    def _drop(self, user: int) -> None:
+        self._free.extend(reversed(self._users.pop(user).pages))
+
+    @contextlib.contextmanager
+    def hold(self, users: Sequence[int], new_rows: Sequence[int]) -> Iterator[PageTables]:
+        """Holds ``users`` for one request that appends ``new_rows[b]`` rows to user b's cache
+        (users not cached start empty), with pages reserved for them; yields their page tables.
+        The rows count as cached when the block exits normally (:meth:`write` them first);
+        on an exception the request's new rows are discarded. Waits while another request holds
+        any of the users; raises CacheFull (changing nothing) when the rows cannot fit."""
+        users = [int(u) for u in users]
+        new_rows = [int(n) for n in new_rows]
+        if len(set(users)) != len(users):
+            raise ValueError(f"users must be distinct within a request, got {users}")
+        if any(n < 0 for n in new_rows):
+            raise ValueError(f"new_rows must be >= 0, got {new_rows}")
+        with self._changed:
+            self._changed.wait_for(lambda: self._held.isdisjoint(users))
+            added = self._reserve(users, new_rows)
+            self._held.update(users)
+            tables = self._page_tables(users, new_rows)
+        committed = False
+        try:
+            yield tables
+            committed = True
+        finally:
+            with self._changed:
+                for user, rows in zip(users, new_rows, strict=True):
+                    entry = self._users[user]
+                    if committed:
+                        entry.length += rows
+                    elif user in added:
+                        self._drop(user)
+                    else:  # give back the pages reserved past the cached rows
+                        keep = self._pages_for(entry.length)
+                        self._free.extend(reversed(entry.pages[keep:]))
+                        del entry.pages[keep:]
+                self._held.difference_update(users)
+                self._changed.notify_all()
+
+    def _page_tables(self, users: list[int], new_rows: list[int]) -> PageTables:
+        entries = [self._users[u] for u in users]
+        width = max((len(e.pages) for e in entries), default=0)
+        pages = torch.full((len(users), width), -1, dtype=torch.int32)
+        for b, entry in enumerate(entries):
+            pages[b, : len(entry.pages)] = torch.tensor(entry.pages, dtype=torch.int32)
+        lengths = torch.tensor([e.length for e in entries], dtype=torch.int64)
+        return PageTables(pages, lengths, torch.tensor(new_rows, dtype=torch.int64))
+
+    def slots(self, tables: PageTables) -> torch.Tensor:
+        """Pool row slots (``page * page_rows + row``) of every request's new rows, users in
+        order: where :meth:`write` puts them."""
+        page_rows = self.layout.page_rows
+        user = torch.repeat_interleave(torch.arange(tables.lengths.numel()), tables.new_rows)
+        first = torch.cumsum(tables.new_rows, 0) - tables.new_rows
+        position = (
+            torch.arange(int(tables.new_rows.sum()))
+            - first.repeat_interleave(tables.new_rows)
+            + tables.lengths.repeat_interleave(tables.new_rows)
+        )
+        page = tables.pages[user, position // page_rows].long()
+        return page * page_rows + position % page_rows
+
+    def write(
+        self,
+        layer: int,
+        slots: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        timestamps: torch.Tensor | None = None,
+    ) -> None:
+        """Stores one layer's keys ``[R, num_heads, key_dim]`` and values of a held request's new
+        rows at ``slots`` (:meth:`slots`), and their timestamps once (any layer)."""
+        layout = self.layout
+        rows = layout.page_rows * self.num_pages
+        self.keys[layer].view(rows, layout.num_heads, layout.key_dim).index_copy_(
+            0, slots, keys.to(layout.dtype)
+        )
+        self.values[layer].view(rows, layout.num_heads, layout.value_dim).index_copy_(
+            0, slots, values.to(layout.dtype)
+        )
+        if timestamps is not None:
+            self.timestamps.view(rows).index_copy_(0, slots, timestamps)
+
+    def gather(self, layer: int, tables: PageTables, user: int) -> tuple[torch.Tensor, ...]:
+        """Row ``user`` of ``tables``: its cached rows and the request's new ones (written
+        already) of one layer, contiguous: ``(keys [n, num_heads, key_dim], values, timestamps
+        [n])``. A copy, for references and tests; the paged kernels read the pages in place."""
+        n = int(tables.lengths[user] + tables.new_rows[user])
+        pages = tables.pages[user, : self._pages_for(n)].long()
+        return tuple(
+            t[pages].flatten(0, 1)[:n]
+            for t in (self.keys[layer], self.values[layer], self.timestamps)
+        )
+
+    def evict(self, user: int) -> bool:
+        """Drops ``user``'s rows (waiting while a request holds it); whether it was cached."""
+        with self._changed:
+            self._changed.wait_for(lambda: user not in self._held)
+            if user not in self._users:
+                return False
+            self._drop(user)
+            return True
