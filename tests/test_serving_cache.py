@@ -19,7 +19,8 @@ def cache_of(pages: int, layout: CacheLayout = LAYOUT) -> PagedKVCache:
 def append(cache, users, new_rows, gen=None):
     """Appends random rows to every user; returns what was written, per user and layer."""
     written = {}
-    with cache.hold(users, new_rows) as tables:
+    rows = [cache.cached_rows(u) + n for u, n in zip(users, new_rows, strict=True)]
+    with cache.hold(users, rows) as tables:
         slots = cache.slots(tables)
         total = int(tables.new_rows.sum())
         times = torch.randint(0, 1000, (total,), generator=gen)
@@ -27,13 +28,13 @@ def append(cache, users, new_rows, gen=None):
             k = torch.randn(total, 2, 3, generator=gen)
             v = torch.randn(total, 2, 5, generator=gen)
             cache.write(layer, slots, k, v, times if layer == 0 else None)
-            for b, part in enumerate(torch.arange(total).split(new_rows)):
+            for b, part in enumerate(torch.arange(total).split(tables.new_rows.tolist())):
                 written[(users[b], layer)] = (k[part], v[part], times[part])
     return written
 
 
 def read(cache, user):
-    with cache.hold([user], [0]) as tables:
+    with cache.hold([user], [cache.cached_rows(user)]) as tables:
         return [cache.gather(layer, tables, 0) for layer in range(cache.layout.num_layers)]
 
 
@@ -83,7 +84,7 @@ def test_lru_users_are_evicted_whole_and_held_users_never():
     # Held, user 3 is the most recently used; another request needs two pages: user 1 (two
     # pages, the least recently used) goes, 4 stays. Four pages cannot be freed with 3 held; one
     # page evicts 4, the least recently used now.
-    with cache.hold([3], [0]):
+    with cache.hold([3], [4]):
         append(cache, [5], [8])
         assert cache.cached_rows(3) == 4 and cache.cached_rows(5) == 8
         assert cache.cached_rows(1) == 0 and cache.cached_rows(4) == 3
@@ -101,14 +102,17 @@ def test_a_request_that_cannot_fit_changes_nothing():
     with pytest.raises(
         CacheFull, match="needs 3 more pages of 4 rows; 1 of the cache.s 3 can be freed"
     ):
-        with cache.hold([1, 3], [3, 9]):
+        with cache.hold([1, 3], [8, 9]):
             pass
     assert (cache.free_pages, cache.cached_rows(1), cache.cached_rows(2), len(cache)) == before
     with pytest.raises(ValueError, match="users must be distinct"):
         with cache.hold([1, 1], [1, 1]):
             pass
-    with pytest.raises(ValueError, match="new_rows must be >= 0"):
+    with pytest.raises(ValueError, match="rows must hold one count >= 0 per user"):
         with cache.hold([1], [-1]):
+            pass
+    with pytest.raises(ValueError, match=r"keep_rows must be in \[0, rows\]"):
+        with cache.hold([1], [3], [4]):
             pass
 
 
@@ -117,10 +121,32 @@ def test_a_failed_request_discards_its_rows():
     append(cache, [1], [3])
     free = cache.free_pages
     with pytest.raises(KeyError):
-        with cache.hold([1, 2], [6, 2]):
+        with cache.hold([1, 2], [9, 2]):
             raise KeyError("the model failed")
     assert cache.cached_rows(1) == 3 and cache.cached_rows(2) == 0 and len(cache) == 1
     assert cache.free_pages == free
+
+
+def test_rows_past_keep_rows_are_replaced_and_only_kept_rows_stay():
+    cache = cache_of(6)
+    gen = torch.Generator().manual_seed(1)
+    append(cache, [1], [9], gen)
+    (before, _, _), _ = read(cache, 1)
+    # 11 rows, 10 kept: the 9 cached stay, rows 9 and 10 are written, row 9 is kept.
+    with cache.hold([1], [11], [10]) as tables:
+        assert tables.lengths.tolist() == [9] and tables.new_rows.tolist() == [2]
+        k = torch.arange(2 * 6.0).view(2, 2, 3)
+        for layer in range(2):
+            cache.write(layer, cache.slots(tables), k, torch.zeros(2, 2, 5), torch.arange(2))
+    assert cache.cached_rows(1) == 10 and cache.free_pages == 6 - 3
+    (keys, _, times), _ = read(cache, 1)
+    assert torch.equal(keys[:9], before) and torch.equal(keys[9], k[0]) and times[9] == 0
+    # 7 rows, 4 kept: cached rows 4.. are stale, rows 4..6 are rewritten and dropped.
+    with cache.hold([1], [7], [4]) as tables:
+        assert tables.lengths.tolist() == [4] and tables.new_rows.tolist() == [3]
+    assert cache.cached_rows(1) == 4 and cache.free_pages == 6 - 1
+    (keys, _, _), _ = read(cache, 1)
+    assert torch.equal(keys, before[:4])
 
 
 def test_concurrent_requests_keep_pages_consistent():

@@ -41,13 +41,23 @@ class FuXiBlock(nn.Module):
         for linear in (self.ams_output, self.ffn_gate, self.ffn_up, self.ffn_down):
             nn.init.xavier_uniform_(linear.weight)
 
-    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``u [L, 3 H Dv]`` and the heads ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` of rows ``x``."""
         normed = F.rms_norm(x, x.shape[-1:], eps=RMS_NORM_EPS)
         u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
         q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
+        return u, q, k, v
+
+    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+        u, q, k, v = self.project(x)
         attn = self.backend.fuxi_attention(
             q, k, v, layout, self.relative_bias.ts_w, self.relative_bias.pos_w
         )
+        return self.combine(x, u, attn)
+
+    def combine(self, x: torch.Tensor, u: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The block's output rows from its input rows, ``u`` and the three channels'
+        attention ``[L, H * 3 * Dv]``: the AMS output, then the MFFN."""
         ams = u * F.rms_norm(attn, attn.shape[-1:], eps=RMS_NORM_EPS)
         x = self.ams_output(F.dropout(ams, p=self.dropout, training=self.training)) + x
         h = F.dropout(

@@ -32,12 +32,21 @@ class HSTUBlock(nn.Module):
         self.output = nn.Linear(h * dv, d)
         nn.init.xavier_uniform_(self.output.weight)
 
-    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``u [L, H * Dv]`` and the heads ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` of rows ``x``."""
         normed = F.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS)
         u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
         q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
+        return u, q, k, v
+
+    def combine(self, x: torch.Tensor, u: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The block's output rows from its input rows, ``u`` and the attention ``[L, H * Dv]``."""
+        gated = u * F.layer_norm(attn, attn.shape[-1:], eps=LAYER_NORM_EPS)
+        return self.output(F.dropout(gated, p=self.dropout, training=self.training)) + x
+
+    def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
+        u, q, k, v = self.project(x)
         attn = self.backend.hstu_attention(
             q, k, v, layout, self.relative_bias.ts_w, self.relative_bias.pos_w
         )
-        gated = u * F.layer_norm(attn, attn.shape[-1:], eps=LAYER_NORM_EPS)
-        return self.output(F.dropout(gated, p=self.dropout, training=self.training)) + x
+        return self.combine(x, u, attn)

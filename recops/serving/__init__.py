@@ -1,6 +1,8 @@
-"""Serving trained recommenders (docs/serving.md): the paged key / value cache that lets a request
-encode only a user's new events against the keys and values of the ones already seen."""
+"""Serving trained recommenders (docs/serving.md): a paged key / value cache that lets a request
+encode only a user's new events against the keys and values of the ones already seen, and the
+recommender served from it."""
 
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache, PageTables
+from recops.serving.recommender import CachedRecommender
 
-__all__ = ["CacheFull", "CacheLayout", "PageTables", "PagedKVCache"]
+__all__ = ["CacheFull", "CacheLayout", "CachedRecommender", "PageTables", "PagedKVCache"]

@@ -126,15 +126,15 @@ class PagedKVCache:
     def _pages_for(self, rows: int) -> int:
         return -(-rows // self.layout.page_rows)
 
-    def _reserve(self, users: Sequence[int], new_rows: Sequence[int]) -> list[int]:
-        """Pages for every user's new rows, evicting unheld users least recently used first;
-        returns the users that were not cached. All or nothing: on CacheFull nothing changed."""
+    def _reserve(self, users: list[int], rows: list[int]) -> list[int]:
+        """Pages for ``rows[b]`` rows of every user, evicting unheld users least recently used
+        first; returns the users that were not cached. All or nothing: on CacheFull nothing
+        changed."""
         needed = 0
-        for user, rows in zip(users, new_rows, strict=True):
+        for user, count in zip(users, rows, strict=True):
             entry = self._users.get(user)
             have = 0 if entry is None else len(entry.pages)
-            length = 0 if entry is None else entry.length
-            needed += max(0, self._pages_for(length + rows) - have)
+            needed += max(0, self._pages_for(count) - have)
         evictable = [u for u in self._users if u not in self._held and u not in users]
         spare = len(self._free) + sum(len(self._users[u].pages) for u in evictable)
         if needed > spare:
@@ -147,13 +147,13 @@ class PagedKVCache:
                 break
             self._drop(victim)
         added = []
-        for user, rows in zip(users, new_rows, strict=True):
+        for user, count in zip(users, rows, strict=True):
             entry = self._users.get(user)
             if entry is None:
                 entry = self._users[user] = _Entry(pages=[])
                 added.append(user)
             self._users.move_to_end(user)
-            while len(entry.pages) < self._pages_for(entry.length + rows):
+            while len(entry.pages) < self._pages_for(count):
                 entry.pages.append(self._free.pop())
         return added
 
@@ -161,50 +161,65 @@ class PagedKVCache:
         self._free.extend(reversed(self._users.pop(user).pages))
 
     @contextlib.contextmanager
-    def hold(self, users: Sequence[int], new_rows: Sequence[int]) -> Iterator[PageTables]:
-        """Holds ``users`` for one request that appends ``new_rows[b]`` rows to user b's cache
-        (users not cached start empty), with pages reserved for them; yields their page tables.
-        The rows count as cached when the block exits normally (:meth:`write` them first);
-        on an exception the request's new rows are discarded. Waits while another request holds
-        any of the users; raises CacheFull (changing nothing) when the rows cannot fit."""
+    def hold(
+        self,
+        users: Sequence[int],
+        rows: Sequence[int],
+        keep_rows: Sequence[int] | None = None,
+    ) -> Iterator[PageTables]:
+        """Holds ``users`` for one request after which user b has ``rows[b]`` rows: the cached
+        ones it keeps (at most ``keep_rows[b]``: rows past it are stale and dropped), then the
+        rows the request writes (:meth:`slots`, :meth:`write`), pages reserved for them; yields
+        their page tables. When the block exits normally the first ``keep_rows[b]`` (default:
+        all) rows count as cached and pages past them are freed; on an exception the request's
+        rows are dropped. Users not cached start empty. Waits while another request holds any of
+        the users; raises CacheFull (changing nothing) when the rows cannot fit."""
         users = [int(u) for u in users]
-        new_rows = [int(n) for n in new_rows]
+        rows = [int(n) for n in rows]
+        keep_rows = rows if keep_rows is None else [int(n) for n in keep_rows]
         if len(set(users)) != len(users):
             raise ValueError(f"users must be distinct within a request, got {users}")
-        if any(n < 0 for n in new_rows):
-            raise ValueError(f"new_rows must be >= 0, got {new_rows}")
+        if len(rows) != len(users) or any(n < 0 for n in rows):
+            raise ValueError(f"rows must hold one count >= 0 per user, got {rows}")
+        if len(keep_rows) != len(rows) or any(
+            not 0 <= k <= n for k, n in zip(keep_rows, rows, strict=True)
+        ):
+            raise ValueError(f"keep_rows must be in [0, rows], got {keep_rows} for {rows}")
         with self._changed:
             self._changed.wait_for(lambda: self._held.isdisjoint(users))
-            added = self._reserve(users, new_rows)
+            added = self._reserve(users, rows)
             self._held.update(users)
-            tables = self._page_tables(users, new_rows)
+            for user, keep in zip(users, keep_rows, strict=True):
+                entry = self._users[user]
+                entry.length = min(entry.length, keep)
+            tables = self._page_tables(users, rows)
         committed = False
         try:
             yield tables
             committed = True
         finally:
             with self._changed:
-                for user, rows in zip(users, new_rows, strict=True):
+                for user, keep in zip(users, keep_rows, strict=True):
                     entry = self._users[user]
                     if committed:
-                        entry.length += rows
-                    elif user in added:
+                        entry.length = keep
+                    if entry.length == 0 and user in added:
                         self._drop(user)
-                    else:  # give back the pages reserved past the cached rows
-                        keep = self._pages_for(entry.length)
-                        self._free.extend(reversed(entry.pages[keep:]))
-                        del entry.pages[keep:]
+                    else:  # give back the pages past the cached rows
+                        used = self._pages_for(entry.length)
+                        self._free.extend(reversed(entry.pages[used:]))
+                        del entry.pages[used:]
                 self._held.difference_update(users)
                 self._changed.notify_all()
 
-    def _page_tables(self, users: list[int], new_rows: list[int]) -> PageTables:
+    def _page_tables(self, users: list[int], rows: list[int]) -> PageTables:
         entries = [self._users[u] for u in users]
         width = max((len(e.pages) for e in entries), default=0)
         pages = torch.full((len(users), width), -1, dtype=torch.int32)
         for b, entry in enumerate(entries):
             pages[b, : len(entry.pages)] = torch.tensor(entry.pages, dtype=torch.int32)
         lengths = torch.tensor([e.length for e in entries], dtype=torch.int64)
-        return PageTables(pages, lengths, torch.tensor(new_rows, dtype=torch.int64))
+        return PageTables(pages, lengths, torch.tensor(rows, dtype=torch.int64) - lengths)
 
     def slots(self, tables: PageTables) -> torch.Tensor:
         """Pool row slots (``page * page_rows + row``) of every request's new rows, users in

@@ -1,0 +1,213 @@
+"""A served HSTU / FuXi-alpha recommender: each user's history is encoded once, its per-layer keys
+and values kept in a paged cache, and a request encodes only the rows the cache lacks
+(docs/serving.md).
+
+What is cached, exactly. The models' relative time bias measures query row i from the *next*
+row's timestamp, so a row's outputs above the first layer, and with them its keys and values in
+the layers above, depend on the row after it. A history row is therefore final once the next event
+is known: the cache holds every row of a user's history but the last. A request encodes the
+uncached rows (at least the last history row) and the request token, whose timestamp is the
+request time, against the cached ones; the last history row's state is the query. Its keys and
+values are written to the pages for the request and dropped after it. The result is the full
+recompute's (``recops.inference.recommend``) to float rounding.
+
+Positions are absolute within the encoded window of ``max_seq_len - 1`` history items. A history
+longer than that slides the window with every event, which changes every row's position: such a
+user is encoded whole on each request, as the full recompute does, and not cached.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from recops.inference import evaluating
+from recops.models.encoder import l2_normalize
+from recops.serving.delta_attention import delta_attention
+from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
+
+CACHED_MODELS = ("hstu", "fuxi")
+
+
+class CachedRecommender:
+    """``model`` (a trained :class:`recops.models.SequentialRecommender`, HSTU or FuXi-alpha)
+    served with a cache of at most ``cache_bytes`` holding keys and values in ``dtype``."""
+
+    def __init__(
+        self,
+        model,
+        cache_bytes: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        page_rows: int = 64,
+    ):
+        config = model.config
+        if config.model not in CACHED_MODELS:
+            raise ValueError(f"model must be one of {CACHED_MODELS}, got {config.model!r}")
+        self.model = model
+        self.config = config
+        layout = CacheLayout(
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            key_dim=config.attention_dim,
+            value_dim=config.linear_dim,
+            dtype=dtype,
+            page_rows=page_rows,
+        )
+        self.cache = PagedKVCache(layout, cache_bytes)
+        self._histories: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._histories_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------ histories
+    def history(self, user: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(items, timestamps)`` of everything observed for ``user``, oldest first."""
+        with self._histories_lock:
+            if user not in self._histories:
+                raise KeyError(f"user {user} has no observed events")
+            return self._histories[user]
+
+    def _append(self, user: int, items, timestamps) -> None:
+        items = torch.as_tensor(items, dtype=torch.int64).reshape(-1)
+        timestamps = torch.as_tensor(timestamps, dtype=torch.int64).reshape(-1)
+        if items.numel() != timestamps.numel():
+            raise ValueError(
+                f"user {user}: events need one timestamp per item, got {items.numel()} items "
+                f"and {timestamps.numel()} timestamps"
+            )
+        if items.numel() and not 1 <= int(items.min()) <= int(items.max()) <= self.config.num_items:
+            raise ValueError(f"user {user}: item ids must be in [1, {self.config.num_items}]")
+        with self._histories_lock:
+            old_items, old_times = self._histories.get(
+                user, (items.new_empty(0), timestamps.new_empty(0))
+            )
+            self._histories[user] = (
+                torch.cat([old_items, items]),
+                torch.cat([old_times, timestamps]),
+            )
+
+    # ------------------------------------------------------------------------------ requests
+    def observe(self, user_ids: Sequence[int], events: Sequence[tuple]) -> None:
+        """Appends ``events[b] = (items, timestamps)`` (oldest first) to user b's history and
+        encodes its new rows into the cache, all but the last (see the module docstring)."""
+        user_ids = [int(u) for u in user_ids]
+        if len(events) != len(user_ids):
+            raise ValueError(f"events must hold one entry per user, got {len(events)}")
+        for user, (items, timestamps) in zip(user_ids, events, strict=True):
+            self._append(user, items, timestamps)
+        cacheable = [u for u in user_ids if self._window(u)[2]]
+        if cacheable:
+            self._encode(cacheable, request_times=None)
+
+    def recommend(
+        self,
+        user_ids: Sequence[int],
+        k: int = 10,
+        *,
+        request_times: Sequence[int] | torch.Tensor | None = None,
+        exclude_seen_items: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k items ``[U, k]`` and scores for each user from its observed history, asked at
+        ``request_times[u]`` (default: its last event's time); what
+        ``recops.inference.recommend`` returns for the same histories."""
+        user_ids = [int(u) for u in user_ids]
+        if request_times is None:
+            times = [int(self.history(u)[1][-1]) for u in user_ids]
+        else:
+            times = torch.as_tensor(request_times, dtype=torch.int64).reshape(-1).tolist()
+            if len(times) != len(user_ids):
+                raise ValueError(f"request_times must hold one time per user, got {len(times)}")
+        states = self._encode(user_ids, request_times=times)
+        with evaluating(self.model):
+            scores = states.float() @ self.model.candidate_embeddings().float().T
+        scores[:, 0] = float("-inf")
+        if exclude_seen_items:
+            for b, user in enumerate(user_ids):
+                scores[b, self.history(user)[0]] = float("-inf")
+        top = scores.topk(k, dim=1)
+        return top.indices, top.values
+
+    # ------------------------------------------------------------------------------ encoding
+    def _window(self, user: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The history rows the model encodes (the last max_seq_len - 1) and whether they are
+        the whole history (so their positions, and the cache, stay valid as it grows)."""
+        items, timestamps = self.history(user)
+        if items.numel() == 0:
+            raise ValueError(f"user {user} has no observed events")
+        kept = self.config.max_seq_len - 1
+        return items[-kept:], timestamps[-kept:], items.numel() <= kept
+
+    def _encode(self, user_ids: list[int], request_times: list[int] | None) -> torch.Tensor:
+        """_encode_together, in parts small enough for the cache's pages when all at once are
+        not (a request's rows are written to pages to be attended): CacheFull only when one
+        user's rows exceed the cache."""
+        try:
+            return self._encode_together(user_ids, request_times)
+        except CacheFull:
+            if len(user_ids) == 1:
+                raise
+        half = len(user_ids) // 2
+        parts = [(user_ids[:half], None), (user_ids[half:], None)]
+        if request_times is not None:
+            parts = [
+                (user_ids[:half], request_times[:half]),
+                (user_ids[half:], request_times[half:]),
+            ]
+        return torch.cat([self._encode(users, times) for users, times in parts])
+
+    def _encode_together(self, user_ids: list[int], request_times: list[int] | None):
+        """Encodes each user's uncached window rows (and, for a request, a token at the request
+        time) against its cached ones, caching the rows that are final. Returns the states of the
+        query rows (the last history row) ``[U, d]`` for a request."""
+        windows = [self._window(u) for u in user_ids]
+        rows, keep = [], []
+        for items, _, cacheable in windows:
+            n = items.numel()
+            rows.append(n + (request_times is not None))
+            keep.append(n - 1 if cacheable else 0)
+        with self.cache.hold(user_ids, rows, keep) as tables, evaluating(self.model):
+            items, times, positions = self._delta_rows(windows, request_times, tables)
+            states = self._forward(items, times, positions, tables)
+        if request_times is None:
+            return states
+        last = torch.cumsum(tables.new_rows, 0) - 2  # each user's row before its token
+        return states[last]
+
+    @staticmethod
+    def _delta_rows(windows, request_times, tables):
+        items, times, positions = [], [], []
+        for b, (window_items, window_times, _) in enumerate(windows):
+            start = int(tables.lengths[b])
+            items.append(window_items[start:])
+            times.append(window_times[start:])
+            if request_times is not None:
+                items.append(window_items.new_zeros(1))  # the request token: no item
+                times.append(torch.tensor([request_times[b]], dtype=torch.int64))
+            positions.append(start + torch.arange(int(tables.new_rows[b])))
+        return torch.cat(items), torch.cat(times), torch.cat(positions)
+
+    def _forward(self, items, times, positions, tables) -> torch.Tensor:
+        """The encoder (recops.models.encoder.SequenceEncoder) on the delta rows, each block's
+        attention reading every key and value through the page tables."""
+        encoder = self.model.encoder
+        embeddings = self.model.item_embeddings(items)
+        x = embeddings * math.sqrt(embeddings.shape[-1]) + encoder.positions(positions)
+        slots = self.cache.slots(tables)
+        for layer, block in enumerate(encoder.blocks):
+            u, q, k, v = block.project(x)
+            self.cache.write(layer, slots, k, v, times if layer == 0 else None)
+            attn = delta_attention(
+                self.config.model,
+                q,
+                self.cache.keys[layer],
+                self.cache.values[layer],
+                self.cache.timestamps,
+                tables,
+                self.config.max_seq_len,
+                block.relative_bias.ts_w,
+                block.relative_bias.pos_w,
+            )
+            x = block.combine(x, u, attn)
+        return l2_normalize(x)

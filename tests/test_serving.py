@@ -1,0 +1,178 @@
+"""recops.serving.CachedRecommender: the cached path equals the full recompute
+(recops.inference.recommend on the whole history) after any interleaving of observe, recommend and
+eviction, for HSTU and FuXi-alpha, within and past the encoded window, from several threads."""
+
+import threading
+
+import pytest
+import torch
+
+from recops.inference import recommend
+from recops.models.config import ModelConfig
+from recops.models.recommender import SequentialRecommender
+from recops.serving import CachedRecommender, CacheFull, CacheLayout
+
+MAX_SEQ_LEN = 24
+# A page of 4 rows of the models below (2 layers, 2 heads, 8 + 8 wide), fp32.
+PAGE_BYTES = CacheLayout(num_layers=2, num_heads=2, key_dim=8, value_dim=8, page_rows=4).page_bytes
+
+
+def make_model(name: str) -> SequentialRecommender:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        model=name,
+        num_items=200,
+        max_seq_len=MAX_SEQ_LEN,
+        dim=16,
+        num_layers=2,
+        num_heads=2,
+        attention_dim=8,
+        linear_dim=8,
+        ffn_hidden_dim=16,
+        dropout=0.0,
+        num_buckets=16,
+    )
+    return SequentialRecommender(config).eval()
+
+
+class Stream:
+    """Random events of returning users, and their whole histories for the recompute."""
+
+    def __init__(self, seed: int):
+        self.gen = torch.Generator().manual_seed(seed)
+        self.histories: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def events(self, users, most: int = 4):
+        out = []
+        for u in users:
+            n = int(torch.randint(1, most + 1, (1,), generator=self.gen))
+            items, times = self.histories.get(u, (torch.zeros(0).long(), torch.zeros(0).long()))
+            last = int(times[-1]) if times.numel() else 0
+            new_items = torch.randint(1, 201, (n,), generator=self.gen)
+            # Gaps of 0 (equal times) up to ~1e5 reach many time buckets.
+            new_times = last + torch.cumsum(torch.randint(0, 100_000, (n,), generator=self.gen), 0)
+            out.append((new_items, new_times))
+            self.histories[u] = (torch.cat([items, new_items]), torch.cat([times, new_times]))
+        return out
+
+    def request_times(self, users):
+        extra = torch.randint(0, 50_000, (len(users),), generator=self.gen)
+        return [int(self.histories[u][1][-1]) + int(e) for u, e in zip(users, extra, strict=True)]
+
+
+def assert_recompute(served, model, stream, users, times):
+    got_items, got_scores = served.recommend(users, 10, request_times=times)
+    want_items, want_scores = recommend(
+        model, [stream.histories[u] for u in users], 10, request_times=times
+    )
+    torch.testing.assert_close(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+    assert torch.equal(got_items, want_items)
+
+
+@pytest.mark.parametrize("name", ["hstu", "fuxi"])
+def test_cached_equals_recompute_through_observe_recommend_and_eviction(name):
+    model = make_model(name)
+    # Room for about three users' rows: users are evicted and re-encoded all the time.
+    served = CachedRecommender(model, cache_bytes=9 * PAGE_BYTES, page_rows=4)
+    stream = Stream(seed=1)
+    gen = torch.Generator().manual_seed(2)
+    users = list(range(6))
+    served.observe(users, stream.events(users))
+    for step in range(12):
+        batch = torch.randperm(6, generator=gen)[: int(torch.randint(1, 4, (1,), generator=gen))]
+        batch = batch.tolist()
+        action = step % 3
+        if action == 0:
+            served.observe(batch, stream.events(batch))
+        elif action == 1:
+            served.cache.evict(batch[0])
+        assert_recompute(served, model, stream, batch, stream.request_times(batch))
+        assert served.cache.nbytes <= served.cache.capacity_bytes
+    # Histories now run past the window of MAX_SEQ_LEN - 1 items: encoded whole, not cached.
+    for _ in range(3):
+        served.observe(users, stream.events(users, most=8))
+    assert any(stream.histories[u][0].numel() >= MAX_SEQ_LEN for u in users)
+    assert_recompute(served, model, stream, users, stream.request_times(users))
+    long = [u for u in users if stream.histories[u][0].numel() >= MAX_SEQ_LEN]
+    assert all(served.cache.cached_rows(u) == 0 for u in long)
+
+
+def test_the_cache_holds_all_history_rows_but_the_last():
+    """The last row's upper-layer keys and values depend on the next event's time: a request at
+    another time must not see them cached (this is what a cache of every row would get wrong)."""
+    model = make_model("hstu")
+    served = CachedRecommender(model, cache_bytes=1 << 20, page_rows=4)
+    stream = Stream(seed=3)
+    served.observe([7], stream.events([7], most=1) + [])
+    served.observe([7], stream.events([7], most=5))
+    n = stream.histories[7][0].numel()
+    assert served.cache.cached_rows(7) == n - 1
+    for delay in (0, 10, 10**6):  # request times far apart put the last row in other buckets
+        times = [int(stream.histories[7][1][-1]) + delay]
+        assert_recompute(served, model, stream, [7], times)
+        assert served.cache.cached_rows(7) == n - 1
+
+
+def test_concurrent_requests_match_the_recompute():
+    model = make_model("fuxi")
+    served = CachedRecommender(model, cache_bytes=1 << 20, page_rows=4)
+    stream = Stream(seed=4)
+    users = list(range(8))
+    served.observe(users, stream.events(users))
+    times = stream.request_times(users)
+    want = recommend(model, [stream.histories[u] for u in users], 5, request_times=times)
+    results, errors = {}, []
+
+    def worker(part):
+        try:
+            for _ in range(3):
+                results[part] = served.recommend(users[part::2], 5, request_times=times[part::2])
+        except Exception as error:  # noqa: BLE001  (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    for part in (0, 1):
+        assert torch.equal(results[part][0], want[0][part::2])
+
+
+def test_bf16_storage_halves_the_cache_and_stays_close():
+    model = make_model("hstu")
+    fp32 = CachedRecommender(model, cache_bytes=1 << 20, page_rows=4)
+    bf16 = CachedRecommender(model, cache_bytes=1 << 20, dtype=torch.bfloat16, page_rows=4)
+    assert bf16.cache.layout.row_bytes - 8 == (fp32.cache.layout.row_bytes - 8) // 2
+    stream = Stream(seed=5)
+    users = [0, 1, 2]
+    events = stream.events(users, most=10)
+    for served in (fp32, bf16):
+        served.observe(users, events)
+    times = stream.request_times(users)
+    _, want = fp32.recommend(users, 10, request_times=times)
+    _, got = bf16.recommend(users, 10, request_times=times)
+    torch.testing.assert_close(got, want, rtol=0, atol=0.05)
+
+
+def test_bad_requests_raise_and_change_nothing():
+    with pytest.raises(ValueError, match="model must be one of"):
+        CachedRecommender(make_model("sasrec"), cache_bytes=1 << 20)
+    served = CachedRecommender(make_model("hstu"), cache_bytes=1 << 20, page_rows=4)
+    with pytest.raises(KeyError, match="user 3 has no observed events"):
+        served.recommend([3])
+    with pytest.raises(ValueError, match="one timestamp per item"):
+        served.observe([1], [([1, 2], [5])])
+    with pytest.raises(ValueError, match=r"item ids must be in \[1, 200\]"):
+        served.observe([1], [([0], [5])])
+    with pytest.raises(KeyError):
+        served.history(1)
+    served.observe([1], [([3, 4, 5], [1, 2, 3])])
+    with pytest.raises(ValueError, match="request_times must hold one time per user"):
+        served.recommend([1], request_times=[1, 2])
+    tiny = CachedRecommender(make_model("hstu"), cache_bytes=PAGE_BYTES, page_rows=4)
+    tiny.observe([1], [(torch.arange(1, 4), torch.arange(3))])
+    with pytest.raises(CacheFull):
+        tiny.observe([1], [(torch.arange(1, 6), torch.arange(3, 8))])
+    assert tiny.cache.cached_rows(1) == 2
