@@ -12,6 +12,8 @@ COMPAT_TREE := build/compat
 TORCHREC_VENV := .venv-torchrec
 TORCHREC_PY := $(TORCHREC_VENV)/bin/python
 TORCHREC_STAMP := $(TORCHREC_VENV)/.requirements-installed
+# MLPerf LoadGen in the main venv, for bench-serving (requirements-serving.txt).
+SERVING_STAMP := $(VENV)/.serving-requirements-installed
 # recops built with AddressSanitizer + UndefinedBehaviorSanitizer (test-asan), in a tree of its own.
 ASAN_TREE := build/asan
 # Every kernel family's tests and the bad-input suites; the model / training / compile / packaging
@@ -28,7 +30,7 @@ JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 CPP_TEST_BUILD := build/cpp
 
 .PHONY: setup setup-cpp setup-torchrec build train test test-cpp check-kernel-wall test-compat test-asan \
-	test-torchrec wheel bench bench-torchrec format format-check clean
+	test-torchrec wheel bench bench-serving bench-torchrec format format-check clean
 
 # A copy of the checkout's files (tracked and untracked, not ignored) in $(1), keeping $(1)/build,
 # for targets that build recops differently: their recops/_C*.so would otherwise replace the
@@ -57,6 +59,10 @@ $(TORCHREC_STAMP): requirements.txt requirements-data.txt requirements-torchrec.
 	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-torchrec.txt
 	touch $(TORCHREC_STAMP)
+
+$(SERVING_STAMP): $(STAMP) requirements-serving.txt
+	$(PY) -m pip install --quiet -r requirements-serving.txt
+	touch $(SERVING_STAMP)
 
 setup: $(STAMP)
 
@@ -136,6 +142,11 @@ wheel: build
 
 bench: build
 	$(PY) benchmarks/run.py
+
+# A served recommender under MLPerf LoadGen: recops' cached path vs the full recompute on recops'
+# ops and on plain PyTorch (benchmarks/serving.py, docs/serving.md).
+bench-serving: build $(SERVING_STAMP)
+	$(PY) benchmarks/serving.py
 
 # Sharded DLRM steps/s on torchrec, FBGEMM's kernels vs recops' (benchmarks/suites/torchrec.py).
 bench-torchrec: build $(TORCHREC_STAMP)

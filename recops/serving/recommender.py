@@ -89,14 +89,19 @@ class CachedRecommender:
             )
 
     # ------------------------------------------------------------------------------ requests
-    def observe(self, user_ids: Sequence[int], events: Sequence[tuple]) -> None:
-        """Appends ``events[b] = (items, timestamps)`` (oldest first) to user b's history and
-        encodes its new rows into the cache, all but the last (see the module docstring)."""
+    def observe(
+        self, user_ids: Sequence[int], events: Sequence[tuple], encode: bool = True
+    ) -> None:
+        """Appends ``events[b] = (items, timestamps)`` (oldest first) to user b's history and,
+        with ``encode``, encodes its new rows into the cache, all but the last (see the module
+        docstring). Without, the next request encodes them (one pass instead of two)."""
         user_ids = [int(u) for u in user_ids]
         if len(events) != len(user_ids):
             raise ValueError(f"events must hold one entry per user, got {len(events)}")
         for user, (items, timestamps) in zip(user_ids, events, strict=True):
             self._append(user, items, timestamps)
+        if not encode:
+            return
         cacheable = [u for u in user_ids if self._window(u)[2]]
         if cacheable:
             self._encode(cacheable, request_times=None)
