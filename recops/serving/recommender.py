@@ -69,7 +69,7 @@ class CachedRecommender:
                 raise KeyError(f"user {user} has no observed events")
             return self._histories[user]
 
-    def _append(self, user: int, items, timestamps) -> None:
+    def _checked_events(self, user: int, items, timestamps) -> tuple[torch.Tensor, torch.Tensor]:
         items = torch.as_tensor(items, dtype=torch.int64).reshape(-1)
         timestamps = torch.as_tensor(timestamps, dtype=torch.int64).reshape(-1)
         if items.numel() != timestamps.numel():
@@ -79,6 +79,9 @@ class CachedRecommender:
             )
         if items.numel() and not 1 <= int(items.min()) <= int(items.max()) <= self.config.num_items:
             raise ValueError(f"user {user}: item ids must be in [1, {self.config.num_items}]")
+        return items, timestamps
+
+    def _append(self, user: int, items: torch.Tensor, timestamps: torch.Tensor) -> None:
         with self._histories_lock:
             old_items, old_times = self._histories.get(
                 user, (items.new_empty(0), timestamps.new_empty(0))
@@ -98,7 +101,8 @@ class CachedRecommender:
         user_ids = [int(u) for u in user_ids]
         if len(events) != len(user_ids):
             raise ValueError(f"events must hold one entry per user, got {len(events)}")
-        for user, (items, timestamps) in zip(user_ids, events, strict=True):
+        checked = [self._checked_events(u, *e) for u, e in zip(user_ids, events, strict=True)]
+        for user, (items, timestamps) in zip(user_ids, checked, strict=True):  # all or nothing
             self._append(user, items, timestamps)
         if not encode:
             return
