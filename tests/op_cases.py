@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-from hstu_reference import hstu_mask, hstu_reference
+from hstu_reference import fuxi_reference, hstu_reference
 from test_deberta import hf_attention, make_log_bucket_position
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
@@ -1381,56 +1381,26 @@ def fuxi_expected(a):
             t = tensor(a, name, FLOAT_DTYPES, (3,))
             require(t.shape[0] in lead and t.shape[1:] == (n, n), f"{name} shape")
             leaves[name] = t.detach().double().requires_grad_()
-    heads, dv = q.shape[1], v.shape[2]
-    rows = torch.zeros(q.shape[0], 0, dtype=F64)
-    pieces = []
-    for b, (start, length) in enumerate(zip(offsets, lengths, strict=False)):
-        qb, kb, vb = (leaves[x][start : start + length] for x in ("q", "k", "v"))
-        t = 0 if a.get("num_targets") is None else int(a["num_targets"][b])
-        if a["mask_type"] == "custom":
-            m = a["custom_mask"].double().expand(batch, heads, n, n)[b, :, :length, :length]
-        else:
-            m = (
-                hstu_mask(
-                    length,
-                    a["contextual_seq_len"],
-                    t,
-                    a["target_group_size"],
-                    a["max_attn_len"],
-                    a["mask_type"] == "causal",
-                )
-                .double()
-                .expand(heads, length, length)
-            )
-        s = a["alpha"] * torch.einsum("ihd,jhd->hij", qb, kb)
-        channels = {
-            "semantic": torch.einsum(
-                "hij,jhd->ihd", torch.nn.functional.silu(s) * a["silu_scale"] * m, vb
-            )
-        }
-        if "ts_bias" in leaves:
-            bias = leaves["ts_bias"].expand(batch, n, n)[b, :length, :length]
-            channels["time"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
-        if "pos_bias" in leaves:
-            bias = leaves["pos_bias"][0, :length, :length]
-            channels["position"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
-        order = (
-            ("position", "time", "semantic")
-            if a["reference_layout"]
-            else ("semantic", "time", "position")
-        )
-        present = [channels[c] for c in order if c in channels]
-        if a["reference_layout"]:
-            piece = torch.stack(present, 2).reshape(length, len(present) * heads * dv)
-        else:
-            piece = torch.cat([c.reshape(length, heads * dv) for c in present], 1)
-        pieces.append((start, length, piece))
-    width = (1 + ("ts_bias" in leaves) + ("pos_bias" in leaves)) * heads * dv
-    rows = torch.zeros(q.shape[0], width, dtype=F64)
-    for start, length, piece in pieces:
-        if length:
-            rows = rows.index_copy(0, torch.arange(start, start + length), piece)
-    return rows, leaves
+    custom = a.get("custom_mask")
+    out = fuxi_reference(
+        leaves["q"],
+        leaves["k"],
+        leaves["v"],
+        torch.tensor(offsets),
+        n,
+        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
+        ts_bias=leaves.get("ts_bias"),
+        pos_bias=leaves.get("pos_bias"),
+        alpha=a["alpha"],
+        silu_scale=a["silu_scale"],
+        mask=custom.double() if custom is not None else a["mask_type"],
+        num_targets=a.get("num_targets"),
+        contextual_seq_len=a["contextual_seq_len"],
+        target_group_size=a["target_group_size"],
+        max_attn_len=a["max_attn_len"],
+        reference_layout=a["reference_layout"],
+    )
+    return out, leaves
 
 
 def ref_fuxi_forward(a):

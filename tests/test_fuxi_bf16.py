@@ -5,7 +5,8 @@ bf16 plain-PyTorch reference's own."""
 
 import pytest
 import torch
-from test_fuxi_attention import _dense_biases, _fused_reference_biases, _jagged, fuxi_reference
+from hstu_reference import fuxi_reference, table_biases
+from test_fuxi_attention import _dense_biases, _jagged
 
 import recops
 
@@ -100,7 +101,7 @@ def test_bf16_accuracy_fused_tables(dqk, dv, bf16_path):
 
     def reference(leaves):
         q, k, v, ts_w, pos_w = leaves
-        ts_bias, pos_bias = _fused_reference_biases(timestamps, offsets, ts_w, pos_w, n, True)
+        ts_bias, pos_bias = table_biases(timestamps, offsets, ts_w, pos_w, n, True)
         return fuxi_reference(q, k, v, offsets, n, ts_bias=ts_bias, pos_bias=pos_bias)
 
     def fused(leaves):
