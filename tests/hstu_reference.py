@@ -3,6 +3,7 @@
 the mask element by element. The tests and op_cases.py share them."""
 
 import torch
+import torch.nn.functional as F
 
 
 def hstu_mask(
@@ -57,17 +58,40 @@ def scatter_rows(out, pieces):
     return out
 
 
+def reference_bucket(delta_magnitude, divisor=0.301, num_buckets=128):
+    """clamp(floor(ln(max(|dt|, 1)) / divisor), 0, nb) with torch.log in float64."""
+    q = torch.log(delta_magnitude.double().clamp(min=1)) / divisor
+    return q.floor().clamp(0, num_buckets).long()
+
+
+def magnitudes(query, keys):
+    """|query - key| for every pair: exact in int64 for integer timestamps, float64 otherwise."""
+    if query.dtype.is_floating_point:
+        return (query.double()[:, None] - keys.double()[None, :]).abs()
+    return (query.long()[:, None] - keys.long()[None, :]).abs()
+
+
+def reference_pos_bias(pos_w, n):
+    """[1, N, N] with bias[i, j] = pos_w[N - 1 + j - i], built like HSTU's research code: pad the
+    table, tile it N times, cut the tiling into rows of 3N - 2 and take the middle columns."""
+    t = F.pad(pos_w[: 2 * n - 1], [0, n]).repeat(n)
+    t = t[..., :-n].reshape(1, n, 3 * n - 2)
+    r = (2 * n - 1) // 2
+    return t[..., r : 3 * n - 2 - r]
+
+
 def time_buckets(tq, ts, divisor=0.301, num_buckets=128):
-    dt = (tq[:, None] - ts[None, :]).abs().clamp(min=1)
-    return (torch.log(dt.double()) / divisor).long().clamp(0, num_buckets)
+    """[n, n] buckets of |tq[i] - ts[j]|."""
+    return reference_bucket(magnitudes(tq, ts), divisor, num_buckets)
 
 
 def relative_bias(ts, ts_w, pos_w, max_seq_len, query_time_shift=True, divisor=0.301):
     n = ts.shape[0]
     tq = torch.cat([ts[1:], ts[-1:]]) if query_time_shift and n > 0 else ts
     buckets = time_buckets(tq, ts, divisor, ts_w.shape[0] - 1)
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    return ts_w[buckets] + pos_w[max_seq_len - 1 + j - i]
+    if n == 0:
+        return ts_w[buckets]
+    return ts_w[buckets] + reference_pos_bias(pos_w, max_seq_len)[0, :n, :n]
 
 
 def hstu_reference(
@@ -124,8 +148,7 @@ def table_biases(timestamps, seq_offsets, ts_w, pos_w, n, query_time_shift=True,
         ts = timestamps[start : start + length]
         tq = torch.cat([ts[1:], ts[-1:]]) if query_time_shift else ts
         ts_bias[b, :length, :length] = ts_w[time_buckets(tq, ts, divisor, ts_w.numel() - 1)]
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    return ts_bias, pos_w[n - 1 + j - i].unsqueeze(0)
+    return ts_bias, reference_pos_bias(pos_w, n) if n else pos_w.new_zeros(1, 0, 0)
 
 
 def fuxi_reference(

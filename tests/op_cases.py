@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 from hstu_reference import fuxi_reference, hstu_reference
-from test_deberta import hf_attention, make_log_bucket_position
+from test_deberta import make_log_bucket_position
+from test_deberta import reference as deberta_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_pos_bias, reference_time_buckets
@@ -1464,8 +1465,6 @@ def deberta_expected(a):
     scale = a["scale"]
     if scale is not None:
         finite(scale, "scale", compute_dtype(q))
-    else:
-        scale = 1 / math.sqrt(q.shape[3] * (1 + len(terms)))
     buckets, max_rel = a["position_buckets"], a["max_relative_positions"]
     span = buckets if buckets > 0 else max_rel
     if terms:
@@ -1477,45 +1476,31 @@ def deberta_expected(a):
             t = tensor(a, name, (q.dtype,), (3,))
             require(t.shape == (2 * span, q.shape[1], q.shape[3]), f"{name} shape")
     mask = optional_tensor(a, "attention_mask")
-    batch, heads, q_len, k_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if mask is None:
-        keep = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool)
-    elif mask.dim() == 2:
-        require(mask.shape == (batch, k_len) and q_len == k_len, "padding mask")
-        keep = mask.ne(0)[:, None, None, :] & mask.ne(0)[:, None, :, None]
-    else:
-        require(mask.shape == (batch, 1, q_len, k_len), "mask shape")
-        keep = mask.ne(0)
-    require(not mask.is_complex() if mask is not None else True, "mask dtype")
+    batch, q_len, k_len = q.shape[0], q.shape[2], k.shape[2]
+    keep = None  # all kept
+    if mask is not None:
+        require(not mask.is_complex(), "mask dtype")
+        if mask.dim() == 2:  # m_i & m_j, compared to 0 per entry (a product could overflow)
+            require(mask.shape == (batch, k_len) and q_len == k_len, "padding mask")
+            keep = mask.ne(0)[:, None, None, :] & mask.ne(0)[:, None, :, None]
+        else:
+            require(mask.shape == (batch, 1, q_len, k_len), "mask shape")
+            keep = mask.ne(0)
     leaves = {
         x: a[x].detach().double().requires_grad_()
         for x in ("q", "k", "v", "pos_key", "pos_query")
         if a.get(x) is not None
         and (x in ("q", "k", "v") or {"pos_key": "c2p", "pos_query": "p2c"}[x] in terms)
     }
-
-    def layer(t):
-        return t.reshape(batch * heads, t.shape[2], t.shape[3])
-
-    def pos_layer(name):
-        t = leaves.get(name)
-        return None if t is None else t.transpose(0, 1).repeat(batch, 1, 1)
-
-    hf_scale = 1 / scale if scale != 0 else math.inf  # HF divides the scores by its scale
-    out, probs = hf_attention(
-        layer(leaves["q"]),
-        layer(leaves["k"]),
-        layer(leaves["v"]),
-        pos_layer("pos_key"),
-        pos_layer("pos_query"),
+    out, probs = deberta_reference(
+        *(leaves.get(x) for x in ("q", "k", "v", "pos_key", "pos_query")),
         keep,
-        terms,
-        buckets,
-        max_rel,
-        hf_scale,
-        heads,
+        pos_att_type=terms,
+        position_buckets=buckets,
+        max_relative_positions=max_rel,
+        scale=scale,
     )
-    return out, probs.view(batch, heads, q_len, k_len), leaves
+    return out, probs, leaves
 
 
 DEBERTA_BACKWARD_ARGS = {

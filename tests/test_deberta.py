@@ -127,8 +127,10 @@ def reference(
     max_relative_positions=512,
     keep=None,
     dropout_p=0.0,
+    scale=None,
 ):
-    """The op's semantics on [B, H, S, d] inputs through hf_attention."""
+    """The op's semantics on [B, H, S, d] inputs through hf_attention; `scale` multiplies the
+    scores (None: 1 / sqrt(d * (1 + number of position terms)))."""
     batch, heads, q_len, d = q.shape
     k_len = k.shape[2]
 
@@ -148,11 +150,16 @@ def reference(
         pos_att_type,
         position_buckets,
         max_relative_positions,
-        math.sqrt(d * (1 + len(pos_att_type))),
+        math.sqrt(d * (1 + len(pos_att_type))) if scale is None else divisor_of(scale),
         heads,
         keep,
         dropout_p,
     )
+
+
+def divisor_of(scale):
+    """HF divides the scores by its scale; the op multiplies them by its own."""
+    return 1 / scale if scale != 0 else math.inf
 
 
 # --------------------------------------------------------------------------- helpers

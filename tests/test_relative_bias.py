@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
+from hstu_reference import magnitudes, reference_bucket, reference_pos_bias
 
 import recops
 
@@ -25,19 +25,6 @@ HSTU_BUCKETIZATION = lambda x: (torch.log(torch.abs(x).clamp(min=1)) / 0.301).lo
 
 
 # --------------------------------------------------------------------------- references
-def reference_bucket(delta_magnitude, divisor=DIVISOR, num_buckets=NB):
-    """clamp(floor(ln(max(|dt|, 1)) / divisor), 0, nb) with torch.log in float64."""
-    q = torch.log(delta_magnitude.double().clamp(min=1)) / divisor
-    return q.floor().clamp(0, num_buckets).long()
-
-
-def magnitudes(query, keys):
-    """|query - key| for every pair: exact in int64 for integer timestamps, float64 otherwise."""
-    if query.dtype.is_floating_point:
-        return (query.double()[:, None] - keys.double()[None, :]).abs()
-    return (query.long()[:, None] - keys.long()[None, :]).abs()
-
-
 def reference_time_buckets(sequences, n, shift=True, divisor=DIVISOR, num_buckets=NB):
     """[B, N, N] buckets of a list of 1-D timestamp sequences; padding 0."""
     out = torch.zeros(len(sequences), n, n, dtype=torch.long)
@@ -51,15 +38,6 @@ def reference_time_buckets(sequences, n, shift=True, divisor=DIVISOR, num_bucket
         mags = magnitudes(ts[query_pos], ts[:valid])
         out[b, :valid, :valid] = reference_bucket(mags, divisor, num_buckets)
     return out
-
-
-def reference_pos_bias(pos_w, n):
-    """[1, N, N] with bias[i, j] = pos_w[N - 1 + j - i], built like HSTU's research code: pad the
-    table, tile it N times, cut the tiling into rows of 3N - 2 and take the middle columns."""
-    t = F.pad(pos_w[: 2 * n - 1], [0, n]).repeat(n)
-    t = t[..., :-n].reshape(1, n, 3 * n - 2)
-    r = (2 * n - 1) // 2
-    return t[..., r : 3 * n - 2 - r]
 
 
 def reference_bias(sequences, n, ts_w, pos_w=None, shift=True):
