@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from accuracy import assert_errors_within_rule
 from cpu_features import cpu_has_bf16_dot
 from threads import num_threads
 
@@ -372,9 +373,9 @@ def test_brgemm_tile_products():
 # --------------------------------------------------------------------------- bf16
 # On CPUs with AVX512_BF16 the tile products run on bf16 operands with fp32 accumulation
 # (kernels/disentangled_attention_bf16.h); elsewhere, or with RECOPS_CPU_ISA capped below
-# AVX-512, bf16 computes in fp32. Accuracy rule (flash-attention's): against the float64
-# reference fed the same bf16 values, recops' error (output, probabilities and every gradient)
-# is at most twice the error of the reference run in bf16, on both paths.
+# AVX-512, bf16 computes in fp32. Accuracy rule (flash-attention's, accuracy.py): against the
+# float64 reference fed the same bf16 values, recops' error (output, probabilities and every
+# gradient) is at most twice the error of the reference run in bf16, on both paths.
 BF16 = torch.bfloat16
 DROPOUT_SEED = 1234
 
@@ -412,14 +413,7 @@ def check_bf16_accuracy(inputs, mask=None, dropout_p=0.0, **options):
 
     exact, bf16_ref, got = run(ref, F64), run(ref, BF16), run(fused, BF16)
     names = ["output", "probs", "q", "k", "v", "pos_key", "pos_query"]
-    for name, e, r, g in zip(names, exact, bf16_ref, got, strict=True):
-        if e is None:
-            assert g is None or not g.abs().any(), name
-            continue
-        ref_err = (r - e).abs().max().item() if e.numel() else 0.0
-        err = (g - e).abs().max().item() if e.numel() else 0.0
-        floor = 1e-6 * (e.abs().max().item() if e.numel() else 0.0) + 1e-30
-        assert err <= 2 * ref_err + floor, f"{name}: error {err:.3e}, bf16 reference {ref_err:.3e}"
+    assert_errors_within_rule(names, exact, bf16_ref, got)
 
 
 @pytest.mark.parametrize("pos_att_type", SUBSETS)
