@@ -7,21 +7,17 @@ F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float6
 
 # Per result dtype, (rtol, atol) against a reference computed in float64: about one rounding to
 # half / bfloat16 (their eps is 9.8e-4 / 7.8e-3), fp32 accumulation in float32, reassociated
-# sums in float64. A test whose computation rounds more often scales them by a factor it explains.
+# sums in float64. A test whose computation rounds more often scales atol by a factor it explains.
 TOLERANCE = {F64: (1e-12, 1e-12), F32: (1e-5, 1e-5), F16: (1e-3, 1e-3), BF16: (8e-3, 8e-3)}
 
 
-def tolerance(dtype, factor=1.0):
-    """TOLERANCE[dtype] times factor, as (rtol, atol)."""
-    rtol, atol = TOLERANCE[dtype]
-    return rtol * factor, atol * factor
-
-
-def assert_close(actual, expected, dtype=None, *, factor=1.0, relative_to_max=False, msg=None):
-    """actual (of dtype, default its own) within tolerance(dtype, factor) of expected, compared in
-    float64; relative_to_max makes atol a fraction of expected's largest magnitude (for long
-    reductions whose error follows the size of their terms, not of their result)."""
-    rtol, atol = tolerance(dtype or actual.dtype, factor)
+def assert_close(actual, expected, dtype=None, *, atol_factor=1.0, relative_to_max=False, msg=None):
+    """actual (of dtype, default its own) within TOLERANCE[dtype] of expected, compared in
+    float64. atol_factor scales atol (sums whose terms cancel); relative_to_max makes it a fraction
+    of expected's largest magnitude (long reductions, whose error follows the size of their terms
+    rather than of their result)."""
+    rtol, atol = TOLERANCE[dtype or actual.dtype]
+    atol *= atol_factor
     if relative_to_max:
         atol = atol * (expected.abs().max().item() if expected.numel() else 0.0) + 1e-30
     torch.testing.assert_close(

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 import torch
+from accuracy import TOLERANCE
 from hstu_reference import fuxi_reference, hstu_reference
 from test_deberta import make_log_bucket_position
 from test_deberta import reference as deberta_reference
@@ -2222,11 +2223,8 @@ def ref_batch_backward(tensor_form):
 
 
 # --------------------------------------------------------------------------- the catalogue
-TOL = {F64: (1e-9, 1e-9), F32: (1e-4, 1e-4), F16: (1e-2, 1e-2), BF16: (2e-2, 2e-2)}
-
-
 def case(op_name, make, reference=None, unmodelled=()):
-    return OpCase(op_name, make, reference, TOL, unmodelled)
+    return OpCase(op_name, make, reference, TOLERANCE, unmodelled)
 
 
 def pair_reference(ref):

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from accuracy import TOLERANCE
 from threads import num_threads
 from torch.library import opcheck
 
@@ -71,7 +72,7 @@ def test_cumsum_random_floats(name, dtype, shape):
     # Rounding error of a running sum is bounded relative to the running sum of magnitudes;
     # half/bf16 add one rounding of each output to their own precision.
     scale = reference(name, t.abs()).to(torch.float64).clamp(min=1)
-    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-3}.get(dtype, 8e-3)
+    tol, _ = TOLERANCE[dtype]
     assert ((out.to(torch.float64) - expected).abs() / scale).max() <= tol
 
 

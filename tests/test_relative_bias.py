@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from accuracy import assert_close
 from hstu_reference import magnitudes, reference_bucket, reference_pos_bias
 
 import recops
@@ -15,12 +16,6 @@ ops = torch.ops.recops
 DIVISOR = 0.301
 NB = 128
 TABLE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-TOLERANCE = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.float64: dict(rtol=1e-10, atol=1e-10),
-    torch.float16: dict(rtol=1e-2, atol=1e-2),
-    torch.bfloat16: dict(rtol=2e-2, atol=5e-2),
-}
 HSTU_BUCKETIZATION = lambda x: (torch.log(torch.abs(x).clamp(min=1)) / 0.301).long()  # noqa: E731
 
 
@@ -163,7 +158,7 @@ def test_time_bias_dense(dtype, with_pos, n):
     out = ops.relative_attn_bias_time(ts, ts_w, pos_w)
     assert out.dtype == dtype and out.shape == (3, n, n)
     expected = reference_bias(list(ts), n, ts_w, pos_w)
-    torch.testing.assert_close(out.double(), expected, **TOLERANCE[dtype])
+    assert_close(out, expected, dtype)
 
 
 def test_time_bias_equal_timestamps_and_huge_deltas():
@@ -244,9 +239,8 @@ def test_autograd_dense(dtype):
     grad = torch.randn(3, n, n, dtype=dtype)
     ops.relative_attn_bias_time(ts, ts_w, pos_w).backward(grad)
     expected_ts, expected_pos = reference_grads(list(ts), n, ts_w, pos_w, grad)
-    tolerance = dict(TOLERANCE[dtype], atol=TOLERANCE[dtype]["atol"] * 20)
-    torch.testing.assert_close(ts_w.grad.double(), expected_ts, **tolerance)
-    torch.testing.assert_close(pos_w.grad.double(), expected_pos, **tolerance)
+    assert_close(ts_w.grad, expected_ts, dtype, atol_factor=20)
+    assert_close(pos_w.grad, expected_pos, dtype, atol_factor=20)
 
 
 @pytest.mark.parametrize("shift", [True, False])
