@@ -92,6 +92,15 @@ class OpCase:
     def arg_names(self):
         return [a.name for a in self.op.default._schema.arguments]
 
+    def call(self, seed):
+        """The op's arguments of the valid call drawn with `seed`, by name (without the notes for
+        the reference, named "_...")."""
+        return op_arguments(self.make(seeded_draw(seed)))
+
+
+def op_arguments(args):
+    return {n: v for n, v in args.items() if not n.startswith("_")}
+
 
 # --------------------------------------------------------------------------- argument rules
 def tensor(args, name, dtypes=None, ranks=None):

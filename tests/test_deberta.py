@@ -657,7 +657,6 @@ def test_log_bucket_position_matches_hf(bucket_size, max_position):
 
 def test_log_bucket_position_op_registration():
     rel = torch.arange(-40, 41).view(9, 9)
-    torch.library.opcheck(ops.deberta_log_bucket_position, (rel, 8, 24))
     meta = ops.deberta_log_bucket_position(rel.to("meta", torch.int32), 8, 24)
     assert meta.shape == rel.shape and meta.dtype == torch.long
     assert ops.deberta_log_bucket_position(torch.empty(0, 3, dtype=torch.long), 8, 24).shape == (

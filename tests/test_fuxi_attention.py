@@ -3,7 +3,6 @@
 import pytest
 import torch
 from hstu_reference import fuxi_reference, relative_bias, table_biases
-from torch.library import opcheck
 
 import recops
 
@@ -194,38 +193,6 @@ def test_gradcheck_float64():
         )
 
     assert torch.autograd.gradcheck(fused, [q, k, v, ts_w, pos_w])
-
-
-def test_opcheck():
-    q, k, v, offsets = _jagged([5, 3], dtype=torch.float32)
-    ts_bias, pos_bias = _dense_biases(2, 6, torch.float32)
-    for t in (q, k, v, ts_bias):
-        t.requires_grad_()
-    args = (
-        q,
-        k,
-        v,
-        offsets,
-        None,
-        6,
-        1.0,
-        1 / 6,
-        "causal",
-        0,
-        None,
-        1,
-        0,
-        None,
-        ts_bias,
-        pos_bias,
-        None,
-        None,
-        None,
-        True,
-        0.301,
-        False,
-    )
-    opcheck(torch.ops.recops.hstu_dense_forward_fuxi.default, args)
 
 
 def test_compile_fullgraph():

@@ -137,15 +137,6 @@ def test_gradcheck(index_dtype):
     assert torch.autograd.gradgradcheck(lambda t: ops.gather_for_rank1(t, index), (x,))
 
 
-def test_opcheck():
-    x = torch.randn(129, requires_grad=True)
-    index = torch.randint(0, 129, (1000,))
-    torch.library.opcheck(ops.gather_for_rank1, (x, index))
-    grad = torch.randn(1000, requires_grad=True)
-    torch.library.opcheck(ops.index_select_for_rank1_backward, (grad, x.detach(), index))
-    torch.library.opcheck(ops.index_select_for_rank1_backward, (grad, x.detach(), index.int()))
-
-
 # --------------------------------------------------------------------------- bad input
 def test_bad_x_shape():
     with pytest.raises(RuntimeError, match=r"x must be 1-D, got shape \[2, 3\]"):

@@ -677,7 +677,8 @@ def op_args(case, dtype=torch.float32, requires_grad=True):
     ] + [group, window, custom, bias, timestamps, ts_w, pos_w, True, 0.301]
 
 
-OPCHECK_CASES = ["causal", "targets_dense_bias", "relative_none", "custom"]
+# Configurations op_cases' calls (test_opcheck.py) may not draw.
+OPCHECK_CASES = ["targets_dense_bias", "relative_none", "custom"]
 
 
 @pytest.mark.parametrize("case", OPCHECK_CASES)

@@ -5,7 +5,6 @@ fbgemm-gpu-cpu, gradients, opcheck and bad inputs."""
 import pytest
 import torch
 from torch.autograd import gradcheck
-from torch.library import opcheck
 
 import recops  # noqa: F401
 from recops.sparse import PERMUTE_POOLED_EMBS
@@ -85,15 +84,6 @@ def test_gradients_match_fbgemm(fbgemm_ops):
         op(x, *lists).backward(torch.arange(x.numel(), dtype=x.dtype).view(x.shape))
         grads.append(x.grad)
     assert torch.equal(grads[0], grads[1])
-
-
-@pytest.mark.parametrize("name", PERMUTE_POOLED_EMBS)
-def test_opcheck(name):
-    gen = torch.Generator().manual_seed(5)
-    pooled, lists = random_case(gen, 4, 3)
-    if name in AUTOGRAD:
-        pooled.requires_grad_()
-    opcheck(getattr(ops, name), (pooled, *lists))
 
 
 @pytest.mark.parametrize("name", PERMUTE_POOLED_EMBS)

@@ -336,7 +336,6 @@ def test_opcheck():
         ops.relative_attn_bias_time_forward,
         (values, ts_w, None, offsets, 12, 0.5, False, torch.uint8),
     )
-    torch.library.opcheck(ops.relative_attn_bias_pos, (pos_w,))
     grad = torch.randn(2, 12, 12)
     torch.library.opcheck(
         ops.relative_attn_bias_backward, (grad, ts, None, None, NB, DIVISOR, True, True)
