@@ -381,9 +381,13 @@ def ref_offsets_range(a):
     require(range_size >= 0, "range_size >= 0")
     starts = offsets_list(t, "offsets") if t.numel() else []
     require(not starts or starts[-1] <= range_size, "offsets[-1] <= range_size")
-    out = torch.zeros(range_size, dtype=t.dtype)
-    bounds = [*starts, range_size]
-    for s, e in itertools.pairwise(bounds):
+    return offsets_range(starts, range_size, t.dtype)
+
+
+def offsets_range(starts, range_size, dtype):
+    """Each position's distance from the last start at or before it."""
+    out = torch.zeros(range_size, dtype=dtype)
+    for s, e in itertools.pairwise([*starts, range_size]):
         out[s:e] = torch.arange(e - s)
     return out
 
