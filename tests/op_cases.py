@@ -1013,7 +1013,12 @@ def ref_permute_pooled(a):
     p, io, oo = ints(permute), ints(offsets), ints(inv_offsets)
     require(all(0 <= x < T for x in p), "features in range")
     require(all(oo[i + 1] - oo[i] == io[x + 1] - io[x] for i, x in enumerate(p)), "widths agree")
-    blocks = [pooled[:, io[x] : io[x + 1]] for x in p]
+    return permute_column_blocks(pooled, io, p)
+
+
+def permute_column_blocks(pooled, offsets, permute):
+    """pooled's column blocks [offsets[f], offsets[f + 1]) in the order of permute."""
+    blocks = [pooled[:, offsets[f] : offsets[f + 1]] for f in permute]
     return torch.cat(blocks, dim=1) if blocks else pooled.clone()
 
 

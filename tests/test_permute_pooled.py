@@ -4,6 +4,7 @@ fbgemm-gpu-cpu, gradients, opcheck and bad inputs."""
 
 import pytest
 import torch
+from op_cases import permute_column_blocks
 from torch.autograd import gradcheck
 
 import recops  # noqa: F401
@@ -23,8 +24,7 @@ def make_lists(dims, permute):
 
 
 def reference(pooled, offsets, permute):
-    blocks = [pooled[:, offsets[p] : offsets[p + 1]] for p in permute.tolist()]
-    return torch.cat(blocks, dim=1) if blocks else pooled.clone()
+    return permute_column_blocks(pooled, offsets.tolist(), permute.tolist())
 
 
 def random_case(gen, features, batch, dtype=torch.float32, max_dim=9):
