@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from op_cases import keyed_plan
 from torch.autograd import gradcheck
 from torch.library import opcheck
 
@@ -65,34 +66,12 @@ def reference_regroup(keys, lengths, values, groups):
 
 
 def reference_arguments(keys, lengths, groups):
-    """FBGEMM's permutes written from its documentation: one row per output key, and `next`
-    chaining the repeats of a key (+index from the first, -index from later ones, -moves last)."""
-    place = {}
-    in_widths = []
-    for i, (tensor_keys, widths) in enumerate(zip(keys, lengths, strict=True)):
-        offset = 0
-        for key, width in zip(tensor_keys, widths, strict=True):
-            place.setdefault(key, (i, offset, width))
-            offset += width
-        in_widths.append(offset)
-    moves = sum(len(g) for g in groups)
-    rows, out_widths, uses = [], [], {}
-    for j, group in enumerate(groups):
-        offset = 0
-        for key in group:
-            i, column, width = place[key]
-            m = len(rows)
-            rows.append([i, j, column, offset, width, 0])
-            if key in uses:
-                previous = uses[key][-1]
-                rows[previous][5] = m if len(uses[key]) == 1 else -m
-                rows[m][5] = -moves
-            uses.setdefault(key, []).append(m)
-            offset += width
-        out_widths.append(offset)
-    permutes = torch.tensor(rows, dtype=torch.int32).view(-1, 6)
+    """FBGEMM's permutes written from its documentation (op_cases.keyed_plan): one row per output
+    key, and `next` chaining the repeats of a key (+index from the first, -index from later ones,
+    -moves last); then the input and output widths, as tensors and as a list."""
+    moves, in_widths, out_widths = keyed_plan({"keys": keys, "lengths": lengths, "groups": groups})
     return (
-        permutes,
+        torch.tensor(moves, dtype=torch.int32).view(-1, 6),
         torch.tensor(in_widths, dtype=torch.int32),
         torch.tensor(out_widths, dtype=torch.int32),
         out_widths,
