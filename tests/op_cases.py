@@ -1294,6 +1294,24 @@ def check_tables(a, rows, batch, lengths, n):
     require(pos_w.numel() == 2 * n - 1, "pos_w 2N - 1")
 
 
+def sequence_call(a, leaves, offsets, lengths, n):
+    """The arguments an HSTU-family reference call shares: (q, k, v, seq_offsets, max_seq_len) in
+    float64 and the lengths, scale and mask options."""
+    custom = a.get("custom_mask")
+    args = (leaves["q"], leaves["k"], leaves["v"], torch.tensor(offsets), n)
+    options = dict(
+        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
+        alpha=a["alpha"],
+        silu_scale=a["silu_scale"],
+        mask=custom.double() if custom is not None else a["mask_type"],
+        contextual_seq_len=a["contextual_seq_len"],
+        num_targets=a.get("num_targets"),
+        target_group_size=a["target_group_size"],
+        max_attn_len=a["max_attn_len"],
+    )
+    return args, options
+
+
 def hstu_expected(a):
     q, k, v, offsets, lengths, n = check_sequences(a)
     batch, heads = len(offsets) - 1, q.shape[1]
@@ -1310,21 +1328,10 @@ def hstu_expected(a):
         for name in ("q", "k", "v", "attn_bias", "ts_w", "pos_w")
         if a.get(name) is not None
     }
-    custom = a.get("custom_mask")
+    args, options = sequence_call(a, leaves, offsets, lengths, n)
     out = hstu_reference(
-        leaves["q"],
-        leaves["k"],
-        leaves["v"],
-        torch.tensor(offsets),
-        n,
-        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
-        alpha=a["alpha"],
-        silu_scale=a["silu_scale"],
-        mask=custom.double() if custom is not None else a["mask_type"],
-        contextual_seq_len=a["contextual_seq_len"],
-        num_targets=a.get("num_targets"),
-        target_group_size=a["target_group_size"],
-        max_attn_len=a["max_attn_len"],
+        *args,
+        **options,
         attn_bias=None if bias is None else leaves["attn_bias"].reshape(bias.shape),
         timestamps=a.get("timestamps"),
         ts_w=leaves.get("ts_w"),
@@ -1401,23 +1408,12 @@ def fuxi_expected(a):
             t = tensor(a, name, FLOAT_DTYPES, (3,))
             require(t.shape[0] in lead and t.shape[1:] == (n, n), f"{name} shape")
             leaves[name] = t.detach().double().requires_grad_()
-    custom = a.get("custom_mask")
+    args, options = sequence_call(a, leaves, offsets, lengths, n)
     out = fuxi_reference(
-        leaves["q"],
-        leaves["k"],
-        leaves["v"],
-        torch.tensor(offsets),
-        n,
-        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
+        *args,
+        **options,
         ts_bias=leaves.get("ts_bias"),
         pos_bias=leaves.get("pos_bias"),
-        alpha=a["alpha"],
-        silu_scale=a["silu_scale"],
-        mask=custom.double() if custom is not None else a["mask_type"],
-        num_targets=a.get("num_targets"),
-        contextual_seq_len=a["contextual_seq_len"],
-        target_group_size=a["target_group_size"],
-        max_attn_len=a["max_attn_len"],
         reference_layout=a["reference_layout"],
     )
     return out, leaves
