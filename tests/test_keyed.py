@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from accuracy import TOLERANCE
 from op_cases import keyed_plan
 from torch.autograd import gradcheck
 from torch.library import opcheck
@@ -206,7 +207,8 @@ def test_gradients_match_reference(dtype, op):
     grads = [torch.randn(o.shape, generator=gen).to(dtype) for o in outs]
     torch.autograd.backward(outs, grads)
     want = reference_backward(keys, lengths, values, groups, grads)
-    tol = {} if dtype in (torch.float32, torch.float64) else dict(rtol=2e-2, atol=2e-2)
+    low = dtype in (torch.float16, torch.bfloat16)  # else torch's defaults, tighter in float32
+    tol = dict(zip(("rtol", "atol"), TOLERANCE[dtype], strict=True)) if low else {}
     for leaf, w in zip(leaves, want, strict=True):
         torch.testing.assert_close(leaf.grad.double(), w, **tol)
 
