@@ -36,25 +36,28 @@ def written(case):
     return {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
 
 
-def float_tensors(value):
+def map_floats(value, fn):
+    """value with fn applied to each floating-point tensor in it (lists and tuples walked)."""
     if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
+        return fn(value) if value.is_floating_point() else value
     if isinstance(value, list | tuple):
-        return [t for item in value for t in float_tensors(item)]
-    return []
+        return type(value)(map_floats(item, fn) for item in value)
+    return value
+
+
+def float_tensors(value):
+    found = []
+    map_floats(value, found.append)
+    return found
 
 
 def with_grad(args, skip):
-    """args with every floating-point tensor (lists included) a fresh leaf that requires grad."""
+    """args with every floating-point tensor outside `skip` a fresh leaf that requires grad."""
 
-    def leaf(value):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value.detach().clone().requires_grad_()
-        if isinstance(value, list | tuple):
-            return type(value)(leaf(item) for item in value)
-        return value
+    def leaf(t):
+        return t.detach().clone().requires_grad_()
 
-    return {n: v if n in skip else leaf(v) for n, v in args.items()}
+    return {n: v if n in skip else map_floats(v, leaf) for n, v in args.items()}
 
 
 def outputs(result):
@@ -125,21 +128,13 @@ def test_gradcheck(case):
     if args is None:
         pytest.skip("op_cases draws no small float64 call of this op")
     args = with_grad(args, written(case))
-    names = [n for n, v in args.items() if float_tensors(v)]
+    names = [n for n, v in args.items() if n not in written(case) and float_tensors(v)]
     leaves = [t for n in names for t in float_tensors(args[n])]
 
     def rebuild(flat):
         """args with the leaves replaced, in order, by gradcheck's perturbed tensors."""
         it = iter(flat)
-
-        def put(value):
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                return next(it)
-            if isinstance(value, list | tuple):
-                return type(value)(put(item) for item in value)
-            return value
-
-        return {n: put(v) if n in names else v for n, v in args.items()}
+        return {n: map_floats(v, lambda _: next(it)) if n in names else v for n, v in args.items()}
 
     def fn(*flat):
         result = outputs(case.op(**rebuild(flat)))
