@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import torch
 from accuracy import TOLERANCE
-from hstu_reference import fuxi_reference, hstu_reference
+from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
 from test_deberta import make_log_bucket_position
 from test_deberta import reference as deberta_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
-from test_relative_bias import reference_pos_bias, reference_time_buckets
+from test_relative_bias import reference_time_buckets
 from test_segment_sum import segment_sum_reference
 
 ops = torch.ops.recops
