@@ -8,7 +8,7 @@ import os
 import re
 
 import torch
-from op_cases import UNCHECKED, HugeOutput, Invalid
+from op_cases import UNCHECKED, HugeOutput, Invalid, op_arguments
 
 CLEAN_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError)
 MUTATION_DTYPES = (
@@ -225,7 +225,7 @@ def check_call(case, args, touched):
     inputs = tensors_of(args)
     on_meta = bool(inputs) and all(t.device.type == "meta" for t in inputs)
     try:
-        actual = case.op(**{n: v for n, v in args.items() if not n.startswith("_")})
+        actual = case.op(**op_arguments(args))
     except CLEAN_ERRORS as e:
         message = str(e).split("\n")[0]
         if not names_an_argument(str(e), case):

@@ -13,11 +13,13 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-from hstu_reference import hstu_mask, hstu_reference
-from test_deberta import hf_attention, make_log_bucket_position
+from accuracy import TOLERANCE
+from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
+from test_deberta import make_log_bucket_position
+from test_deberta import reference as deberta_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
-from test_relative_bias import reference_pos_bias, reference_time_buckets
+from test_relative_bias import reference_time_buckets
 from test_segment_sum import segment_sum_reference
 
 ops = torch.ops.recops
@@ -89,6 +91,15 @@ class OpCase:
 
     def arg_names(self):
         return [a.name for a in self.op.default._schema.arguments]
+
+    def call(self, seed):
+        """The op's arguments of the valid call drawn with `seed`, by name (without the notes for
+        the reference, named "_...")."""
+        return op_arguments(self.make(seeded_draw(seed)))
+
+
+def op_arguments(args):
+    return {n: v for n, v in args.items() if not n.startswith("_")}
 
 
 # --------------------------------------------------------------------------- argument rules
@@ -370,9 +381,13 @@ def ref_offsets_range(a):
     require(range_size >= 0, "range_size >= 0")
     starts = offsets_list(t, "offsets") if t.numel() else []
     require(not starts or starts[-1] <= range_size, "offsets[-1] <= range_size")
-    out = torch.zeros(range_size, dtype=t.dtype)
-    bounds = [*starts, range_size]
-    for s, e in itertools.pairwise(bounds):
+    return offsets_range(starts, range_size, t.dtype)
+
+
+def offsets_range(starts, range_size, dtype):
+    """Each position's distance from the last start at or before it."""
+    out = torch.zeros(range_size, dtype=dtype)
+    for s, e in itertools.pairwise([*starts, range_size]):
         out[s:e] = torch.arange(e - s)
     return out
 
@@ -1002,7 +1017,12 @@ def ref_permute_pooled(a):
     p, io, oo = ints(permute), ints(offsets), ints(inv_offsets)
     require(all(0 <= x < T for x in p), "features in range")
     require(all(oo[i + 1] - oo[i] == io[x + 1] - io[x] for i, x in enumerate(p)), "widths agree")
-    blocks = [pooled[:, io[x] : io[x + 1]] for x in p]
+    return permute_column_blocks(pooled, io, p)
+
+
+def permute_column_blocks(pooled, offsets, permute):
+    """pooled's column blocks [offsets[f], offsets[f + 1]) in the order of permute."""
+    blocks = [pooled[:, offsets[f] : offsets[f + 1]] for f in permute]
     return torch.cat(blocks, dim=1) if blocks else pooled.clone()
 
 
@@ -1278,6 +1298,24 @@ def check_tables(a, rows, batch, lengths, n):
     require(pos_w.numel() == 2 * n - 1, "pos_w 2N - 1")
 
 
+def sequence_call(a, leaves, offsets, lengths, n):
+    """The arguments an HSTU-family reference call shares: (q, k, v, seq_offsets, max_seq_len) in
+    float64 and the lengths, scale and mask options."""
+    custom = a.get("custom_mask")
+    args = (leaves["q"], leaves["k"], leaves["v"], torch.tensor(offsets), n)
+    options = dict(
+        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
+        alpha=a["alpha"],
+        silu_scale=a["silu_scale"],
+        mask=custom.double() if custom is not None else a["mask_type"],
+        contextual_seq_len=a["contextual_seq_len"],
+        num_targets=a.get("num_targets"),
+        target_group_size=a["target_group_size"],
+        max_attn_len=a["max_attn_len"],
+    )
+    return args, options
+
+
 def hstu_expected(a):
     q, k, v, offsets, lengths, n = check_sequences(a)
     batch, heads = len(offsets) - 1, q.shape[1]
@@ -1294,21 +1332,10 @@ def hstu_expected(a):
         for name in ("q", "k", "v", "attn_bias", "ts_w", "pos_w")
         if a.get(name) is not None
     }
-    custom = a.get("custom_mask")
+    args, options = sequence_call(a, leaves, offsets, lengths, n)
     out = hstu_reference(
-        leaves["q"],
-        leaves["k"],
-        leaves["v"],
-        torch.tensor(offsets),
-        n,
-        lengths=None if a.get("seq_lengths") is None else torch.tensor(lengths),
-        alpha=a["alpha"],
-        silu_scale=a["silu_scale"],
-        mask=custom.double() if custom is not None else a["mask_type"],
-        contextual_seq_len=a["contextual_seq_len"],
-        num_targets=a.get("num_targets"),
-        target_group_size=a["target_group_size"],
-        max_attn_len=a["max_attn_len"],
+        *args,
+        **options,
         attn_bias=None if bias is None else leaves["attn_bias"].reshape(bias.shape),
         timestamps=a.get("timestamps"),
         ts_w=leaves.get("ts_w"),
@@ -1385,56 +1412,15 @@ def fuxi_expected(a):
             t = tensor(a, name, FLOAT_DTYPES, (3,))
             require(t.shape[0] in lead and t.shape[1:] == (n, n), f"{name} shape")
             leaves[name] = t.detach().double().requires_grad_()
-    heads, dv = q.shape[1], v.shape[2]
-    rows = torch.zeros(q.shape[0], 0, dtype=F64)
-    pieces = []
-    for b, (start, length) in enumerate(zip(offsets, lengths, strict=False)):
-        qb, kb, vb = (leaves[x][start : start + length] for x in ("q", "k", "v"))
-        t = 0 if a.get("num_targets") is None else int(a["num_targets"][b])
-        if a["mask_type"] == "custom":
-            m = a["custom_mask"].double().expand(batch, heads, n, n)[b, :, :length, :length]
-        else:
-            m = (
-                hstu_mask(
-                    length,
-                    a["contextual_seq_len"],
-                    t,
-                    a["target_group_size"],
-                    a["max_attn_len"],
-                    a["mask_type"] == "causal",
-                )
-                .double()
-                .expand(heads, length, length)
-            )
-        s = a["alpha"] * torch.einsum("ihd,jhd->hij", qb, kb)
-        channels = {
-            "semantic": torch.einsum(
-                "hij,jhd->ihd", torch.nn.functional.silu(s) * a["silu_scale"] * m, vb
-            )
-        }
-        if "ts_bias" in leaves:
-            bias = leaves["ts_bias"].expand(batch, n, n)[b, :length, :length]
-            channels["time"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
-        if "pos_bias" in leaves:
-            bias = leaves["pos_bias"][0, :length, :length]
-            channels["position"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
-        order = (
-            ("position", "time", "semantic")
-            if a["reference_layout"]
-            else ("semantic", "time", "position")
-        )
-        present = [channels[c] for c in order if c in channels]
-        if a["reference_layout"]:
-            piece = torch.stack(present, 2).reshape(length, len(present) * heads * dv)
-        else:
-            piece = torch.cat([c.reshape(length, heads * dv) for c in present], 1)
-        pieces.append((start, length, piece))
-    width = (1 + ("ts_bias" in leaves) + ("pos_bias" in leaves)) * heads * dv
-    rows = torch.zeros(q.shape[0], width, dtype=F64)
-    for start, length, piece in pieces:
-        if length:
-            rows = rows.index_copy(0, torch.arange(start, start + length), piece)
-    return rows, leaves
+    args, options = sequence_call(a, leaves, offsets, lengths, n)
+    out = fuxi_reference(
+        *args,
+        **options,
+        ts_bias=leaves.get("ts_bias"),
+        pos_bias=leaves.get("pos_bias"),
+        reference_layout=a["reference_layout"],
+    )
+    return out, leaves
 
 
 def ref_fuxi_forward(a):
@@ -1498,8 +1484,6 @@ def deberta_expected(a):
     scale = a["scale"]
     if scale is not None:
         finite(scale, "scale", compute_dtype(q))
-    else:
-        scale = 1 / math.sqrt(q.shape[3] * (1 + len(terms)))
     buckets, max_rel = a["position_buckets"], a["max_relative_positions"]
     span = buckets if buckets > 0 else max_rel
     if terms:
@@ -1511,45 +1495,31 @@ def deberta_expected(a):
             t = tensor(a, name, (q.dtype,), (3,))
             require(t.shape == (2 * span, q.shape[1], q.shape[3]), f"{name} shape")
     mask = optional_tensor(a, "attention_mask")
-    batch, heads, q_len, k_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if mask is None:
-        keep = torch.ones(batch, 1, q_len, k_len, dtype=torch.bool)
-    elif mask.dim() == 2:
-        require(mask.shape == (batch, k_len) and q_len == k_len, "padding mask")
-        keep = mask.ne(0)[:, None, None, :] & mask.ne(0)[:, None, :, None]
-    else:
-        require(mask.shape == (batch, 1, q_len, k_len), "mask shape")
-        keep = mask.ne(0)
-    require(not mask.is_complex() if mask is not None else True, "mask dtype")
+    batch, q_len, k_len = q.shape[0], q.shape[2], k.shape[2]
+    keep = None  # all kept
+    if mask is not None:
+        require(not mask.is_complex(), "mask dtype")
+        if mask.dim() == 2:  # m_i & m_j, compared to 0 per entry (a product could overflow)
+            require(mask.shape == (batch, k_len) and q_len == k_len, "padding mask")
+            keep = mask.ne(0)[:, None, None, :] & mask.ne(0)[:, None, :, None]
+        else:
+            require(mask.shape == (batch, 1, q_len, k_len), "mask shape")
+            keep = mask.ne(0)
     leaves = {
         x: a[x].detach().double().requires_grad_()
         for x in ("q", "k", "v", "pos_key", "pos_query")
         if a.get(x) is not None
         and (x in ("q", "k", "v") or {"pos_key": "c2p", "pos_query": "p2c"}[x] in terms)
     }
-
-    def layer(t):
-        return t.reshape(batch * heads, t.shape[2], t.shape[3])
-
-    def pos_layer(name):
-        t = leaves.get(name)
-        return None if t is None else t.transpose(0, 1).repeat(batch, 1, 1)
-
-    hf_scale = 1 / scale if scale != 0 else math.inf  # HF divides the scores by its scale
-    out, probs = hf_attention(
-        layer(leaves["q"]),
-        layer(leaves["k"]),
-        layer(leaves["v"]),
-        pos_layer("pos_key"),
-        pos_layer("pos_query"),
+    out, probs = deberta_reference(
+        *(leaves.get(x) for x in ("q", "k", "v", "pos_key", "pos_query")),
         keep,
-        terms,
-        buckets,
-        max_rel,
-        hf_scale,
-        heads,
+        pos_att_type=terms,
+        position_buckets=buckets,
+        max_relative_positions=max_rel,
+        scale=scale,
     )
-    return out, probs.view(batch, heads, q_len, k_len), leaves
+    return out, probs, leaves
 
 
 DEBERTA_BACKWARD_ARGS = {
@@ -2271,11 +2241,8 @@ def ref_batch_backward(tensor_form):
 
 
 # --------------------------------------------------------------------------- the catalogue
-TOL = {F64: (1e-9, 1e-9), F32: (1e-4, 1e-4), F16: (1e-2, 1e-2), BF16: (2e-2, 2e-2)}
-
-
 def case(op_name, make, reference=None, unmodelled=()):
-    return OpCase(op_name, make, reference, TOL, unmodelled)
+    return OpCase(op_name, make, reference, TOLERANCE, unmodelled)
 
 
 def pair_reference(ref):

@@ -171,11 +171,6 @@ def test_bad_input_raises_before_any_work(label, change, match):
         call(ops.block_bucketize_sparse_features, a)
 
 
-def test_opcheck():
-    a = make_block_bucketize(seeded_draw(3))
-    torch.library.opcheck(ops.block_bucketize_sparse_features.default, (), a)
-
-
 # --------------------------------------------------------------------------- total_num_blocks
 def uneven_call(block_sizes, total):
     """FBGEMM's own example of block counts that are no multiple of my_size, with bounds."""
@@ -281,13 +276,6 @@ def test_inference_bad_input(label, change, match):
     a = {**base_call(), **change, "return_bucket_mapping": True}
     with pytest.raises((ValueError, RuntimeError), match=match):
         call(ops.block_bucketize_sparse_features_inference, a)
-
-
-def test_inference_opcheck():
-    for seed in (3, 5):
-        a = make_block_bucketize_inference(seeded_draw(seed))
-        a["return_bucket_mapping"] = True
-        torch.library.opcheck(ops.block_bucketize_sparse_features_inference.default, (), a)
 
 
 def test_inference_schema_is_fbgemms():

@@ -1,11 +1,13 @@
 """FuXi-alpha attention in bf16 (docs/fuxi_attention.md): native bf16 tiles where the CPU has
-AVX512_BF16, fp32 tiles under RECOPS_CPU_ISA=avx2. Accuracy rule as tests/test_hstu_bf16.py: the
-error against float64 (same bf16 values) of the output and every gradient is at most twice the
-bf16 plain-PyTorch reference's own."""
+AVX512_BF16, fp32 tiles under RECOPS_CPU_ISA=avx2. Accuracy rule (flash-attention's, accuracy.py):
+the error against float64 (same bf16 values) of the output and every gradient is at most twice
+the bf16 plain-PyTorch reference's own."""
 
 import pytest
 import torch
-from test_fuxi_attention import _dense_biases, _fused_reference_biases, _jagged, fuxi_reference
+from accuracy import assert_errors_within_rule
+from hstu_reference import fuxi_reference, table_biases
+from test_fuxi_attention import _dense_biases, _jagged
 
 import recops
 
@@ -29,14 +31,8 @@ def errors_within_rule(make_leaves, run_reference, run_recops):
             torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves, strict=True)
         ]
         outs[name] = [out.double()] + [g.double() for g in grads]
-    for i, (e, r, g) in enumerate(
-        zip(outs["exact"], outs["bf16_ref"], outs["recops"], strict=True)
-    ):
-        ref_err = (r - e).abs().max().item() if e.numel() else 0.0
-        err = (g - e).abs().max().item() if e.numel() else 0.0
-        floor = 1e-6 * (e.abs().max().item() if e.numel() else 0.0) + 1e-30
-        what = "output" if i == 0 else f"grad {i - 1}"
-        assert err <= 2 * ref_err + floor, f"{what}: error {err:.3e}, bf16 reference {ref_err:.3e}"
+    names = ["output"] + [f"grad {i}" for i in range(len(outs["exact"]) - 1)]
+    assert_errors_within_rule(names, outs["exact"], outs["bf16_ref"], outs["recops"])
 
 
 MASKS = [
@@ -100,7 +96,7 @@ def test_bf16_accuracy_fused_tables(dqk, dv, bf16_path):
 
     def reference(leaves):
         q, k, v, ts_w, pos_w = leaves
-        ts_bias, pos_bias = _fused_reference_biases(timestamps, offsets, ts_w, pos_w, n, True)
+        ts_bias, pos_bias = table_biases(timestamps, offsets, ts_w, pos_w, n, True)
         return fuxi_reference(q, k, v, offsets, n, ts_bias=ts_bias, pos_bias=pos_bias)
 
     def fused(leaves):

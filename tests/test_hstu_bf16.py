@@ -1,12 +1,13 @@
 """HSTU attention in bf16 (docs/hstu_attention.md, "bf16"): on CPUs with AVX512_BF16 the tiles run
 on bf16 products with fp32 accumulation, elsewhere (or with RECOPS_CPU_ISA=avx2) in fp32.
 
-Accuracy rule (flash-attention's): against the float64 reference fed the same bf16 values, recops'
-error (output and every gradient) is at most twice the error of the plain-PyTorch reference run in
-bf16, on every mask, bias and layout, on both paths."""
+Accuracy rule (flash-attention's, accuracy.py): against the float64 reference fed the same bf16
+values, recops' error (output and every gradient) is at most twice the error of the plain-PyTorch
+reference run in bf16, on every mask, bias and layout, on both paths."""
 
 import pytest
 import torch
+from accuracy import assert_errors_within_rule
 from cpu_features import cpu_has_bf16_dot
 from hstu_reference import hstu_reference
 from test_hstu_attention import (
@@ -45,11 +46,7 @@ def check_bf16_accuracy(tensors, **options):
     exact = run(reference, master, F64, grad_out, options)
     bf16_ref = run(reference, master, BF16, grad_out, options)
     got = run(recops.hstu_attention, master, BF16, grad_out, options)
-    for name, e, r, g in zip(["output", *master], exact, bf16_ref, got, strict=True):
-        ref_err = (r - e).abs().max().item() if e.numel() else 0.0
-        err = (g - e).abs().max().item() if e.numel() else 0.0
-        floor = 1e-6 * (e.abs().max().item() if e.numel() else 0.0) + 1e-30
-        assert err <= 2 * ref_err + floor, f"{name}: error {err:.3e}, bf16 reference {ref_err:.3e}"
+    assert_errors_within_rule(["output", *master], exact, bf16_ref, got)
 
 
 @pytest.mark.parametrize("bias", ["none", "dense", "relative"])

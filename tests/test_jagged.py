@@ -4,6 +4,7 @@ import itertools
 
 import pytest
 import torch
+from op_cases import dense_to_jagged, ints, jagged_to_dense, offsets_range
 from torch.autograd import gradcheck
 from torch.library import opcheck
 
@@ -45,40 +46,14 @@ def random_values(shape, dtype):
     return torch.randint(-100, 100, shape, dtype=dtype)
 
 
-def valid_coordinates(offsets, max_lengths):
-    """Yields (dense index, values row) for every jagged element inside the dense extent."""
-    num_levels = len(offsets)
-    bounds = [[int(x) for x in level] for level in offsets]
-
-    def walk(level, row, index):
-        start, end = bounds[level][row], bounds[level][row + 1]
-        for i in range(min(end - start, max_lengths[level])):
-            if level == num_levels - 1:
-                yield (*index, i), start + i
-            else:
-                yield from walk(level + 1, start + i, (*index, i))
-
-    for b in range(len(bounds[0]) - 1):
-        yield from walk(0, b, (b,))
-
-
 def ref_jagged_to_dense(values, offsets, max_lengths, padding_value):
-    batch = offsets[0].numel() - 1
-    shape = (batch, *max_lengths, *values.shape[1:])
-    dense = torch.full(shape, padding_value, dtype=torch.float64).to(values.dtype)
-    for index, row in valid_coordinates(offsets, max_lengths):
-        dense[index] = values[row]
-    return dense
+    padding = torch.tensor(padding_value, dtype=torch.float64).to(values.dtype)
+    return jagged_to_dense(values, [ints(level) for level in offsets], max_lengths, padding)
 
 
 def ref_dense_to_jagged(dense, offsets, total_L=None):
-    num_levels = len(offsets)
-    if total_L is None:
-        total_L = int(offsets[-1][-1])
-    values = dense.new_zeros((total_L, *dense.shape[1 + num_levels :]))
-    for index, row in valid_coordinates(offsets, list(dense.shape[1 : 1 + num_levels])):
-        values[row] = dense[index]
-    return values
+    levels = [ints(level) for level in offsets]
+    return dense_to_jagged(dense, levels, levels[-1][-1] if total_L is None else total_L)
 
 
 def assert_equal(actual, expected):
@@ -363,11 +338,7 @@ def test_jagged_1d_to_dense(dtype, index_dtype, batch):
 
 # --------------------------------------------------------------------------- offsets_range
 def ref_offsets_range(offsets, range_size):
-    out = torch.zeros(range_size, dtype=offsets.dtype)
-    bounds = [int(x) for x in offsets] + [range_size]
-    for start, end in itertools.pairwise(bounds):
-        out[start:end] = torch.arange(end - start)
-    return out
+    return offsets_range(ints(offsets), range_size, offsets.dtype)
 
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)

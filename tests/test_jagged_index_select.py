@@ -4,6 +4,7 @@ and their gradient ops jagged_index_add_2d_forward(_v2), and keyed_jagged_index_
 
 import pytest
 import torch
+from accuracy import TOLERANCE
 from threads import num_threads
 from torch.autograd import gradcheck
 from torch.library import opcheck
@@ -121,7 +122,8 @@ def test_jagged_index_select(num_segments, max_length, cols, count, dtype, index
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
     grad = expected
     expected_add = add_reference(grad, indices, output_offsets, input_offsets, values.shape[0])
-    tol = {"rtol": 1e-2, "atol": 2e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+    low = dtype in (torch.float16, torch.bfloat16)  # else torch's defaults, tighter in float32
+    tol = dict(zip(("rtol", "atol"), TOLERANCE[dtype], strict=True)) if low else {}
     for result in (
         ops.jagged_index_add_2d_forward(
             grad, indices, output_offsets, input_offsets, rows, values.shape[0]

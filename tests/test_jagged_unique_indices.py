@@ -4,9 +4,6 @@ is plain PyTorch written from FBGEMM's CUDA semantics."""
 import pytest
 import torch
 from threads import num_threads
-from torch.library import opcheck
-
-import recops
 
 ops = torch.ops.recops
 INDEX_DTYPES = [torch.int32, torch.int64]
@@ -175,11 +172,3 @@ def test_last_feature_is_unbounded():
     )
     for a, e in zip(out, expected, strict=True):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
-def test_opcheck(dtype):
-    args = tuple(t.to(dtype) for t in GOOD.values())
-    opcheck(ops.jagged_unique_indices.default, args)
-    if not recops.fbgemm_loaded:
-        opcheck(torch.ops.fbgemm.jagged_unique_indices.default, args)

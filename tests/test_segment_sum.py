@@ -146,13 +146,6 @@ def test_segment_sum_csr_matches_fbgemm_random_floats(fbgemm_ops):
     torch.testing.assert_close(ops.segment_sum_csr(3, csr, values), expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
-def test_segment_sum_csr_opcheck(index_dtype):
-    csr = torch.tensor([0, 2, 2, 5], dtype=index_dtype)
-    opcheck_both("segment_sum_csr", (2, csr, torch.randn(11)))
-    opcheck_both("segment_sum_csr", (0, csr, torch.randn(0)))
-
-
 # --------------------------------------------------------------------------- batched cumsum
 def batched_cumsum_reference(values):
     wide = values.double() if values.is_floating_point() else values.long()
