@@ -2,6 +2,7 @@
 with its helper ops group_index_select_dim0_gpu_impl / _gpu_backward, and batch_index_select_dim0
 (_tensor, backward) against fbgemm-gpu-cpu and plain PyTorch (index_select / index_add)."""
 
+import accuracy
 import pytest
 import torch
 from threads import num_threads
@@ -12,12 +13,6 @@ ops = torch.ops.recops
 
 INDEX_DTYPES = [torch.int32, torch.int64]
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-TOLERANCE = {
-    torch.float32: dict(rtol=1e-5, atol=1e-4),  # sums of up to 750 rows
-    torch.float64: dict(rtol=1e-12, atol=1e-12),
-    torch.float16: dict(rtol=1e-2, atol=2e-2),
-    torch.bfloat16: dict(rtol=2e-2, atol=1e-1),
-}
 
 
 # --------------------------------------------------------------------------- references
@@ -159,7 +154,7 @@ def test_group_gradients_match_index_add(sizes, index_dtype, dtype):
     grads = [torch.randn_like(o) for o in out]
     actual = torch.autograd.grad(out, inputs, grads)
     for a, g, i, x in zip(actual, grads, indices, inputs, strict=True):
-        torch.testing.assert_close(a, reference_scatter(g, i, x.shape, dtype), **TOLERANCE[dtype])
+        accuracy.assert_close(a, reference_scatter(g, i, x.shape, dtype))
 
 
 def test_group_gpu_impl_returns_fbgemms_layout_and_gradients():
@@ -212,7 +207,9 @@ def test_batch_matches_reference(permute, sizes, index_dtype, dtype):
     ]:
         x = inputs.clone().requires_grad_()
         (actual,) = torch.autograd.grad(op(x, indices, *args, permute), x, grad)
-        torch.testing.assert_close(actual, ref, **TOLERANCE[dtype])
+        # Up to 750 rows summed in float32: their cancelling terms round to ~1e-4 (half and
+        # bfloat16 round once at the end, float64 stays within its own bound).
+        accuracy.assert_close(actual, ref, atol_factor=10 if dtype == torch.float32 else 1)
 
 
 def test_batch_unequal_counts_and_empty_inputs():
