@@ -1,9 +1,9 @@
 // Which query blocks the HSTU-family kernels (HSTU, FuXi-alpha; fp32 and bf16) visit, and in
-// what parallel order: the work items of work_items.h (a sequence's chunk of interleaved query
-// blocks), longest first on parallel_for_dynamic, each block meeting only the keys its mask lets
-// it see (MaskSource::block). One loop serves every kernel: a thread builds its scratch once and
-// runs the kernel's per-block work; backward adds each item's key-side gradients into its chunk's
-// partial when the item ends.
+// what parallel order: the attention kernels' work loop (work_items.h: a sequence's chunk of
+// interleaved query blocks, longest first on parallel_for_dynamic), each block meeting only the
+// keys its mask lets it see (MaskSource::block). One loop serves every kernel: a thread builds its
+// scratch once and runs the kernel's per-block work; backward adds each item's key-side gradients
+// into its chunk's partial when the item ends.
 #pragma once
 
 #include <cstdint>
@@ -60,18 +60,14 @@ template <typename T, typename MakeScratch, typename BeginItem, typename Fn, typ
 void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,
                          MakeScratch&& make_scratch, BeginItem&& begin_item, Fn&& fn,
                          EndItem&& end_item) {
-  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()), make_scratch, [&](auto& scratch, int64_t index) {
-        const WorkItem item = items[index];
-        const int64_t b = item.sequence, length = seqs.length[b];
-        begin_item(scratch, item);
-        for_each_query_block(length, item, chunks, [&](int64_t row0, int64_t rows) {
-          const Block blk = mask.block(b, length, row0, rows);
-          if (blk.keys > 0) fn(scratch, blk);
-        });
-        end_item(scratch, item);
-      });
+  for_each_work_item(
+      seqs.length, seqs.count, chunks, make_scratch, begin_item,
+      [&](auto& scratch, const WorkItem& item, int64_t row0, int64_t rows) {
+        const int64_t b = item.sequence;
+        const Block blk = mask.block(b, seqs.length[b], row0, rows);
+        if (blk.keys > 0) fn(scratch, blk);
+      },
+      end_item);
 }
 
 // The forward kernels' loop: fn(scratch, block) for every block, scratch = make_scratch(slot).
