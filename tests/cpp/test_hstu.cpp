@@ -1,5 +1,6 @@
-// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h) on
-// small jagged batches against scalar loops in double written here from docs/ops.md sections 3-5:
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h, on the
+// fp32 precision policy) on small jagged batches against scalar loops in double written here from
+// docs/ops.md sections 3-5:
 // causal and two-sided masks, with and without the relative time + position bias, forward and
 // backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence; and the block
 // loop they share (block_schedule.h).
@@ -16,6 +17,7 @@
 
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/block_schedule.h"
+#include "recops/hstu/kernels/fp32_products.h"
 #include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "test_util.h"
@@ -309,7 +311,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     bias.buckets = bucketizer.view();
   }
   std::vector<double> got(out.size(), 0.0);
-  hstu_forward(seqs, shape, in, mask, bias, chunks, got.data());
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, bias, chunks, got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -323,7 +325,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     grads.bias.pos_w = gpos.data();
     grads.bias.pos_thread_stride = static_cast<int64_t>(pos_w.size());
   }
-  hstu_backward(seqs, shape, in, go.data(), mask, bias, chunks, grads);
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, bias, chunks, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
@@ -350,8 +352,9 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     bias_f.buckets = bucketizer.view();
   }
   std::vector<float> got_f(out.size(), 0.0f);
-  hstu_forward(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
-               HstuTensors<float>{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}},
+  const HstuTensors<float> in_f{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}};
+  hstu_forward(Fp32Precision<float>(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
+                                    in_f, false),
                mask_f, bias_f, chunks, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
 }
@@ -435,7 +438,9 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   time.buckets = bucketizer.view();
   position.pos_w = pos_w.data();
   std::vector<double> got(out.size(), 0.0);
-  fuxi_forward(batch.sequences(), shape, in, mask, time, position, chunks, layout, got.data());
+  const Sequences seqs = batch.sequences();
+  fuxi_forward(Fp32Precision<double>(seqs, shape, in, false), mask, time, position, chunks, layout,
+               got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -447,8 +452,8 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   grads.time.ts_thread_stride = static_cast<int64_t>(ts_w.size());
   grads.position.pos_w = gpos.data();
   grads.position.pos_thread_stride = static_cast<int64_t>(pos_w.size());
-  fuxi_backward(batch.sequences(), shape, in, go.data(), mask, time, position, chunks, layout,
-                grads);
+  fuxi_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, time, position,
+                chunks, layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");

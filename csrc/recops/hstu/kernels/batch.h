@@ -49,4 +49,11 @@ struct Block {
   int64_t stride() const { return ld > 0 ? ld : keys; }
 };
 
+// A block as a precision's products see it: its key range and tile rows (blk.ld) possibly padded,
+// and rows_pad >= blk.rows query rows (the rows past blk.rows are zero in every tile).
+struct PaddedBlock {
+  Block blk;
+  int64_t rows_pad;
+};
+
 }  // namespace recops::attention::kernels

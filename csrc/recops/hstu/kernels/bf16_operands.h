@@ -5,7 +5,7 @@
 // PackedOperands holds, per sequence and head, built once per call in parallel: K^T [Dqk, N] and
 // (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
 // and (forward) V [N, Dv] for O = A V. Each is about one bf16 copy of K or V. A query block is
-// padded to the granule (PaddedBlock) to meet them.
+// padded to the granule (pad_block) to meet them.
 #pragma once
 
 #include <algorithm>
@@ -100,11 +100,6 @@ class PackedOperands {
 // (the keys added in front are outside the mask's key range, so masked out) and its tiles have
 // rows of ld = keys rounded up to the granule; rows_pad query rows (the rows past `rows` are
 // zero in every tile).
-struct PaddedBlock {
-  Block blk;
-  int64_t rows_pad;
-};
-
 inline PaddedBlock pad_block(const Block& blk, int64_t key_granule = kBf16Granule) {
   Block p = blk;
   p.key0 = blk.key0 / key_granule * key_granule;
