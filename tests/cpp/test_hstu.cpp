@@ -76,7 +76,8 @@ struct Batch {
     }
   }
   Sequences sequences() const {
-    return Sequences{static_cast<int64_t>(length.size()), row_begin.data(), length.data(), max_len};
+    return Sequences::same_rows(static_cast<int64_t>(length.size()), row_begin.data(),
+                                length.data(), max_len);
   }
   bool visible(bool causal, int64_t i, int64_t j) const { return !causal || j <= i; }
   // The relative bias ts_w[bucket] + pos_w[N - 1 + j - i] of (query row i, key j) of sequence b;
@@ -136,7 +137,7 @@ TEST(HstuBiasGrads, AddByBucketSumsRunsAndScatteredBuckets) {
 // item's begin_item and end_item; end_item gets the item's dK, dV partial at the sequence's rows.
 TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   const std::vector<int64_t> row_begin = {0, 70, 75, 75}, length = {70, 5, 0, 150};
-  const Sequences seqs{4, row_begin.data(), length.data(), 150};
+  const Sequences seqs = Sequences::same_rows(4, row_begin.data(), length.data(), 150);
   const int64_t rows = 225, heads = 2, dqk = 3, dv = 4, chunks = 2, window = 40;
   MaskSource<float> mask;
   mask.max_attn_len = window;
@@ -154,8 +155,8 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       if (length != -1) ++*errors;
       length = n;
     }
-    void end_item(int64_t n, float* item_dk, float* item_dv) {
-      if (n != length) ++*errors;
+    void end_item(int64_t key0, int64_t n, float* item_dk, float* item_dv) {
+      if (key0 != 0 || n != length) ++*errors;
       ended->emplace_back(item_dk, item_dv);
       length = -1;
     }
@@ -357,6 +358,60 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
                                     in_f, false),
                mask_f, bias_f, chunks, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
+}
+
+// Queries described apart from their keys (Sequences: the last q_length positions, in rows of
+// their own), as a step over cached keys has them: the outputs equal the full sequences' last
+// rows, with the relative bias, on the same schedule and tiles.
+TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
+  const Case c = GetParam();
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = batch.dqk, dv = batch.dv, N = batch.max_len;
+  const auto q = random_values(batch.rows * H * dqk, 21),
+             k = random_values(batch.rows * H * dqk, 22);
+  const auto v = random_values(batch.rows * H * dv, 23);
+  const auto ts_w = random_values(batch.num_buckets + 1, 24), pos_w = random_values(2 * N - 1, 25);
+  const HstuShape<double> shape{H, dqk, dv, 0.4, 1.0 / N};
+  MaskSource<double> mask;
+  mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
+  const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
+  BiasSource<double> bias;
+  if (c.relative_bias) {
+    bias.kind = BiasKind::kRelative;
+    bias.key_time = batch.key_time.data();
+    bias.query_time = batch.query_time.data();
+    bias.ts_w = ts_w.data();
+    bias.pos_w = pos_w.data();
+    bias.buckets = bucketizer.view();
+  }
+  const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
+  std::vector<double> full(batch.rows * H * dv, 0.0);
+  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, bias, 1,
+               full.data());
+
+  // The last 1, 5 (all) and 67 positions of the three sequences, packed in rows of their own.
+  const std::vector<int64_t> q_length = {1, 5, 67};
+  std::vector<int64_t> q_row_begin(3);
+  std::vector<double> q_new;
+  for (int64_t b = 0, row = 0; b < 3; row += q_length[b], ++b) {
+    q_row_begin[b] = row;
+    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+    q_new.insert(q_new.end(), q.begin() + first * H * dqk,
+                 q.begin() + (first + q_length[b]) * H * dqk);
+  }
+  Sequences delta = batch.sequences();
+  delta.q_row_begin = q_row_begin.data();
+  delta.q_length = q_length.data();
+  const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
+  std::vector<double> got(q_new.size() / dqk * dv, 0.0);
+  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, bias, 2, got.data());
+  std::vector<double> want;
+  for (int64_t b = 0; b < 3; ++b) {
+    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+    want.insert(want.end(), full.begin() + first * H * dv,
+                full.begin() + (first + q_length[b]) * H * dv);
+  }
+  expect_near_all(got, want, 1e-12, "delta out");
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, HstuKernel,

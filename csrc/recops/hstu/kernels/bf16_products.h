@@ -72,12 +72,12 @@ class Bf16Gradients {
   float* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * n_pad_ + key0; }
   int64_t ld() const { return n_pad_; }
 
-  // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (fp32, pointers at the sequence's first row).
-  void end_item(int64_t length, float* dk, float* dv) {
+  // Adds the item's dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
+  // dV [rows, H, Dv] (fp32, pointers at key0's row).
+  void end_item(int64_t key0, int64_t n, float* dk, float* dv) {
     for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, length, dk_t(h, 0), n_pad_, dk + h * dqk_, heads_ * dqk_, 1.0f, true);
-      transpose(dv_, length, dv_t(h, 0), n_pad_, dv + h * dv_, heads_ * dv_, 1.0f, true);
+      transpose(dqk_, n, dk_t(h, key0), n_pad_, dk + h * dqk_, heads_ * dqk_, 1.0f, true);
+      transpose(dv_, n, dv_t(h, key0), n_pad_, dv + h * dv_, heads_ * dv_, 1.0f, true);
     }
   }
 
@@ -336,7 +336,7 @@ class Bf16Precision {
   }
 
  private:
-  int64_t query_row(const Block& blk) const { return seqs_.row_begin[blk.b] + blk.row0; }
+  int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
   // The fused forward's visibility bits take rows_pad * ld / 32 words of the A tile.
   static uint32_t* visibility(Scratch& t) { return reinterpret_cast<uint32_t*>(t.bf16_tile(kA)); }
 

@@ -61,10 +61,10 @@ void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64
                          MakeScratch&& make_scratch, BeginItem&& begin_item, Fn&& fn,
                          EndItem&& end_item) {
   for_each_work_item(
-      seqs.length, seqs.count, chunks, make_scratch, begin_item,
+      seqs.q_length, seqs.count, chunks, make_scratch, begin_item,
       [&](auto& scratch, const WorkItem& item, int64_t row0, int64_t rows) {
         const int64_t b = item.sequence;
-        const Block blk = mask.block(b, seqs.length[b], row0, rows);
+        const Block blk = mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
         if (blk.keys > 0) fn(scratch, blk);
       },
       end_item);
@@ -80,21 +80,22 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
 
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient
 // accumulators in scratch.grads (fp32 TransposedGradients or bf16 Bf16Gradients) zeroed as an item
-// begins and added into its chunk's dK, dV partial as it ends.
+// begins and added into its chunk's dK, dV partial, run by run of key rows, as it ends.
 template <typename T, typename G, typename MakeScratch, typename Fn>
 void for_each_backward_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,
                              const QkvGrads<G>& qkv, MakeScratch&& make_scratch, Fn&& fn) {
   for_each_item_block(
       seqs, mask, chunks, make_scratch,
       [&](auto& scratch, const WorkItem& item) {
-        scratch.grads.begin_item(seqs.length[item.sequence]);
+        scratch.grads.begin_item(seqs.keys.length[item.sequence]);
       },
       fn,
       [&](auto& scratch, const WorkItem& item) {
-        const int64_t first = seqs.row_begin[item.sequence];
-        scratch.grads.end_item(seqs.length[item.sequence],
-                               qkv.dk_partial(item.chunk) + first * qkv.heads * qkv.dqk,
-                               qkv.dv_partial(item.chunk) + first * qkv.heads * qkv.dv_dim);
+        const int64_t b = item.sequence;
+        seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
+          scratch.grads.end_item(key, n, qkv.dk_partial(item.chunk) + row * qkv.heads * qkv.dqk,
+                                 qkv.dv_partial(item.chunk) + row * qkv.heads * qkv.dv_dim);
+        });
       });
 }
 

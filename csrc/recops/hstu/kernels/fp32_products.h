@@ -56,12 +56,12 @@ class TransposedGradients {
   T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_ * max_len_ + key0; }
   int64_t ld() const { return max_len_; }
 
-  // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (pointers at the sequence's first row).
-  void end_item(int64_t length, T* dk, T* dv) {
+  // Adds the item's dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
+  // dV [rows, H, Dv] (pointers at key0's row).
+  void end_item(int64_t key0, int64_t n, T* dk, T* dv) {
     for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, length, dk_t(h, 0), max_len_, dk + h * dqk_, heads_ * dqk_, T(1), true);
-      transpose(dv_, length, dv_t(h, 0), max_len_, dv + h * dv_, heads_ * dv_, T(1), true);
+      transpose(dqk_, n, dk_t(h, key0), max_len_, dk + h * dqk_, heads_ * dqk_, T(1), true);
+      transpose(dv_, n, dv_t(h, key0), max_len_, dv + h * dv_, heads_ * dv_, T(1), true);
     }
   }
 
@@ -127,12 +127,14 @@ class Fp32Precision {
   void round_weights(Scratch&, const PaddedBlock&, int, int, bool) const {}
   Weights weights(Scratch& t, int tile, int) const { return t.tile(tile); }
 
-  // out rows (row stride ld_out) = W V for head h of the block.
+  // out rows (row stride ld_out) = W V for head h of the block, run by run of key rows.
   void weighted_values(Scratch&, const PaddedBlock& pb, int64_t h, Weights w, T* out,
                        int64_t ld_out) const {
     const Block& blk = pb.blk;
-    gemm_nn(blk.rows, shape_.dv, blk.keys, w, blk.keys, in_.v.at(key_row(blk), h, shape_.dv),
-            in_.v.stride, out, ld_out, false);
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      gemm_nn(blk.rows, shape_.dv, n, w + (key - blk.key0), blk.keys, in_.v.at(row, h, shape_.dv),
+              in_.v.stride, out, ld_out, key != blk.key0);
+    });
   }
 
   // out rows = silu(alpha Q K^T + bias) * scale * mask V for head h (bias null: none), the
@@ -163,8 +165,10 @@ class Fp32Precision {
             false);
     passes_.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape_.alpha,
                              shape_.silu_scale);
-    gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in_.k.at(key_row(blk), h, dqk), in_.k.stride, dq,
-            ld_dq, false);
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      gemm_nn(blk.rows, dqk, n, ds + (key - blk.key0), blk.keys, in_.k.at(row, h, dqk),
+              in_.k.stride, dq, ld_dq, key != blk.key0);
+    });
     scale_rows(dq, blk.rows, dqk, ld_dq, shape_.alpha);
     gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, in_.q.stride, shape_.alpha), kQueryBlock,
             ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
@@ -185,8 +189,7 @@ class Fp32Precision {
   }
 
  private:
-  int64_t query_row(const Block& blk) const { return seqs_.row_begin[blk.b] + blk.row0; }
-  int64_t key_row(const Block& blk) const { return seqs_.row_begin[blk.b] + blk.key0; }
+  int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
 
   const Sequences& seqs_;
   HstuShape<T> shape_;

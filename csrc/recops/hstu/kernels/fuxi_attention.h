@@ -90,7 +90,7 @@ void fuxi_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
       },
       [&](typename P::Scratch& t, const Block& block) {
         const PaddedBlock pb = prec.pad(block);
-        const int64_t row0 = seqs.row_begin[pb.blk.b] + pb.blk.row0;
+        const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
         prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
@@ -133,7 +133,7 @@ void fuxi_backward(const P& prec, const typename P::Element* grad_out,
         auto& t = scratch.tiles;
         const PaddedBlock pb = prec.pad(block);
         const Block& blk = pb.blk;
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const int64_t tile = pb.rows_pad * blk.stride();
         for (const FuxiBiasChannel& c : kFuxiBiasChannels) {
           if (layout.has(c.channel)) std::fill_n(t.tile(c.grads), tile, C(0));

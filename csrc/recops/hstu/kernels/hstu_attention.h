@@ -41,7 +41,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
       [&](typename P::Scratch& t, const Block& block) {
         const PaddedBlock pb = prec.pad(block);
         const Block& blk = pb.blk;
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         C* mask_tile = prec.forward_mask_tile(mask) ? t.tile(kMask) : nullptr;
         const C* bias_tile = bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias);
         prec.begin_forward_block(t, mask, pb);
@@ -80,7 +80,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         auto& t = scratch.tiles;
         const PaddedBlock pb = prec.pad(block);
         const Block& blk = pb.blk;
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
+        const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const int64_t tile = pb.rows_pad * blk.stride();
         if (shared_bias_grad) std::fill_n(t.tile(kGradSum), tile, C(0));
         for (int64_t h = 0; h < H; ++h) {

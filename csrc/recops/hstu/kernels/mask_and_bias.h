@@ -164,8 +164,9 @@ struct BiasSource {
   // kDense: fp32 [Bb, Hb, N, N] contiguous; stride 0 on a broadcast dim.
   const T* dense = nullptr;
   int64_t dense_stride_b = 0, dense_stride_h = 0, dense_stride_row = 0;
-  // kRelative: per-row key and query times, ts_w [num_buckets + 1] and/or pos_w [2N - 1] (a null
-  // table contributes nothing: FuXi-alpha keeps time and position in separate channels).
+  // kRelative: key and query times per key row (of a position), ts_w [num_buckets + 1] and/or pos_w
+  // [2N - 1] (a null table contributes nothing: FuXi-alpha keeps time and position in separate
+  // channels).
   const double* key_time = nullptr;
   const double* query_time = nullptr;
   const T* ts_w = nullptr;
@@ -175,16 +176,16 @@ struct BiasSource {
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
 
-// The query time of every row of the sequences: the key time at query_time_index (the next
-// item's with the shift, as HSTU / FuXi-alpha; the last row its own). Other rows are left as
-// they are.
+// The query time of every position of the sequences, at its key row: the key time at
+// query_time_index (the next item's with the shift, as HSTU / FuXi-alpha; the last its own).
+// Other rows are left as they are.
 inline void query_times(const Sequences& seqs, const double* key_time, bool query_time_shift,
                         double* query_time) {
+  const KeyRows& keys = seqs.keys;
   for (int64_t b = 0; b < seqs.count; ++b) {
-    const double* t = key_time + seqs.row_begin[b];
-    double* tq = query_time + seqs.row_begin[b];
-    for (int64_t i = 0; i < seqs.length[b]; ++i) {
-      tq[i] = t[query_time_index(i, seqs.length[b], query_time_shift)];
+    for (int64_t i = 0; i < keys.length[b]; ++i) {
+      query_time[keys.row(b, i)] =
+          key_time[keys.row(b, query_time_index(i, keys.length[b], query_time_shift))];
     }
   }
 }
@@ -267,7 +268,6 @@ inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r,
 template <typename T>
 void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
                      int64_t head, T* tile, int32_t* bucket_tile) {
-  const int64_t first_row = seqs.row_begin[blk.b];
   for (int64_t r = 0; r < blk.rows; ++r) {
     T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
@@ -285,15 +285,18 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
       std::fill(row, row + blk.keys, T(0));
     }
     if (src.ts_w == nullptr) continue;
-    const double query_time = src.query_time[first_row + i];
-    const double* key_time = src.key_time + first_row + blk.key0;
-    int32_t* buckets = bucket_tile + r * blk.stride();
-    const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
-    const T* ts_w = src.ts_w;
-    for (int64_t j = 0; j < blk.keys; ++j) {
-      buckets[j] = bucket(std::abs(query_time - key_time[j]));
-      row[j] += ts_w[buckets[j]];
-    }
+    const double query_time = src.query_time[seqs.keys.row(blk.b, i)];
+    seqs.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t key_row, int64_t key, int64_t n) {
+      const double* key_time = src.key_time + key_row;
+      int32_t* buckets = bucket_tile + r * blk.stride() + (key - blk.key0);
+      T* out = row + (key - blk.key0);
+      const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
+      const T* ts_w = src.ts_w;
+      for (int64_t j = 0; j < n; ++j) {
+        buckets[j] = bucket(std::abs(query_time - key_time[j]));
+        out[j] += ts_w[buckets[j]];
+      }
+    });
   }
 }
 
