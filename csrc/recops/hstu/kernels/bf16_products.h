@@ -27,32 +27,25 @@
 
 namespace recops::attention::kernels {
 
-// Per-thread bf16 block operands and fp32 key-side gradient accumulators of the bf16 backward.
-class Bf16Gradients {
+// The bf16 backward's fp32 gradient accumulators (over n_pad keys) and the block's bf16 Q, Q^T,
+// dO and dO^T, zero padded.
+class Bf16Gradients : public KeyGradients<float> {
  public:
-  Bf16Gradients(int64_t heads, int64_t dqk, int64_t dv, const PackedOperands& ops)
-      : kernels_(tile_kernels(cpu_isa())),
-        heads_(heads),
-        dqk_(dqk),
-        dv_(dv),
+  Bf16Gradients(const HstuShape<float>& s, const PackedOperands& ops)
+      : KeyGradients<float>(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(),
+                            kBf16Granule),
+        kernels_(tile_kernels(cpu_isa())),
+        dqk_(s.dqk),
+        dv_(s.dv),
         dqk_pad_(ops.dqk_pad()),
         dv_pad_(ops.dv_pad()),
-        n_pad_(ops.n_pad()),
         q_(new uint16_t[kQueryBlock * dqk_pad_]),
         q_t_(new uint16_t[kQueryBlock * dqk_pad_]),
         go_(new uint16_t[kQueryBlock * dv_pad_]),
-        go_t_(new uint16_t[kQueryBlock * dv_pad_]),
-        dk_t_(new float[heads * dqk_pad_ * n_pad_]),
-        dv_t_(new float[heads * dv_pad_ * n_pad_]) {}
+        go_t_(new uint16_t[kQueryBlock * dv_pad_]) {}
 
-  // Zeroes the accumulators whole: a padded block accumulates past the item's `length` keys.
-  void begin_item(int64_t /*length*/) {
-    std::fill_n(dk_t_.get(), heads_ * dqk_pad_ * n_pad_, 0.0f);
-    std::fill_n(dv_t_.get(), heads_ * dv_pad_ * n_pad_, 0.0f);
-  }
-
-  // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T, zero padded
-  // (load_go: dO and dO^T only).
+  // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T (load_go: dO and
+  // dO^T only).
   void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
                   int64_t rows_pad) {
     copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
@@ -68,24 +61,10 @@ class Bf16Gradients {
   const uint16_t* go() const { return go_.get(); }
   const uint16_t* go_t() const { return go_t_.get(); }
 
-  float* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * n_pad_ + key0; }
-  float* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * n_pad_ + key0; }
-  int64_t ld() const { return n_pad_; }
-
-  // Adds the item's dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (fp32, pointers at key0's row).
-  void end_item(int64_t key0, int64_t n, float* dk, float* dv) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, n, dk_t(h, key0), n_pad_, dk + h * dqk_, heads_ * dqk_, 1.0f, true);
-      transpose(dv_, n, dv_t(h, key0), n_pad_, dv + h * dv_, heads_ * dv_, 1.0f, true);
-    }
-  }
-
  private:
   const TileKernels& kernels_;
-  int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, n_pad_;
+  int64_t dqk_, dv_, dqk_pad_, dv_pad_;
   std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
-  std::unique_ptr<float[]> dk_t_, dv_t_;
 };
 
 // Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, rows of up to n_pad),
@@ -117,27 +96,6 @@ inline void store_rows(const TileKernels&, const float* src, int64_t rows, int64
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, cols * 4);
 }
 
-// Per-thread scratch of the bf16 backward: tiles and the key-side gradient accumulators.
-struct Bf16BackwardScratch {
-  Bf16BackwardScratch(int tile_count, int bf16_tile_count, const PackedOperands& ops,
-                      bool with_buckets, int64_t slot, const HstuShape<float>& shape)
-      : tiles(tile_count, bf16_tile_count, ops, with_buckets, slot),
-        grads(shape.heads, shape.dqk, shape.dv, ops) {}
-
-  Bf16Scratch tiles;
-  Bf16Gradients grads;
-};
-
-// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
-// every key of the block under a custom mask (whose tile then gives the multipliers).
-inline int row_runs(const MaskSource<float>& mask, const StructuredMask& structured,
-                    const Block& blk, int64_t r, int64_t begin[4], int64_t end[4]) {
-  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
-  begin[0] = 0;
-  end[0] = blk.keys;
-  return blk.keys > 0 ? 1 : 0;
-}
-
 // A = the SiLU pass of a block's fp32 scores s [rows_pad, ld] (bias and mask tiles alike, or
 // null), rounded to bf16. It runs on each row's visible runs and writes zeros around them, so a
 // structured mask needs no mask tile (building and reading one cost as much as the SiLU itself
@@ -166,27 +124,6 @@ inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float
   }
 }
 
-// Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
-// of 32) sees tile column j; rows [blk.rows, rows_pad) see none.
-inline void fill_visibility(const MaskSource<float>& mask, const Block& blk, int64_t rows_pad,
-                            uint32_t* visible) {
-  const int64_t words = blk.ld / 32;
-  std::fill(visible, visible + rows_pad * words, 0u);
-  const StructuredMask structured = mask.structured(blk.b, blk.length);
-  for (int64_t r = 0; r < blk.rows; ++r) {
-    int64_t begin[4], end[4];
-    const int runs = row_runs(mask, structured, blk, r, begin, end);
-    uint32_t* row = visible + r * words;
-    for (int k = 0; k < runs; ++k) {
-      for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
-        const int64_t lo = std::max(begin[k] - w * 32, int64_t{0});
-        const int64_t hi = std::min(end[k] - w * 32, int64_t{32});
-        row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
-      }
-    }
-  }
-}
-
 // Whether the bf16 forward runs fused on AMX tiles (native_bf16::silu_attention_tile).
 inline bool fused_forward_available(const HstuShape<float>& shape) {
   return cpu_isa() >= CpuIsa::kAmx && native_bf16::amx_tiles_available() &&
@@ -201,7 +138,7 @@ class Bf16Precision {
   using Element = uint16_t;  // bf16 bits
   using Compute = float;
   using Scratch = Bf16Scratch;
-  using BackwardScratch = Bf16BackwardScratch;
+  using BackwardScratch = kernels::BackwardScratch<Bf16Scratch, Bf16Gradients>;
   using Weights = const uint16_t*;  // bf16 weights (VNNI layout in the backward)
 
   // bf16 tiles: A (or the fused forward's visibility bits), dS as rows and in VNNI layout, two
@@ -227,7 +164,7 @@ class Bf16Precision {
     return Scratch(tiles, kBf16Tiles, ops_, with_buckets, slot);
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return BackwardScratch(tiles, kBf16Tiles, ops_, with_buckets, slot, shape_);
+    return {scratch(tiles, with_buckets, slot), Bf16Gradients(shape_, ops_)};
   }
   PaddedBlock pad(const Block& blk) const { return pad_block(blk, granule_); }
   // The forward's SiLU runs on a structured mask's visible runs: only a custom mask needs a tile.

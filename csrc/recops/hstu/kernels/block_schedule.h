@@ -6,7 +6,9 @@
 // into its chunk's partial when the item ends.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "recops/attention/kernels/work_items.h"
@@ -51,6 +53,57 @@ struct QkvGrads {
 
   T* dk_partial(int64_t chunk) const { return dk + chunk * rows * heads * dqk; }
   T* dv_partial(int64_t chunk) const { return dv + chunk * rows * heads * dv_dim; }
+};
+
+// The current work item's key-side gradients, per thread: dK^T [H, dqk_pad, ld] and
+// dV^T [H, dv_pad, ld] (gemm_nn and gemm_bf16 take untransposed operands only, so dK = dS^T Q and
+// dV = A^T dO accumulate transposed), zeroed as the item begins (`granule`: how far past its
+// keys a padded block accumulates) and added into the item's dK / dV partial as it ends.
+template <typename T>
+class KeyGradients {
+ public:
+  KeyGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t dqk_pad, int64_t dv_pad, int64_t ld,
+               int64_t granule)
+      : heads_(heads),
+        dqk_(dqk),
+        dv_(dv),
+        dqk_pad_(dqk_pad),
+        dv_pad_(dv_pad),
+        ld_(ld),
+        granule_(granule),
+        dk_t_(new T[heads * dqk_pad * ld]),
+        dv_t_(new T[heads * dv_pad * ld]) {}
+
+  void begin_item(int64_t length) {
+    const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
+    for (int64_t c = 0; c < heads_ * dqk_pad_; ++c) std::fill_n(dk_t_.get() + c * ld_, keys, T(0));
+    for (int64_t c = 0; c < heads_ * dv_pad_; ++c) std::fill_n(dv_t_.get() + c * ld_, keys, T(0));
+  }
+  // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
+  T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * ld_ + key0; }
+  T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * ld_ + key0; }
+  int64_t ld() const { return ld_; }
+
+  // Adds dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
+  // dV [rows, H, Dv] (pointers at key0's row).
+  void end_item(int64_t key0, int64_t n, T* dk, T* dv) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, T(1), true);
+      transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), true);
+    }
+  }
+
+ private:
+  int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
+  std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
+};
+
+// Per-thread scratch of a backward kernel: its tiles and its gradient accumulators (a
+// KeyGradients with the block operands of its precision).
+template <typename Tiles, typename Grads>
+struct BackwardScratch {
+  Tiles tiles;
+  Grads grads;
 };
 
 // Runs fn(scratch, block) for every query block of every work item that sees a key, in parallel:

@@ -20,26 +20,17 @@
 
 namespace recops::attention::kernels {
 
+// The fp32 backward's gradient accumulators (over N keys) and the transposed (scaled) Q and dO
+// of the current block and head.
 template <typename T>
-class TransposedGradients {
+class TransposedGradients : public KeyGradients<T> {
  public:
-  TransposedGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t max_len)
-      : heads_(heads),
-        dqk_(dqk),
-        dv_(dv),
-        max_len_(max_len),
-        q_t_(new T[dqk * kQueryBlock]),
-        go_t_(new T[dv * kQueryBlock]),
-        dk_t_(new T[heads * dqk * max_len]),
-        dv_t_(new T[heads * dv * max_len]) {}
-
-  // Zeroes the accumulators for an item over a sequence of `length` keys.
-  void begin_item(int64_t length) {
-    for (int64_t c = 0; c < heads_ * dqk_; ++c)
-      std::fill_n(dk_t_.get() + c * max_len_, length, T(0));
-    for (int64_t c = 0; c < heads_ * dv_; ++c)
-      std::fill_n(dv_t_.get() + c * max_len_, length, T(0));
-  }
+  TransposedGradients(const HstuShape<T>& s, int64_t max_len)
+      : KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, max_len, 1),
+        dqk_(s.dqk),
+        dv_(s.dv),
+        q_t_(new T[s.dqk * kQueryBlock]),
+        go_t_(new T[s.dv * kQueryBlock]) {}
 
   // scale Q^T [Dqk, rows] and dO^T [Dv, rows] of a block (leading dimension kQueryBlock).
   const T* q_t(const T* q, int64_t rows, int64_t ld_q, T scale) {
@@ -51,36 +42,9 @@ class TransposedGradients {
     return go_t_.get();
   }
 
-  // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
-  T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_ * max_len_ + key0; }
-  T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_ * max_len_ + key0; }
-  int64_t ld() const { return max_len_; }
-
-  // Adds the item's dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (pointers at key0's row).
-  void end_item(int64_t key0, int64_t n, T* dk, T* dv) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, n, dk_t(h, key0), max_len_, dk + h * dqk_, heads_ * dqk_, T(1), true);
-      transpose(dv_, n, dv_t(h, key0), max_len_, dv + h * dv_, heads_ * dv_, T(1), true);
-    }
-  }
-
  private:
-  int64_t heads_, dqk_, dv_, max_len_;
-  std::unique_ptr<T[]> q_t_, go_t_, dk_t_, dv_t_;  // uninitialised; begin_item zeroes dK^T, dV^T
-};
-
-// Per-thread scratch of the fp32 HSTU-family backward: tile_count tiles (TileArena) and the
-// transposed gradient accumulators.
-template <typename T>
-struct BackwardScratch {
-  BackwardScratch(int tile_count, bool with_buckets, int64_t slot, const HstuShape<T>& shape,
-                  int64_t max_len)
-      : tiles(tile_count, max_len, with_buckets, slot),
-        grads(shape.heads, shape.dqk, shape.dv, max_len) {}
-
-  TileArena<T> tiles;
-  TransposedGradients<T> grads;
+  int64_t dqk_, dv_;
+  std::unique_ptr<T[]> q_t_, go_t_;
 };
 
 // Scales `rows` rows of `cols` values (row stride ld) by alpha.
@@ -100,7 +64,7 @@ class Fp32Precision {
   using Element = T;  // of q, k, v, the output and its gradient
   using Compute = T;  // of the tiles and the gradients
   using Scratch = TileArena<T>;
-  using BackwardScratch = kernels::BackwardScratch<T>;
+  using BackwardScratch = kernels::BackwardScratch<TileArena<T>, TransposedGradients<T>>;
   using Weights = const T*;  // a tile of weights for weighted_values
 
   Fp32Precision(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
@@ -117,7 +81,7 @@ class Fp32Precision {
     return Scratch(tiles, seqs_.max_len, with_buckets, slot);
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return BackwardScratch(tiles, with_buckets, slot, shape_, seqs_.max_len);
+    return {scratch(tiles, with_buckets, slot), TransposedGradients<T>(shape_, seqs_.max_len)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU pass multiplies by the mask tile, whatever the mask.

@@ -264,6 +264,39 @@ inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r,
   return runs;
 }
 
+// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
+// every key of the block under a custom mask (whose tile then gives the multipliers).
+template <typename T>
+int row_runs(const MaskSource<T>& mask, const StructuredMask& structured, const Block& blk,
+             int64_t r, int64_t begin[4], int64_t end[4]) {
+  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
+  begin[0] = 0;
+  end[0] = blk.keys;
+  return blk.keys > 0 ? 1 : 0;
+}
+
+// Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
+// of 32) sees tile column j; rows [blk.rows, rows_pad) see none.
+template <typename T>
+void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_pad,
+                     uint32_t* visible) {
+  const int64_t words = blk.ld / 32;
+  std::fill(visible, visible + rows_pad * words, 0u);
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4], end[4];
+    const int runs = row_runs(mask, structured, blk, r, begin, end);
+    uint32_t* row = visible + r * words;
+    for (int k = 0; k < runs; ++k) {
+      for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
+        const int64_t lo = std::max(begin[k] - w * 32, int64_t{0});
+        const int64_t hi = std::min(end[k] - w * 32, int64_t{32});
+        row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
+      }
+    }
+  }
+}
+
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward).
 template <typename T>
 void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
