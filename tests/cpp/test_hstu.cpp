@@ -1,5 +1,6 @@
-// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h) on
-// small jagged batches against scalar loops in double written here from docs/ops.md sections 3-5:
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h, on the
+// fp32 precision policy) on small jagged batches against scalar loops in double written here from
+// docs/ops.md sections 3-5:
 // causal and two-sided masks, with and without the relative time + position bias, forward and
 // backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence; and the block
 // loop they share (block_schedule.h).
@@ -16,6 +17,7 @@
 
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/block_schedule.h"
+#include "recops/hstu/kernels/fp32_products.h"
 #include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "test_util.h"
@@ -74,7 +76,8 @@ struct Batch {
     }
   }
   Sequences sequences() const {
-    return Sequences{static_cast<int64_t>(length.size()), row_begin.data(), length.data(), max_len};
+    return Sequences::same_rows(static_cast<int64_t>(length.size()), row_begin.data(),
+                                length.data(), max_len);
   }
   bool visible(bool causal, int64_t i, int64_t j) const { return !causal || j <= i; }
   // The relative bias ts_w[bucket] + pos_w[N - 1 + j - i] of (query row i, key j) of sequence b;
@@ -134,7 +137,7 @@ TEST(HstuBiasGrads, AddByBucketSumsRunsAndScatteredBuckets) {
 // item's begin_item and end_item; end_item gets the item's dK, dV partial at the sequence's rows.
 TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   const std::vector<int64_t> row_begin = {0, 70, 75, 75}, length = {70, 5, 0, 150};
-  const Sequences seqs{4, row_begin.data(), length.data(), 150};
+  const Sequences seqs = Sequences::same_rows(4, row_begin.data(), length.data(), 150);
   const int64_t rows = 225, heads = 2, dqk = 3, dv = 4, chunks = 2, window = 40;
   MaskSource<float> mask;
   mask.max_attn_len = window;
@@ -152,8 +155,8 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       if (length != -1) ++*errors;
       length = n;
     }
-    void end_item(int64_t n, float* item_dk, float* item_dv) {
-      if (n != length) ++*errors;
+    void end_item(int64_t key0, int64_t n, float* item_dk, float* item_dv) {
+      if (key0 != 0 || n != length) ++*errors;
       ended->emplace_back(item_dk, item_dv);
       length = -1;
     }
@@ -309,7 +312,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     bias.buckets = bucketizer.view();
   }
   std::vector<double> got(out.size(), 0.0);
-  hstu_forward(seqs, shape, in, mask, bias, chunks, got.data());
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, bias, chunks, got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -323,7 +326,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     grads.bias.pos_w = gpos.data();
     grads.bias.pos_thread_stride = static_cast<int64_t>(pos_w.size());
   }
-  hstu_backward(seqs, shape, in, go.data(), mask, bias, chunks, grads);
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, bias, chunks, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
@@ -350,10 +353,65 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
     bias_f.buckets = bucketizer.view();
   }
   std::vector<float> got_f(out.size(), 0.0f);
-  hstu_forward(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
-               HstuTensors<float>{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}},
+  const HstuTensors<float> in_f{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}};
+  hstu_forward(Fp32Precision<float>(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
+                                    in_f, false),
                mask_f, bias_f, chunks, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
+}
+
+// Queries described apart from their keys (Sequences: the last q_length positions, in rows of
+// their own), as a step over cached keys has them: the outputs equal the full sequences' last
+// rows, with the relative bias, on the same schedule and tiles.
+TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
+  const Case c = GetParam();
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = batch.dqk, dv = batch.dv, N = batch.max_len;
+  const auto q = random_values(batch.rows * H * dqk, 21),
+             k = random_values(batch.rows * H * dqk, 22);
+  const auto v = random_values(batch.rows * H * dv, 23);
+  const auto ts_w = random_values(batch.num_buckets + 1, 24), pos_w = random_values(2 * N - 1, 25);
+  const HstuShape<double> shape{H, dqk, dv, 0.4, 1.0 / N};
+  MaskSource<double> mask;
+  mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
+  const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
+  BiasSource<double> bias;
+  if (c.relative_bias) {
+    bias.kind = BiasKind::kRelative;
+    bias.key_time = batch.key_time.data();
+    bias.query_time = batch.query_time.data();
+    bias.ts_w = ts_w.data();
+    bias.pos_w = pos_w.data();
+    bias.buckets = bucketizer.view();
+  }
+  const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
+  std::vector<double> full(batch.rows * H * dv, 0.0);
+  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, bias, 1,
+               full.data());
+
+  // The last 1, 5 (all) and 67 positions of the three sequences, packed in rows of their own.
+  const std::vector<int64_t> q_length = {1, 5, 67};
+  std::vector<int64_t> q_row_begin(3);
+  std::vector<double> q_new;
+  for (int64_t b = 0, row = 0; b < 3; row += q_length[b], ++b) {
+    q_row_begin[b] = row;
+    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+    q_new.insert(q_new.end(), q.begin() + first * H * dqk,
+                 q.begin() + (first + q_length[b]) * H * dqk);
+  }
+  Sequences delta = batch.sequences();
+  delta.q_row_begin = q_row_begin.data();
+  delta.q_length = q_length.data();
+  const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
+  std::vector<double> got(q_new.size() / dqk * dv, 0.0);
+  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, bias, 2, got.data());
+  std::vector<double> want;
+  for (int64_t b = 0; b < 3; ++b) {
+    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+    want.insert(want.end(), full.begin() + first * H * dv,
+                full.begin() + (first + q_length[b]) * H * dv);
+  }
+  expect_near_all(got, want, 1e-12, "delta out");
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, HstuKernel,
@@ -435,7 +493,9 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   time.buckets = bucketizer.view();
   position.pos_w = pos_w.data();
   std::vector<double> got(out.size(), 0.0);
-  fuxi_forward(batch.sequences(), shape, in, mask, time, position, chunks, layout, got.data());
+  const Sequences seqs = batch.sequences();
+  fuxi_forward(Fp32Precision<double>(seqs, shape, in, false), mask, time, position, chunks, layout,
+               got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -447,8 +507,8 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   grads.time.ts_thread_stride = static_cast<int64_t>(ts_w.size());
   grads.position.pos_w = gpos.data();
   grads.position.pos_thread_stride = static_cast<int64_t>(pos_w.size());
-  fuxi_backward(batch.sequences(), shape, in, go.data(), mask, time, position, chunks, layout,
-                grads);
+  fuxi_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, time, position,
+                chunks, layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");

@@ -1,9 +1,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
+#include <type_traits>
+
 #include "recops/common/checks.h"
 #include "recops/hstu/inputs.h"
-#include "recops/hstu/kernels/fuxi_attention_bf16.h"
+#include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/ops.h"
 
 namespace recops::attention {
@@ -100,23 +102,15 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
   const FuxiLayout& layout = prepared.layout;
   const int64_t rows = a.rows;
   const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
-  if (Bf16Inputs::applies(q, k, v)) {
-    const Bf16Inputs in(q, k, v);
-    at::Tensor out = at::zeros({rows, layout.row_stride}, q.options());
-    fuxi_forward_bf16(a.seqs.view, in.shape(options.base), in.view(), a.mask.source<float>(),
-                      biases.time.source<float>(), biases.position.source<float>(), chunks, layout,
-                      reinterpret_cast<uint16_t*>(out.mutable_data_ptr<at::BFloat16>()));
-    return out;
-  }
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ComputeInputs<T> in(q, k, v);
-    at::Tensor out = at::zeros({rows, layout.row_stride}, in.q.options());
-    fuxi_forward(a.seqs.view, in.shape(options.base), in.view(), a.mask.source<T>(),
-                 biases.time.source<T>(), biases.position.source<T>(), chunks, layout,
-                 out.mutable_data_ptr<T>());
-    return out.to(q.scalar_type());
-  });
+  return with_precision(
+      q, k, v, a.seqs.view, options.base, false, false, [&](const auto& prec, auto dtype) {
+        using P = std::decay_t<decltype(prec)>;
+        using C = typename P::Compute;
+        at::Tensor out = at::zeros({rows, layout.row_stride}, q.options().dtype(dtype));
+        fuxi_forward(prec, a.mask.source<C>(), biases.time.source<C>(), biases.position.source<C>(),
+                     chunks, layout, elements_of<typename P::Element>(out));
+        return out.to(q.scalar_type());
+      });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
@@ -139,30 +133,18 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
   const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, a.compute);
   const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
   const QkvGradBuffers qkv_grads(q, v, chunks);
-  if (Bf16Inputs::applies(q, k, v)) {
-    const Bf16Inputs in(q, k, v);
-    const at::Tensor grad_out = grad_output.to(at::kBFloat16).contiguous();
-    FuxiGrads<float> grads;
-    grads.qkv = qkv_grads.view<float>();
-    grads.time = time_grads.sinks<float>();
-    grads.position = position_grads.sinks<float>();
-    fuxi_backward_bf16(a.seqs.view, in.shape(options.base), in.view(), Bf16Inputs::bits(grad_out),
-                       a.mask.source<float>(), biases.time.source<float>(),
-                       biases.position.source<float>(), chunks, layout, grads);
-  } else {
-    dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const ComputeInputs<T> in(q, k, v);
-      const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-      FuxiGrads<T> grads;
-      grads.qkv = qkv_grads.view<T>();
-      grads.time = time_grads.sinks<T>();
-      grads.position = position_grads.sinks<T>();
-      fuxi_backward(a.seqs.view, in.shape(options.base), in.view(), grad_out.const_data_ptr<T>(),
-                    a.mask.source<T>(), biases.time.source<T>(), biases.position.source<T>(),
-                    chunks, layout, grads);
-    });
-  }
+  with_precision(
+      q, k, v, a.seqs.view, options.base, true, false, [&](const auto& prec, auto dtype) {
+        using P = std::decay_t<decltype(prec)>;
+        using C = typename P::Compute;
+        const at::Tensor grad_out = grad_output.to(dtype).contiguous();
+        FuxiGrads<C> grads;
+        grads.qkv = qkv_grads.view<C>();
+        grads.time = time_grads.sinks<C>();
+        grads.position = position_grads.sinks<C>();
+        fuxi_backward(prec, elements_of<typename P::Element>(grad_out), a.mask.source<C>(),
+                      biases.time.source<C>(), biases.position.source<C>(), chunks, layout, grads);
+      });
   auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
   std::optional<at::Tensor> d_ts_bias, d_pos_bias, d_ts_w, d_pos_w;
   if (options.ts_bias.has_value()) {

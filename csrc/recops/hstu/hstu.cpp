@@ -1,8 +1,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
+#include <type_traits>
+
 #include "recops/common/checks.h"
 #include "recops/hstu/inputs.h"
+#include "recops/hstu/kernels/hstu_attention.h"
 #include "recops/hstu/ops.h"
 
 namespace recops::attention {
@@ -38,22 +41,15 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
   const int64_t rows = a.rows, heads = a.heads;
   const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, a.compute);
   const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
-  if (Bf16Inputs::applies(q, k, v)) {
-    const Bf16Inputs in(q, k, v);
-    at::Tensor out = at::zeros({rows, heads, v.size(2)}, q.options());
-    hstu_forward_bf16(seqs.view, in.shape(options), in.view(), mask.source<float>(),
-                      bias.source<float>(), chunks,
-                      reinterpret_cast<uint16_t*>(out.mutable_data_ptr<at::BFloat16>()));
-    return out;
-  }
-  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const ComputeInputs<T> in(q, k, v);
-    at::Tensor out = at::zeros({rows, heads, v.size(2)}, in.q.options());
-    hstu_forward(seqs.view, in.shape(options), in.view(), mask.source<T>(), bias.source<T>(),
-                 chunks, out.mutable_data_ptr<T>());
-    return out.to(q.scalar_type());
-  });
+  return with_precision(
+      q, k, v, seqs.view, options, false, true, [&](const auto& prec, auto dtype) {
+        using P = std::decay_t<decltype(prec)>;
+        using C = typename P::Compute;
+        at::Tensor out = at::zeros({rows, heads, v.size(2)}, q.options().dtype(dtype));
+        hstu_forward(prec, mask.source<C>(), bias.source<C>(), chunks,
+                     elements_of<typename P::Element>(out));
+        return out.to(q.scalar_type());
+      });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
@@ -75,26 +71,16 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   const BiasGradBuffers bias_grads = allocate_bias_grads(bias, a.compute);
   const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
   const QkvGradBuffers qkv_grads(q, v, chunks);
-  if (Bf16Inputs::applies(q, k, v)) {
-    const Bf16Inputs in(q, k, v);
-    const at::Tensor grad_out = grad_output.to(at::kBFloat16).contiguous();
-    HstuGrads<float> grads;
-    grads.qkv = qkv_grads.view<float>();
-    grads.bias = bias_grads.sinks<float>();
-    hstu_backward_bf16(seqs.view, in.shape(options), in.view(), Bf16Inputs::bits(grad_out),
-                       mask.source<float>(), bias.source<float>(), chunks, grads);
-  } else {
-    dispatch_compute_type(q.scalar_type(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const ComputeInputs<T> in(q, k, v);
-      const at::Tensor grad_out = grad_output.to(in.q.scalar_type()).contiguous();
-      HstuGrads<T> grads;
-      grads.qkv = qkv_grads.view<T>();
-      grads.bias = bias_grads.sinks<T>();
-      hstu_backward(seqs.view, in.shape(options), in.view(), grad_out.const_data_ptr<T>(),
-                    mask.source<T>(), bias.source<T>(), chunks, grads);
-    });
-  }
+  with_precision(q, k, v, seqs.view, options, true, false, [&](const auto& prec, auto dtype) {
+    using P = std::decay_t<decltype(prec)>;
+    using C = typename P::Compute;
+    const at::Tensor grad_out = grad_output.to(dtype).contiguous();
+    HstuGrads<C> grads;
+    grads.qkv = qkv_grads.view<C>();
+    grads.bias = bias_grads.sinks<C>();
+    hstu_backward(prec, elements_of<typename P::Element>(grad_out), mask.source<C>(),
+                  bias.source<C>(), chunks, grads);
+  });
   auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
   std::optional<at::Tensor> grad_bias, grad_ts_w, grad_pos_w;
   if (bias.kind == BiasKind::kDense) {

@@ -54,7 +54,7 @@ PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
                 "] + seq_lengths[", b, "]) ends at row ", begin[b] + length[b], " past the ", rows,
                 " rows of q");
   }
-  p.view = Sequences{batch, begin, length, max_seq_len};
+  p.view = Sequences::same_rows(batch, begin, length, max_seq_len);
   return p;
 }
 
@@ -103,8 +103,8 @@ PreparedMask prepare_mask(const HstuOptions& o, const Sequences& seqs, int64_t h
     check_lengths_non_negative(p.num_targets, "num_targets");
     const int64_t* t = p.num_targets.const_data_ptr<int64_t>();
     for (int64_t b = 0; b < seqs.count; ++b) {
-      TORCH_CHECK(t[b] <= seqs.length[b], "num_targets[", b, "] = ", t[b],
-                  " exceeds the length of sequence ", b, " (", seqs.length[b], ")");
+      TORCH_CHECK(t[b] <= seqs.keys.length[b], "num_targets[", b, "] = ", t[b],
+                  " exceeds the length of sequence ", b, " (", seqs.keys.length[b], ")");
     }
   }
   TORCH_CHECK(m.kind == MaskKind::kCustom || !o.custom_mask.has_value(),
@@ -214,10 +214,11 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
     p.key_time = at::zeros({rows}, dense_ts.options());
     double* out = p.key_time.mutable_data_ptr<double>();
     for (int64_t b = 0; b < seqs.count; ++b) {
-      TORCH_CHECK(seqs.length[b] <= ts.size(1), "timestamps has ", ts.size(1),
-                  " columns but sequence ", b, " has length ", seqs.length[b]);
-      std::copy_n(dense_ts.const_data_ptr<double>() + b * ts.size(1), seqs.length[b],
-                  out + seqs.row_begin[b]);
+      TORCH_CHECK(seqs.keys.length[b] <= ts.size(1), "timestamps has ", ts.size(1),
+                  " columns but sequence ", b, " has length ", seqs.keys.length[b]);
+      for (int64_t j = 0; j < seqs.keys.length[b]; ++j) {
+        out[seqs.keys.row(b, j)] = dense_ts.const_data_ptr<double>()[b * ts.size(1) + j];
+      }
     }
   }
   p.query_time = p.key_time.clone();

@@ -6,10 +6,11 @@
 
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 #include "recops/common/dispatch.h"
-#include "recops/hstu/kernels/hstu_attention.h"
-#include "recops/hstu/kernels/hstu_attention_bf16.h"
+#include "recops/hstu/kernels/bf16_products.h"
+#include "recops/hstu/kernels/fp32_products.h"
 #include "recops/hstu/ops.h"
 
 namespace recops::attention {
@@ -191,6 +192,37 @@ struct ComputeInputs {
     return {q.size(1), q.size(2), v.size(2), static_cast<T>(o.alpha), static_cast<T>(o.silu_scale)};
   }
 };
+
+// The kernels' elements of a tensor: bf16 as bit patterns, else the tensor's own type.
+template <typename E>
+E* elements_of(const at::Tensor& t) {
+  if constexpr (std::is_same_v<E, uint16_t>) {
+    return reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>());
+  } else {
+    return t.mutable_data_ptr<E>();
+  }
+}
+
+// The one place the HSTU-family adapters choose the kernels' precision: fn(precision, dtype)
+// with the bf16 policy where Bf16Inputs applies, else the fp32 policy in the compute type of q
+// (dtype: the precision's element dtype, of the output and of dO). may_fuse: the bf16 forward may
+// run on fused AMX tiles (HSTU).
+template <typename Fn>
+decltype(auto) with_precision(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const kernels::Sequences& seqs, const HstuOptions& options,
+                              bool backward, bool may_fuse, Fn&& fn) {
+  if (Bf16Inputs::applies(q, k, v)) {
+    const Bf16Inputs in(q, k, v);
+    return fn(kernels::Bf16Precision(seqs, in.shape(options), in.view(), backward, may_fuse),
+              at::kBFloat16);
+  }
+  return dispatch_compute_type(q.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const ComputeInputs<T> in(q, k, v);
+    return fn(kernels::Fp32Precision<T>(seqs, in.shape(options), in.view(), backward),
+              c10::CppTypeToScalarType<T>::value);
+  });
+}
 
 // dQ, and dK / dV as per-chunk partials, in the compute type of q.
 struct QkvGradBuffers {

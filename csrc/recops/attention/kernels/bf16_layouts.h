@@ -44,20 +44,21 @@ inline void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
                     reinterpret_cast<const Bf16*>(b_vnni), ldb, c, ldc, accumulate);
 }
 
-// The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src): the pair of
-// columns (2p, 2p + 1) of row j lands at ((p * ld) + j) * 2, so this is a transpose of pairs.
-// Zero past (d, n).
+// The VNNI layout [d_pad / 2, ld, 2] of src^T, for src [n, d] (row stride ld_src), from column
+// `first` on: the pair of columns (2p, 2p + 1) of row j lands at ((p * ld) + first + j) * 2, so
+// this is a transpose of pairs. Zero past (d, first + n); columns before `first` are left as
+// they are, so runs of rows packed in column order leave the whole layout written.
 inline void pack_vnni_transposed(const TileKernels& kernels, const uint16_t* src, int64_t n,
                                  int64_t d, int64_t ld_src, int64_t d_pad, int64_t ld,
-                                 uint16_t* dst) {
+                                 uint16_t* dst, int64_t first = 0) {
   const int64_t pairs = d / 2;
   for (int64_t p = 0; p < d_pad / 2; ++p) {  // zero what the transpose below leaves
     uint16_t* row = dst + p * ld * 2;
-    std::fill(p < pairs ? row + 2 * n : row, row + 2 * ld, uint16_t(0));
+    std::fill(row + 2 * (p < pairs ? first + n : first), row + 2 * ld, uint16_t(0));
   }
-  kernels.transpose_bf16_pairs(src, n, pairs, ld_src, dst, ld);
+  kernels.transpose_bf16_pairs(src, n, pairs, ld_src, dst + 2 * first, ld);
   if (d % 2 != 0) {  // the last column pairs with the zero padding
-    for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + j) * 2] = src[j * ld_src + d - 1];
+    for (int64_t j = 0; j < n; ++j) dst[(pairs * ld + first + j) * 2] = src[j * ld_src + d - 1];
   }
 }
 

@@ -1,4 +1,5 @@
-// Work decomposition shared by the tiled attention kernels (HSTU, DeBERTa).
+// Work decomposition and the one parallel work loop of the tiled attention kernels (HSTU,
+// FuXi-alpha, DeBERTa).
 //
 // A unit is one independent attention problem (an HSTU sequence with all its heads, a DeBERTa
 // (batch, head) pair) whose query rows are cut into blocks of kQueryBlock rows. A work item is
@@ -12,6 +13,8 @@
 #include <cstdint>
 #include <numeric>
 #include <vector>
+
+#include "recops/common/parallel.h"
 
 namespace recops::attention::kernels {
 
@@ -44,6 +47,26 @@ void for_each_query_block(int64_t length, const WorkItem& item, int64_t chunks, 
     const int64_t row0 = qb * kQueryBlock;
     fn(row0, std::min(kQueryBlock, length - row0));
   }
+}
+
+// The one parallel loop of the tiled attention kernels: the work items of `units` units (unit u
+// has length[u] query rows), longest first on parallel_for_dynamic. A thread builds its scratch
+// once (make_scratch(slot)); per item it calls begin_item(scratch, item), then
+// block(scratch, item, row0, rows) for each of the item's query blocks, then
+// end_item(scratch, item).
+template <typename MakeScratch, typename BeginItem, typename BlockFn, typename EndItem>
+void for_each_work_item(const int64_t* length, int64_t units, int64_t chunks,
+                        MakeScratch&& make_scratch, BeginItem&& begin_item, BlockFn&& block,
+                        EndItem&& end_item) {
+  const std::vector<WorkItem> items = make_work_items(length, units, chunks);
+  parallel_for_dynamic(
+      static_cast<int64_t>(items.size()), make_scratch, [&](auto& scratch, int64_t index) {
+        const WorkItem item = items[index];
+        begin_item(scratch, item);
+        for_each_query_block(length[item.sequence], item, chunks,
+                             [&](int64_t row0, int64_t rows) { block(scratch, item, row0, rows); });
+        end_item(scratch, item);
+      });
 }
 
 // Chunks per unit so that a few long units still give every thread about two items (each chunk

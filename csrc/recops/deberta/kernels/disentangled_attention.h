@@ -4,13 +4,13 @@
 // with d(i,j) the clamped (log-bucketed) relative-position index of the pair.
 //
 // Tiling (work_items.h): a unit is one (batch, head) pair; work items (unit, chunk) own
-// interleaved blocks of kQueryBlock query rows. Every product is a gemm_nn tile product (oneDNN's
-// brgemm micro-kernel, common/blas.h) on operands laid out for it. Per item, the position scores
-// P2C^T = pos_query K^T [2 span, keys] are computed once; per query block,
-// C2P^T = pos_key Q_block^T [2 span, rows]. Backward computes them again rather than keeping
-// O(B H S span) of them between the passes. A query block then streams over key tiles of kKeyTile
-// keys: one product for Q K^T, the position terms of the tile built in diagonal layout (one
-// relative distance per diagonal, contiguous slices of the transposed tables, see
+// interleaved blocks of kQueryBlock query rows, run by the attention kernels' one work loop. Every
+// product is a gemm_nn tile product (oneDNN's brgemm micro-kernel, common/blas.h) on operands laid
+// out for it. Per item, the position scores P2C^T = pos_query K^T [2 span, keys] are computed once;
+// per query block, C2P^T = pos_key Q_block^T [2 span, rows]. Backward computes them again rather
+// than keeping O(B H S span) of them between the passes. A query block then streams over key tiles
+// of kKeyTile keys: one product for Q K^T, the position terms of the tile built in diagonal layout
+// (one relative distance per diagonal, contiguous slices of the transposed tables, see
 // softmax_tile_ops.h) and added to it, masking and an online softmax row by row (running max and
 // sum per row, fp32 or float64), one product for P V into the output rows. The log-sum-exp of
 // every row is saved; backward forms D = rowsum(dO * O) per block, recomputes the probabilities
@@ -118,22 +118,17 @@ void forward_block(const TileOps<T>& passes, const DisentangledProblem<T>& p, co
 template <typename T>
 void disentangled_forward(const DisentangledProblem<T>& p, int64_t chunks,
                           const DisentangledOutputs<T>& o) {
-  const std::vector<int64_t> lengths = unit_lengths(p);
-  const std::vector<WorkItem> items =
-      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
   const TileOps<T>& passes = tile_ops<T>();
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t slot) { return SoftmaxScratch<T>(p.shape, false, slot); },
-      [&](SoftmaxScratch<T>& t, int64_t index) {
-        const WorkItem item = items[index];
-        const Unit<T> unit(p, item.sequence);
+  for_each_unit_block(
+      p, chunks, [&](int64_t slot) { return SoftmaxScratch<T>(p.shape, false, slot); },
+      [&](SoftmaxScratch<T>& t, const Unit<T>& unit) {
         unit_scaled_k_t(p.shape, unit, t);
         if (p.shape.p2c) unit_p2c(p.shape, unit, t);
-        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          forward_block(passes, p, unit, row0, rows, t, o);
-        });
-      });
+      },
+      [&](SoftmaxScratch<T>& t, const Unit<T>& unit, int64_t row0, int64_t rows) {
+        forward_block(passes, p, unit, row0, rows, t, o);
+      },
+      [](SoftmaxScratch<T>&, const Unit<T>&, const WorkItem&) {});
 }
 
 template <typename T>
@@ -202,23 +197,17 @@ template <typename T>
 void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
                            const DisentangledBackwardInputs<T>& in, const DisentangledGrads<T>& g) {
   const DisentangledShape<T>& s = p.shape;
-  const std::vector<int64_t> lengths = unit_lengths(p);
-  const std::vector<WorkItem> items =
-      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
   const int64_t units = s.batch * s.heads;
   const TileOps<T>& passes = tile_ops<T>();
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t slot) { return SoftmaxScratch<T>(s, true, slot); },
-      [&](SoftmaxScratch<T>& t, int64_t index) {
-        const WorkItem item = items[index];
-        const Unit<T> unit(p, item.sequence);
+  for_each_unit_block(
+      p, chunks, [&](int64_t slot) { return SoftmaxScratch<T>(s, true, slot); },
+      [&](SoftmaxScratch<T>& t, const Unit<T>& unit) { prepare_backward_item(s, unit, t); },
+      [&](SoftmaxScratch<T>& t, const Unit<T>& unit, int64_t row0, int64_t rows) {
+        backward_block(passes, p, unit, row0, rows, t, in, g);
+      },
+      [&](SoftmaxScratch<T>& t, const Unit<T>& unit, const WorkItem& item) {
         T* dk = g.dk + (item.chunk * units + unit.index) * s.k_len * s.dqk;
         T* dv = g.dv + (item.chunk * units + unit.index) * s.k_len * s.dv;
-        prepare_backward_item(s, unit, t);
-        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          backward_block(passes, p, unit, row0, rows, t, in, g);
-        });
         if (s.p2c) {
           // dK^T += pos_query^T dP2C^T, d pos_query += dP2C^T K.
           const int64_t ld = s.heads * s.dqk;

@@ -221,21 +221,16 @@ inline void forward_block_bf16(const TileKernels& kernels, const DisentangledPro
 // fp32 and float64 run disentangled_attention.h's template; bf16 this overload.
 inline void disentangled_forward(const DisentangledProblem<Bf16>& p, int64_t chunks,
                                  const DisentangledOutputs<Bf16>& o) {
-  const std::vector<int64_t> lengths = unit_lengths(p);
-  const std::vector<WorkItem> items =
-      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
   const TileKernels& kernels = tile_kernels(cpu_isa());
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t slot) { return DisentangledBf16Scratch(p.shape, false, slot); },
-      [&](DisentangledBf16Scratch& t, int64_t index) {
-        const WorkItem item = items[index];
-        const Unit<Bf16> unit(p, item.sequence);
+  for_each_unit_block(
+      p, chunks, [&](int64_t slot) { return DisentangledBf16Scratch(p.shape, false, slot); },
+      [&](DisentangledBf16Scratch& t, const Unit<Bf16>& unit) {
         prepare_item_bf16(kernels, p.shape, unit, false, t);
-        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          forward_block_bf16(kernels, p, unit, row0, rows, t, o);
-        });
-      });
+      },
+      [&](DisentangledBf16Scratch& t, const Unit<Bf16>& unit, int64_t row0, int64_t rows) {
+        forward_block_bf16(kernels, p, unit, row0, rows, t, o);
+      },
+      [](DisentangledBf16Scratch&, const Unit<Bf16>&, const WorkItem&) {});
 }
 
 // dQ^T += pos_key^T dC2P^T (added to the block's dQ accumulator) and d pos_key += dC2P^T Q, from
@@ -337,21 +332,17 @@ inline void disentangled_backward(const DisentangledProblem<Bf16>& p, int64_t ch
                                   const DisentangledBackwardInputs<Bf16>& in,
                                   const DisentangledGrads<Bf16>& g) {
   const DisentangledShape<float>& s = p.shape;
-  const std::vector<int64_t> lengths = unit_lengths(p);
-  const std::vector<WorkItem> items =
-      make_work_items(lengths.data(), static_cast<int64_t>(lengths.size()), chunks);
   const int64_t units = s.batch * s.heads;
   const TileKernels& kernels = tile_kernels(cpu_isa());
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()),
-      [&](int64_t slot) { return DisentangledBf16Scratch(s, true, slot); },
-      [&](DisentangledBf16Scratch& t, int64_t index) {
-        const WorkItem item = items[index];
-        const Unit<Bf16> unit(p, item.sequence);
+  for_each_unit_block(
+      p, chunks, [&](int64_t slot) { return DisentangledBf16Scratch(s, true, slot); },
+      [&](DisentangledBf16Scratch& t, const Unit<Bf16>& unit) {
         prepare_item_bf16(kernels, s, unit, true, t);
-        for_each_query_block(lengths[item.sequence], item, chunks, [&](int64_t row0, int64_t rows) {
-          backward_block_bf16(kernels, p, unit, row0, rows, t, in, g);
-        });
+      },
+      [&](DisentangledBf16Scratch& t, const Unit<Bf16>& unit, int64_t row0, int64_t rows) {
+        backward_block_bf16(kernels, p, unit, row0, rows, t, in, g);
+      },
+      [&](DisentangledBf16Scratch& t, const Unit<Bf16>& unit, const WorkItem& item) {
         const int64_t part = item.chunk * units + unit.index;
         finish_item_bf16(kernels, s, unit, t, g, g.dk + part * s.k_len * s.dqk,
                          g.dv + part * s.k_len * s.dv);

@@ -125,14 +125,23 @@ struct Unit {
   }
 };
 
-// Query rows per unit: the mask's query extent of its batch row.
-template <typename E>
-std::vector<int64_t> unit_lengths(const DisentangledProblem<E>& p) {
+// The tiled attention kernels' work loop (work_items.h) over a problem's units, whose query rows
+// are the mask's query extent of their batch row: begin(scratch, unit) as an item starts,
+// block(scratch, unit, row0, rows) per query block, end(scratch, unit, item) as it ends.
+template <typename E, typename MakeScratch, typename Begin, typename BlockFn, typename End>
+void for_each_unit_block(const DisentangledProblem<E>& p, int64_t chunks,
+                         MakeScratch&& make_scratch, Begin&& begin, BlockFn&& block, End&& end) {
   std::vector<int64_t> lengths(p.shape.batch * p.shape.heads);
   for (int64_t u = 0; u < static_cast<int64_t>(lengths.size()); ++u) {
     lengths[u] = p.mask.q_extent[u / p.shape.heads];
   }
-  return lengths;
+  for_each_work_item(
+      lengths.data(), static_cast<int64_t>(lengths.size()), chunks, make_scratch,
+      [&](auto& t, const WorkItem& item) { begin(t, Unit<E>(p, item.sequence)); },
+      [&](auto& t, const WorkItem& item, int64_t row0, int64_t rows) {
+        block(t, Unit<E>(p, item.sequence), row0, rows);
+      },
+      [&](auto& t, const WorkItem& item) { end(t, Unit<E>(p, item.sequence), item); });
 }
 
 template <typename E>

@@ -6,12 +6,43 @@
 
 namespace recops::attention::kernels {
 
-// Where each sequence lives in the [rows, H, D] tensors.
-struct Sequences {
-  int64_t count = 0;                   // B
+// Where sequence b's keys live in k and v (and their times): key j, at position j of the
+// sequence, is row row(b, j). The kernels read ranges of keys through for_each_run only, so a
+// paged key cache (runs that break at page ends, each starting at an even key) needs another
+// KeyRows, not another schedule or tile path.
+struct KeyRows {
   const int64_t* row_begin = nullptr;  // [B]
-  const int64_t* length = nullptr;     // [B]
-  int64_t max_len = 0;                 // N
+  const int64_t* length = nullptr;     // [B]: the keys of sequence b, positions [0, length[b])
+
+  int64_t row(int64_t b, int64_t key) const { return row_begin[b] + key; }
+  // fn(row, key, count) for the runs of consecutive rows that hold keys [key0, key0 + keys) of
+  // sequence b, in key order.
+  template <typename Fn>
+  void for_each_run(int64_t b, int64_t key0, int64_t keys, Fn&& fn) const {
+    if (keys > 0) fn(row(b, key0), key0, keys);
+  }
+};
+
+// Where each sequence's query rows and keys live. A sequence's queries are its last q_length[b]
+// positions (all of them when queries and keys are the same rows, as in training; the new rows
+// of a step over cached keys); the query at position p is row query_row(b, p) of q, the output
+// and their gradients.
+struct Sequences {
+  int64_t count = 0;                     // B
+  const int64_t* q_row_begin = nullptr;  // [B]
+  const int64_t* q_length = nullptr;     // [B]
+  KeyRows keys;
+  int64_t max_len = 0;  // N: the most keys of a sequence
+
+  // Queries and keys on the same rows [row_begin[b], row_begin[b] + length[b]).
+  static Sequences same_rows(int64_t count, const int64_t* row_begin, const int64_t* length,
+                             int64_t max_len) {
+    return {count, row_begin, length, {row_begin, length}, max_len};
+  }
+  int64_t first_query(int64_t b) const { return keys.length[b] - q_length[b]; }
+  int64_t query_row(int64_t b, int64_t position) const {
+    return q_row_begin[b] + position - first_query(b);
+  }
 };
 
 template <typename T>
@@ -39,7 +70,8 @@ struct HstuTensors {
 };
 using Bf16Tensors = HstuTensors<uint16_t>;
 
-// One query block of one sequence: rows [row0, row0 + rows) meet keys [key0, key0 + keys). Its
+// One query block of one sequence (`length` keys): the queries at positions [row0, row0 + rows)
+// meet keys [key0, key0 + keys). Its
 // tiles have rows of stride() values: `keys`, or `ld` when the bf16 kernels pad them (columns
 // [keys, ld) of the mask and bias tiles are then zero).
 struct Block {
@@ -47,6 +79,13 @@ struct Block {
   int64_t ld = 0;
 
   int64_t stride() const { return ld > 0 ? ld : keys; }
+};
+
+// A block as a precision's products see it: its key range and tile rows (blk.ld) possibly padded,
+// and rows_pad >= blk.rows query rows (the rows past blk.rows are zero in every tile).
+struct PaddedBlock {
+  Block blk;
+  int64_t rows_pad;
 };
 
 }  // namespace recops::attention::kernels

@@ -5,7 +5,7 @@
 // PackedOperands holds, per sequence and head, built once per call in parallel: K^T [Dqk, N] and
 // (backward) V^T [Dv, N] and K [N, Dqk] in VNNI layout for S = Q K^T, dA = dO V^T, dQ = dS K,
 // and (forward) V [N, Dv] for O = A V. Each is about one bf16 copy of K or V. A query block is
-// padded to the granule (PaddedBlock) to meet them.
+// padded to the granule (pad_block) to meet them.
 #pragma once
 
 #include <algorithm>
@@ -45,25 +45,40 @@ class PackedOperands {
     if (which.v) v_.reset(new uint16_t[units * per_head_v]);
     parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
-        const int64_t b = u / heads, h = u % heads, len = seqs.length[b];
-        const uint16_t* kh = k.at(seqs.row_begin[b], h, dqk);
-        const uint16_t* vh = v.at(seqs.row_begin[b], h, dv);
-        const int64_t ldk = k.stride, ldv = v.stride;
-        if (k_t_ && key_block_ == 0) {
-          pack_vnni_transposed(kernels, kh, len, dqk, ldk, dqk_pad_, n_pad_,
-                               k_t_.get() + u * per_head_k);
-        } else if (k_t_) {
-          for (int64_t key = 0; key < n_pad_; key += key_block_) {  // blocks past len: zeros
-            const int64_t keys = std::clamp<int64_t>(len - key, 0, key_block_);
-            pack_vnni_transposed(kernels, keys > 0 ? kh + key * ldk : kh, keys, dqk, ldk, dqk_pad_,
-                                 key_block_, k_t_.get() + u * per_head_k + key * dqk_pad_);
+        const int64_t b = u / heads, h = u % heads, len = seqs.keys.length[b];
+        uint16_t* k_t = k_t_ ? k_t_.get() + u * per_head_k : nullptr;
+        // Run by run of key rows (each starting at an even key: VNNI rows pair keys).
+        seqs.keys.for_each_run(b, 0, len, [&](int64_t row, int64_t key, int64_t n) {
+          const uint16_t* kh = k.at(row, h, dqk);
+          const uint16_t* vh = v.at(row, h, dv);
+          if (k_t_ && key_block_ == 0) {
+            pack_vnni_transposed(kernels, kh, n, dqk, k.stride, dqk_pad_, n_pad_, k_t, key);
           }
+          if (k_) {
+            pack_vnni_rows(kh, n, dqk, k.stride, n_pad_ - key, dqk_pad_,
+                           k_.get() + u * per_head_k + key * dqk_pad_);
+          }
+          if (v_t_) {
+            pack_vnni_transposed(kernels, vh, n, dv, v.stride, dv_pad_, n_pad_,
+                                 v_t_.get() + u * per_head_v, key);
+          }
+          if (v_) {
+            pack_vnni_rows(vh, n, dv, v.stride, n_pad_ - key, dv_pad_,
+                           v_.get() + u * per_head_v + key * dv_pad_);
+          }
+        });
+        if (!k_t_ || key_block_ == 0) continue;
+        for (int64_t block = 0; block < n_pad_; block += key_block_) {
+          uint16_t* dst = k_t + block * dqk_pad_;
+          const int64_t keys = std::clamp<int64_t>(len - block, 0, key_block_);
+          if (keys == 0) {  // blocks past len: zeros
+            pack_vnni_transposed(kernels, k.data, 0, dqk, k.stride, dqk_pad_, key_block_, dst);
+          }
+          seqs.keys.for_each_run(b, block, keys, [&](int64_t row, int64_t key, int64_t n) {
+            pack_vnni_transposed(kernels, k.at(row, h, dqk), n, dqk, k.stride, dqk_pad_, key_block_,
+                                 dst, key - block);
+          });
         }
-        if (k_) pack_vnni_rows(kh, len, dqk, ldk, n_pad_, dqk_pad_, k_.get() + u * per_head_k);
-        if (v_t_)
-          pack_vnni_transposed(kernels, vh, len, dv, ldv, dv_pad_, n_pad_,
-                               v_t_.get() + u * per_head_v);
-        if (v_) pack_vnni_rows(vh, len, dv, ldv, n_pad_, dv_pad_, v_.get() + u * per_head_v);
       }
     });
   }
@@ -100,11 +115,6 @@ class PackedOperands {
 // (the keys added in front are outside the mask's key range, so masked out) and its tiles have
 // rows of ld = keys rounded up to the granule; rows_pad query rows (the rows past `rows` are
 // zero in every tile).
-struct PaddedBlock {
-  Block blk;
-  int64_t rows_pad;
-};
-
 inline PaddedBlock pad_block(const Block& blk, int64_t key_granule = kBf16Granule) {
   Block p = blk;
   p.key0 = blk.key0 / key_granule * key_granule;

@@ -1,12 +1,14 @@
 // Which query blocks the HSTU-family kernels (HSTU, FuXi-alpha; fp32 and bf16) visit, and in
-// what parallel order: the work items of work_items.h (a sequence's chunk of interleaved query
-// blocks), longest first on parallel_for_dynamic, each block meeting only the keys its mask lets
-// it see (MaskSource::block). One loop serves every kernel: a thread builds its scratch once and
-// runs the kernel's per-block work; backward adds each item's key-side gradients into its chunk's
-// partial when the item ends.
+// what parallel order: the attention kernels' work loop (work_items.h: a sequence's chunk of
+// interleaved query blocks, longest first on parallel_for_dynamic), each block meeting only the
+// keys its mask lets it see (MaskSource::block). One loop serves every kernel: a thread builds its
+// scratch once and runs the kernel's per-block work; backward adds each item's key-side gradients
+// into its chunk's partial when the item ends.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "recops/attention/kernels/work_items.h"
@@ -53,6 +55,57 @@ struct QkvGrads {
   T* dv_partial(int64_t chunk) const { return dv + chunk * rows * heads * dv_dim; }
 };
 
+// The current work item's key-side gradients, per thread: dK^T [H, dqk_pad, ld] and
+// dV^T [H, dv_pad, ld] (gemm_nn and gemm_bf16 take untransposed operands only, so dK = dS^T Q and
+// dV = A^T dO accumulate transposed), zeroed as the item begins (`granule`: how far past its
+// keys a padded block accumulates) and added into the item's dK / dV partial as it ends.
+template <typename T>
+class KeyGradients {
+ public:
+  KeyGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t dqk_pad, int64_t dv_pad, int64_t ld,
+               int64_t granule)
+      : heads_(heads),
+        dqk_(dqk),
+        dv_(dv),
+        dqk_pad_(dqk_pad),
+        dv_pad_(dv_pad),
+        ld_(ld),
+        granule_(granule),
+        dk_t_(new T[heads * dqk_pad * ld]),
+        dv_t_(new T[heads * dv_pad * ld]) {}
+
+  void begin_item(int64_t length) {
+    const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
+    for (int64_t c = 0; c < heads_ * dqk_pad_; ++c) std::fill_n(dk_t_.get() + c * ld_, keys, T(0));
+    for (int64_t c = 0; c < heads_ * dv_pad_; ++c) std::fill_n(dv_t_.get() + c * ld_, keys, T(0));
+  }
+  // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
+  T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * ld_ + key0; }
+  T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * ld_ + key0; }
+  int64_t ld() const { return ld_; }
+
+  // Adds dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
+  // dV [rows, H, Dv] (pointers at key0's row).
+  void end_item(int64_t key0, int64_t n, T* dk, T* dv) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, T(1), true);
+      transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), true);
+    }
+  }
+
+ private:
+  int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
+  std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
+};
+
+// Per-thread scratch of a backward kernel: its tiles and its gradient accumulators (a
+// KeyGradients with the block operands of its precision).
+template <typename Tiles, typename Grads>
+struct BackwardScratch {
+  Tiles tiles;
+  Grads grads;
+};
+
 // Runs fn(scratch, block) for every query block of every work item that sees a key, in parallel:
 // make_scratch(slot) builds a thread's scratch once, and begin_item(scratch, item) and
 // end_item(scratch, item) run around an item's blocks.
@@ -60,18 +113,14 @@ template <typename T, typename MakeScratch, typename BeginItem, typename Fn, typ
 void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,
                          MakeScratch&& make_scratch, BeginItem&& begin_item, Fn&& fn,
                          EndItem&& end_item) {
-  const std::vector<WorkItem> items = make_work_items(seqs.length, seqs.count, chunks);
-  parallel_for_dynamic(
-      static_cast<int64_t>(items.size()), make_scratch, [&](auto& scratch, int64_t index) {
-        const WorkItem item = items[index];
-        const int64_t b = item.sequence, length = seqs.length[b];
-        begin_item(scratch, item);
-        for_each_query_block(length, item, chunks, [&](int64_t row0, int64_t rows) {
-          const Block blk = mask.block(b, length, row0, rows);
-          if (blk.keys > 0) fn(scratch, blk);
-        });
-        end_item(scratch, item);
-      });
+  for_each_work_item(
+      seqs.q_length, seqs.count, chunks, make_scratch, begin_item,
+      [&](auto& scratch, const WorkItem& item, int64_t row0, int64_t rows) {
+        const int64_t b = item.sequence;
+        const Block blk = mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
+        if (blk.keys > 0) fn(scratch, blk);
+      },
+      end_item);
 }
 
 // The forward kernels' loop: fn(scratch, block) for every block, scratch = make_scratch(slot).
@@ -84,21 +133,22 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
 
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient
 // accumulators in scratch.grads (fp32 TransposedGradients or bf16 Bf16Gradients) zeroed as an item
-// begins and added into its chunk's dK, dV partial as it ends.
+// begins and added into its chunk's dK, dV partial, run by run of key rows, as it ends.
 template <typename T, typename G, typename MakeScratch, typename Fn>
 void for_each_backward_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,
                              const QkvGrads<G>& qkv, MakeScratch&& make_scratch, Fn&& fn) {
   for_each_item_block(
       seqs, mask, chunks, make_scratch,
       [&](auto& scratch, const WorkItem& item) {
-        scratch.grads.begin_item(seqs.length[item.sequence]);
+        scratch.grads.begin_item(seqs.keys.length[item.sequence]);
       },
       fn,
       [&](auto& scratch, const WorkItem& item) {
-        const int64_t first = seqs.row_begin[item.sequence];
-        scratch.grads.end_item(seqs.length[item.sequence],
-                               qkv.dk_partial(item.chunk) + first * qkv.heads * qkv.dqk,
-                               qkv.dv_partial(item.chunk) + first * qkv.heads * qkv.dv_dim);
+        const int64_t b = item.sequence;
+        seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
+          scratch.grads.end_item(key, n, qkv.dk_partial(item.chunk) + row * qkv.heads * qkv.dqk,
+                                 qkv.dv_partial(item.chunk) + row * qkv.heads * qkv.dv_dim);
+        });
       });
 }
 

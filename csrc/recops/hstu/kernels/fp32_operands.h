@@ -15,15 +15,16 @@
 
 namespace recops::attention::kernels {
 
-// dst [B, cols, N] = per sequence b, its rows [row_begin[b], + length[b]) of src (rows of
-// `cols` values) transposed (columns past the length are left as they are), sequences split
-// between threads.
+// dst [B, cols, N] = per sequence b, its key rows of src (rows of `cols` values) transposed
+// (columns past the length are left as they are), sequences split between threads.
 template <typename T>
 void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src, T* dst) {
   parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      transpose(seqs.length[b], cols, src.at(seqs.row_begin[b], 0, 0), src.stride,
-                dst + b * cols * seqs.max_len, seqs.max_len);
+      seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
+        transpose(n, cols, src.at(row, 0, 0), src.stride, dst + b * cols * seqs.max_len + key,
+                  seqs.max_len);
+      });
     }
   });
 }

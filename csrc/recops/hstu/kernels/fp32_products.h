@@ -1,11 +1,10 @@
-// The fp32 tile products of the HSTU-family kernels on fp32_operands.h's K^T and V^T, and what
-// each thread needs for them. The kernels accumulate dK = dS^T Q and dV = A^T dO, which gemm_nn
-// (untransposed operands only) computes transposed:
-//  * TransposedGradients: per thread, the current work item's dK^T [H, Dqk, N] and dV^T
-//    [H, Dv, N], accumulated over its query blocks and added into the item's dK / dV partial when
-//    it ends, plus the transposed (scaled) Q and dO of the current block and head;
-//  * silu_head_backward: the backward products of one head of one block (HSTU, and FuXi-alpha's
-//    semantic channel).
+// The fp32 precision of the HSTU-family kernels (fp32 and float64 inputs): Fp32Precision, the
+// policy hstu_attention.h and fuxi_attention.h run on, with its tile products on fp32_operands.h's
+// K^T and V^T and what each thread needs for them. gemm_nn takes untransposed operands only, so
+// the kernels' dK = dS^T Q and dV = A^T dO are accumulated transposed: TransposedGradients holds,
+// per thread, the current work item's dK^T [H, Dqk, N] and dV^T [H, Dv, N], added into the item's
+// dK / dV partial when it ends, and the transposed (scaled) Q and dO of the current block and
+// head.
 #pragma once
 
 #include <algorithm>
@@ -17,29 +16,21 @@
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fp32_operands.h"
+#include "recops/hstu/kernels/mask_and_bias.h"
 
 namespace recops::attention::kernels {
 
+// The fp32 backward's gradient accumulators (over N keys) and the transposed (scaled) Q and dO
+// of the current block and head.
 template <typename T>
-class TransposedGradients {
+class TransposedGradients : public KeyGradients<T> {
  public:
-  TransposedGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t max_len)
-      : heads_(heads),
-        dqk_(dqk),
-        dv_(dv),
-        max_len_(max_len),
-        q_t_(new T[dqk * kQueryBlock]),
-        go_t_(new T[dv * kQueryBlock]),
-        dk_t_(new T[heads * dqk * max_len]),
-        dv_t_(new T[heads * dv * max_len]) {}
-
-  // Zeroes the accumulators for an item over a sequence of `length` keys.
-  void begin_item(int64_t length) {
-    for (int64_t c = 0; c < heads_ * dqk_; ++c)
-      std::fill_n(dk_t_.get() + c * max_len_, length, T(0));
-    for (int64_t c = 0; c < heads_ * dv_; ++c)
-      std::fill_n(dv_t_.get() + c * max_len_, length, T(0));
-  }
+  TransposedGradients(const HstuShape<T>& s, int64_t max_len)
+      : KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, max_len, 1),
+        dqk_(s.dqk),
+        dv_(s.dv),
+        q_t_(new T[s.dqk * kQueryBlock]),
+        go_t_(new T[s.dv * kQueryBlock]) {}
 
   // scale Q^T [Dqk, rows] and dO^T [Dv, rows] of a block (leading dimension kQueryBlock).
   const T* q_t(const T* q, int64_t rows, int64_t ld_q, T scale) {
@@ -51,36 +42,9 @@ class TransposedGradients {
     return go_t_.get();
   }
 
-  // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
-  T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_ * max_len_ + key0; }
-  T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_ * max_len_ + key0; }
-  int64_t ld() const { return max_len_; }
-
-  // Adds the item's dK^T / dV^T into the first `length` rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (pointers at the sequence's first row).
-  void end_item(int64_t length, T* dk, T* dv) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, length, dk_t(h, 0), max_len_, dk + h * dqk_, heads_ * dqk_, T(1), true);
-      transpose(dv_, length, dv_t(h, 0), max_len_, dv + h * dv_, heads_ * dv_, T(1), true);
-    }
-  }
-
  private:
-  int64_t heads_, dqk_, dv_, max_len_;
-  std::unique_ptr<T[]> q_t_, go_t_, dk_t_, dv_t_;  // uninitialised; begin_item zeroes dK^T, dV^T
-};
-
-// Per-thread scratch of the fp32 HSTU-family backward: tile_count tiles (TileArena) and the
-// transposed gradient accumulators.
-template <typename T>
-struct BackwardScratch {
-  BackwardScratch(int tile_count, bool with_buckets, int64_t slot, const HstuShape<T>& shape,
-                  int64_t max_len)
-      : tiles(tile_count, max_len, with_buckets, slot),
-        grads(shape.heads, shape.dqk, shape.dv, max_len) {}
-
-  TileArena<T> tiles;
-  TransposedGradients<T> grads;
+  int64_t dqk_, dv_;
+  std::unique_ptr<T[]> q_t_, go_t_;
 };
 
 // Scales `rows` rows of `cols` values (row stride ld) by alpha.
@@ -91,33 +55,111 @@ void scale_rows(T* x, int64_t rows, int64_t cols, int64_t ld, T alpha) {
   }
 }
 
-// Backward of one head of one block of silu attention (HSTU; FuXi-alpha's semantic channel):
-// recomputes S = Q K^T and dA = dO V^T, turns them into A (in s) and dS (in ds) with the mask and
-// optional bias tiles, then dQ = alpha dS K, dK^T += (alpha Q^T) dS, dV^T += dO^T A. `go` is the
-// head's dO with row stride ld_go.
+// The fp32 precision policy: operands laid out once per call (K^T; V^T for backward), tiles of
+// rows_pad = rows query rows and `keys` keys (no padding), products on gemm_nn straight from the
+// inputs' rows, the SiLU pass in place on the fp32 score tile.
 template <typename T>
-void silu_head_backward(const TileOps<T>& passes, const HstuShape<T>& shape,
-                        const HstuTensors<T>& in, const KeyValueTransposes<T>& kv,
-                        const Sequences& seqs, const Block& blk, int64_t h, const T* go,
-                        int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq_rows,
-                        TransposedGradients<T>& tg) {
-  const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-  const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
-  const T* q = in.q.at(row0, h, dqk);
-  T* dq = dq_rows + (row0 * H + h) * dqk;
-  gemm_nn(blk.rows, blk.keys, dqk, q, in.q.stride, kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys,
-          false);
-  gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv.v_t(blk.b, h, blk.key0), kv.ld(), ds, blk.keys,
-          false);
-  passes.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-  gemm_nn(blk.rows, dqk, blk.keys, ds, blk.keys, in.k.at(key0, h, dqk), in.k.stride, dq, H * dqk,
-          false);
-  scale_rows(dq, blk.rows, dqk, H * dqk, shape.alpha);
-  gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, in.q.stride, shape.alpha), kQueryBlock, ds,
-          blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
-  gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, s, blk.keys,
-          tg.dv_t(h, blk.key0), tg.ld(), true);
-}
+class Fp32Precision {
+ public:
+  using Element = T;  // of q, k, v, the output and its gradient
+  using Compute = T;  // of the tiles and the gradients
+  using Scratch = TileArena<T>;
+  using BackwardScratch = kernels::BackwardScratch<TileArena<T>, TransposedGradients<T>>;
+  using Weights = const T*;  // a tile of weights for weighted_values
+
+  Fp32Precision(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
+                bool backward)
+      : seqs_(seqs),
+        shape_(shape),
+        in_(in),
+        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{}),
+        passes_(tile_ops<T>()) {}
+
+  const Sequences& sequences() const { return seqs_; }
+  const HstuShape<T>& shape() const { return shape_; }
+  Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
+    return Scratch(tiles, seqs_.max_len, with_buckets, slot);
+  }
+  BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
+    return {scratch(tiles, with_buckets, slot), TransposedGradients<T>(shape_, seqs_.max_len)};
+  }
+  PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
+  // The SiLU pass multiplies by the mask tile, whatever the mask.
+  bool forward_mask_tile(const MaskSource<T>&) const { return true; }
+  void begin_forward_block(Scratch&, const MaskSource<T>&, const PaddedBlock&) const {}
+  // The weights of a tile are the fp32 tile itself.
+  void round_weights(Scratch&, const PaddedBlock&, int, int, bool) const {}
+  Weights weights(Scratch& t, int tile, int) const { return t.tile(tile); }
+
+  // out rows (row stride ld_out) = W V for head h of the block, run by run of key rows.
+  void weighted_values(Scratch&, const PaddedBlock& pb, int64_t h, Weights w, T* out,
+                       int64_t ld_out) const {
+    const Block& blk = pb.blk;
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      gemm_nn(blk.rows, shape_.dv, n, w + (key - blk.key0), blk.keys, in_.v.at(row, h, shape_.dv),
+              in_.v.stride, out, ld_out, key != blk.key0);
+    });
+  }
+
+  // out rows = silu(alpha Q K^T + bias) * scale * mask V for head h (bias null: none), the
+  // scores in s.
+  void silu_head_forward(Scratch& t, const MaskSource<T>&, const PaddedBlock& pb, int64_t h,
+                         const T* bias, const T* mask, T* s, T* out, int64_t ld_out) const {
+    const Block& blk = pb.blk;
+    gemm_nn(blk.rows, blk.keys, shape_.dqk, in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride,
+            kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s, blk.keys, false);
+    passes_.silu_scores(s, bias, mask, blk.rows * blk.keys, shape_.alpha, shape_.silu_scale);
+    weighted_values(t, pb, h, s, out, ld_out);
+  }
+
+  // Backward of head h of a block of silu attention (HSTU; FuXi-alpha's semantic channel):
+  // recomputes S = Q K^T and dA = dO V^T, turns them into A (in s) and dS (in ds) with the mask
+  // and optional bias tiles, then dQ = alpha dS K (written to dq, row stride ld_dq),
+  // dK^T += (alpha Q^T) dS, dV^T += dO^T A. `go` is the head's dO with row stride ld_go.
+  void silu_head_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
+                          int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq,
+                          int64_t ld_dq) const {
+    const Block& blk = pb.blk;
+    const int64_t dqk = shape_.dqk, dv = shape_.dv;
+    TransposedGradients<T>& tg = scratch.grads;
+    const T* q = in_.q.at(query_row(blk), h, dqk);
+    gemm_nn(blk.rows, blk.keys, dqk, q, in_.q.stride, kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s,
+            blk.keys, false);
+    gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), ds, blk.keys,
+            false);
+    passes_.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape_.alpha,
+                             shape_.silu_scale);
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      gemm_nn(blk.rows, dqk, n, ds + (key - blk.key0), blk.keys, in_.k.at(row, h, dqk),
+              in_.k.stride, dq, ld_dq, key != blk.key0);
+    });
+    scale_rows(dq, blk.rows, dqk, ld_dq, shape_.alpha);
+    gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, in_.q.stride, shape_.alpha), kQueryBlock,
+            ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
+    gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, s, blk.keys,
+            tg.dv_t(h, blk.key0), tg.ld(), true);
+  }
+
+  // A channel of fixed weights W (FuXi-alpha's bias channels), head h, dO_c = go (row stride
+  // ld_go): dV^T += dO_c^T W, and s = dO_c V^T (the weights' gradient before the mask).
+  void weights_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
+                        int64_t ld_go, Weights w, T* s) const {
+    const Block& blk = pb.blk;
+    TransposedGradients<T>& tg = scratch.grads;
+    gemm_nn(shape_.dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, w, blk.keys,
+            tg.dv_t(h, blk.key0), tg.ld(), true);
+    gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), s,
+            blk.keys, false);
+  }
+
+ private:
+  int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
+
+  const Sequences& seqs_;
+  HstuShape<T> shape_;
+  HstuTensors<T> in_;
+  KeyValueTransposes<T> kv_;
+  const TileOps<T>& passes_;
+};
 
 }  // namespace recops::attention::kernels

@@ -2,23 +2,20 @@
 //   semantic   O_s = (silu(alpha Q K^T) * scale * M) V
 //   temporal   O_t = (M * bias_ts) V
 //   positional O_p = (M * bias_pos) V,
-// the two bias channels shared by all heads. One pass over each query block's key range serves
-// all channels: the masked bias tiles are built once per block, and per head the loaded V panel
-// feeds three products. Backward recomputes tiles like HSTU's; the bias gradients are
-// M * sum_h dO_c,h V_h^T, scattered once per block.
+// the two bias channels shared by all heads. One forward and one backward body, templated on
+// hstu_attention.h's precision policies; the semantic channel is HSTU's head without bias. One
+// pass over each query block's key range serves all channels: the masked bias tiles are built
+// (and, for bf16 products, rounded) once per block, per head only with a per-head mask. Backward
+// recomputes tiles like HSTU's; the bias gradients are M * sum_h dO_c,h V_h^T, scattered once per
+// block.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <utility>
 
-#include "recops/attention/kernels/tile_variants.h"
-#include "recops/common/blas.h"
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
-#include "recops/hstu/kernels/fp32_operands.h"
-#include "recops/hstu/kernels/fp32_products.h"
 #include "recops/hstu/kernels/mask_and_bias.h"
 
 namespace recops::attention::kernels {
@@ -42,51 +39,70 @@ constexpr int kFuxiForwardTiles = kFuxiScores + 1;
 constexpr int kFuxiTimeGrad = kFuxiGrads + 1, kFuxiPositionGrad = kFuxiGrads + 2;
 constexpr int kFuxiBackwardTiles = kFuxiPositionGrad + 1;
 
+// The bias channels: their fp32 weight tile, gradient tile and the precision's weight slot.
+struct FuxiBiasChannel {
+  FuxiChannel channel;
+  int weights, grads, slot;
+};
+constexpr FuxiBiasChannel kFuxiBiasChannels[2] = {
+    {FuxiChannel::kTime, kFuxiTime, kFuxiTimeGrad, 0},
+    {FuxiChannel::kPosition, kFuxiPosition, kFuxiPositionGrad, 1}};
+
 // The masked bias tiles of the time and position channels in arena t (null where the layout drops
 // a channel), for build_masked_bias_tiles.
-template <typename T>
+template <typename T, typename Arena>
 std::array<MaskedBiasTile<T>, 2> fuxi_bias_tiles(const FuxiLayout& layout,
                                                  const BiasSource<T>& time,
-                                                 const BiasSource<T>& position, TileArena<T>& t) {
+                                                 const BiasSource<T>& position, Arena& t) {
   return {
       {{time, layout.has(FuxiChannel::kTime) ? t.tile(kFuxiTime) : nullptr, t.buckets()},
        {position, layout.has(FuxiChannel::kPosition) ? t.tile(kFuxiPosition) : nullptr, nullptr}}};
 }
 
+// The mask tile and the masked bias tiles of head h (build_masked_bias_tiles), and the weights the
+// precision multiplies them by (VNNI for the backward) when they were rebuilt.
+template <typename P, typename Arena>
+void fuxi_block_tiles(const P& prec, const MaskSource<typename P::Compute>& mask,
+                      const PaddedBlock& pb, int64_t h, const FuxiLayout& layout,
+                      const std::array<MaskedBiasTile<typename P::Compute>, 2>& bias_tiles,
+                      Arena& t, bool vnni) {
+  if (!build_masked_bias_tiles(mask, prec.sequences(), pb.blk, pb.rows_pad, h, t.tile(kFuxiMask),
+                               bias_tiles)) {
+    return;
+  }
+  for (const FuxiBiasChannel& c : kFuxiBiasChannels) {
+    if (layout.has(c.channel)) prec.round_weights(t, pb, c.weights, c.slot, vnni);
+  }
+}
+
 // out: zero-initialised, addressed by `layout`.
-template <typename T>
-void fuxi_forward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
-                  const MaskSource<T>& mask, const BiasSource<T>& time,
-                  const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout, T* out) {
-  const int64_t H = shape.heads, dqk = shape.dqk, dv = shape.dv;
-  const bool with_buckets = time.kind == BiasKind::kRelative;
-  const KeyValueTransposes<T> kv(seqs, H, dqk, dv, in.k, Rows<T>{});
-  const TileOps<T>& passes = tile_ops<T>();
+template <typename P>
+void fuxi_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
+                  const BiasSource<typename P::Compute>& time,
+                  const BiasSource<typename P::Compute>& position, int64_t chunks,
+                  const FuxiLayout& layout, typename P::Element* out) {
+  const Sequences& seqs = prec.sequences();
+  const int64_t H = prec.shape().heads;
   for_each_block_in_parallel(
       seqs, mask, chunks,
       [&](int64_t slot) {
-        return TileArena<T>(kFuxiForwardTiles, seqs.max_len, with_buckets, slot);
+        return prec.scratch(kFuxiForwardTiles, time.kind == BiasKind::kRelative, slot);
       },
-      [&](TileArena<T>& t, const Block& blk) {
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-        const int64_t key0 = seqs.row_begin[blk.b] + blk.key0;
+      [&](typename P::Scratch& t, const Block& block) {
+        const PaddedBlock pb = prec.pad(block);
+        const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
+        prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
-          build_masked_bias_tiles(mask, seqs, blk, blk.rows, h, t.tile(kFuxiMask), bias_tiles);
-          const T* v = in.v.at(key0, h, dv);
-          T* s = t.tile(kFuxiScores);
-          gemm_nn(blk.rows, blk.keys, dqk, in.q.at(row0, h, dqk), in.q.stride,
-                  kv.k_t(blk.b, h, blk.key0), kv.ld(), s, blk.keys, false);
-          passes.silu_scores(s, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                             blk.rows * blk.keys, shape.alpha, shape.silu_scale);
-          const std::pair<FuxiChannel, const T*> weights[3] = {
-              {FuxiChannel::kSemantic, s},
-              {FuxiChannel::kTime, t.tile(kFuxiTime)},
-              {FuxiChannel::kPosition, t.tile(kFuxiPosition)}};
-          for (const auto& [channel, a] : weights) {
-            if (!layout.has(channel)) continue;
-            gemm_nn(blk.rows, dv, blk.keys, a, blk.keys, v, in.v.stride,
-                    out + layout.at(row0, h, channel), layout.row_stride, false);
+          fuxi_block_tiles(prec, mask, pb, h, layout, bias_tiles, t, false);
+          prec.silu_head_forward(
+              t, mask, pb, h, nullptr, prec.forward_mask_tile(mask) ? t.tile(kFuxiMask) : nullptr,
+              t.tile(kFuxiScores), out + layout.at(row0, h, FuxiChannel::kSemantic),
+              layout.row_stride);
+          for (const FuxiBiasChannel& c : kFuxiBiasChannels) {
+            if (!layout.has(c.channel)) continue;
+            prec.weighted_values(t, pb, h, prec.weights(t, c.weights, c.slot),
+                                 out + layout.at(row0, h, c.channel), layout.row_stride);
           }
         }
       });
@@ -98,52 +114,47 @@ struct FuxiGrads {
   BiasGrads<T> time, position;
 };
 
-template <typename T>
-void fuxi_backward(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
-                   const T* grad_out, const MaskSource<T>& mask, const BiasSource<T>& time,
-                   const BiasSource<T>& position, int64_t chunks, const FuxiLayout& layout,
-                   const FuxiGrads<T>& grads) {
-  const int64_t H = shape.heads, dv = shape.dv;
-  const KeyValueTransposes<T> kv(seqs, H, shape.dqk, dv, in.k, in.v);
-  const TileOps<T>& passes = tile_ops<T>();
+// grad_out addressed by `layout`; dQ, dK, dV and the bias gradients in the compute type.
+template <typename P>
+void fuxi_backward(const P& prec, const typename P::Element* grad_out,
+                   const MaskSource<typename P::Compute>& mask,
+                   const BiasSource<typename P::Compute>& time,
+                   const BiasSource<typename P::Compute>& position, int64_t chunks,
+                   const FuxiLayout& layout, const FuxiGrads<typename P::Compute>& grads) {
+  using C = typename P::Compute;
+  const Sequences& seqs = prec.sequences();
+  const int64_t H = prec.shape().heads, dqk = prec.shape().dqk;
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
       [&](int64_t slot) {
-        return BackwardScratch<T>(kFuxiBackwardTiles, time.kind == BiasKind::kRelative, slot, shape,
-                                  seqs.max_len);
+        return prec.backward_scratch(kFuxiBackwardTiles, time.kind == BiasKind::kRelative, slot);
       },
-      [&](BackwardScratch<T>& scratch, const Block& blk) {
-        TileArena<T>& t = scratch.tiles;
-        TransposedGradients<T>& tg = scratch.grads;
-        const int64_t row0 = seqs.row_begin[blk.b] + blk.row0;
-        const int64_t tile = blk.rows * blk.keys;
-        const std::pair<FuxiChannel, int> bias_channels[2] = {
-            {FuxiChannel::kTime, kFuxiTimeGrad}, {FuxiChannel::kPosition, kFuxiPositionGrad}};
-        for (const auto& [channel, grad_tile] : bias_channels) {
-          if (layout.has(channel)) std::fill(t.tile(grad_tile), t.tile(grad_tile) + tile, T(0));
+      [&](typename P::BackwardScratch& scratch, const Block& block) {
+        auto& t = scratch.tiles;
+        const PaddedBlock pb = prec.pad(block);
+        const Block& blk = pb.blk;
+        const int64_t row0 = seqs.query_row(blk.b, blk.row0);
+        const int64_t tile = pb.rows_pad * blk.stride();
+        for (const FuxiBiasChannel& c : kFuxiBiasChannels) {
+          if (layout.has(c.channel)) std::fill_n(t.tile(c.grads), tile, C(0));
         }
         const auto bias_tiles = fuxi_bias_tiles(layout, time, position, t);
+        C* s = t.tile(kFuxiScores);
+        const C* mask_tile = t.tile(kFuxiMask);
         for (int64_t h = 0; h < H; ++h) {
-          build_masked_bias_tiles(mask, seqs, blk, blk.rows, h, t.tile(kFuxiMask), bias_tiles);
-          T* s = t.tile(kFuxiScores);
+          fuxi_block_tiles(prec, mask, pb, h, layout, bias_tiles, t, true);
           // Semantic channel: as HSTU without bias.
-          silu_head_backward(passes, shape, in, kv, seqs, blk, h,
-                             grad_out + layout.at(row0, h, FuxiChannel::kSemantic),
-                             layout.row_stride, static_cast<const T*>(nullptr), t.tile(kFuxiMask),
-                             s, t.tile(kFuxiGrads), grads.qkv.dq, tg);
+          prec.silu_head_backward(scratch, pb, h,
+                                  grad_out + layout.at(row0, h, FuxiChannel::kSemantic),
+                                  layout.row_stride, nullptr, mask_tile, s, t.tile(kFuxiGrads),
+                                  grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
           // Bias channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
-          const std::pair<FuxiChannel, int> weights[2] = {{FuxiChannel::kTime, kFuxiTime},
-                                                          {FuxiChannel::kPosition, kFuxiPosition}};
-          for (int c = 0; c < 2; ++c) {
-            const FuxiChannel channel = weights[c].first;
-            if (!layout.has(channel)) continue;
-            const T* go_c = grad_out + layout.at(row0, h, channel);
-            gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go_c, blk.rows, layout.row_stride), kQueryBlock,
-                    t.tile(weights[c].second), blk.keys, tg.dv_t(h, blk.key0), tg.ld(), true);
-            gemm_nn(blk.rows, blk.keys, dv, go_c, layout.row_stride, kv.v_t(blk.b, h, blk.key0),
-                    kv.ld(), s, blk.keys, false);
-            multiply_into(s, static_cast<const T*>(t.tile(kFuxiMask)), tile);
-            add_into(t.tile(bias_channels[c].second), static_cast<const T*>(s), tile);
+          for (const FuxiBiasChannel& c : kFuxiBiasChannels) {
+            if (!layout.has(c.channel)) continue;
+            prec.weights_backward(scratch, pb, h, grad_out + layout.at(row0, h, c.channel),
+                                  layout.row_stride, prec.weights(t, c.weights, c.slot), s);
+            multiply_into(s, mask_tile, tile);
+            add_into(t.tile(c.grads), static_cast<const C*>(s), tile);
           }
         }
         if (layout.has(FuxiChannel::kTime)) {

@@ -164,8 +164,9 @@ struct BiasSource {
   // kDense: fp32 [Bb, Hb, N, N] contiguous; stride 0 on a broadcast dim.
   const T* dense = nullptr;
   int64_t dense_stride_b = 0, dense_stride_h = 0, dense_stride_row = 0;
-  // kRelative: per-row key and query times, ts_w [num_buckets + 1] and/or pos_w [2N - 1] (a null
-  // table contributes nothing: FuXi-alpha keeps time and position in separate channels).
+  // kRelative: key and query times per key row (of a position), ts_w [num_buckets + 1] and/or pos_w
+  // [2N - 1] (a null table contributes nothing: FuXi-alpha keeps time and position in separate
+  // channels).
   const double* key_time = nullptr;
   const double* query_time = nullptr;
   const T* ts_w = nullptr;
@@ -175,16 +176,16 @@ struct BiasSource {
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
 
-// The query time of every row of the sequences: the key time at query_time_index (the next
-// item's with the shift, as HSTU / FuXi-alpha; the last row its own). Other rows are left as
-// they are.
+// The query time of every position of the sequences, at its key row: the key time at
+// query_time_index (the next item's with the shift, as HSTU / FuXi-alpha; the last its own).
+// Other rows are left as they are.
 inline void query_times(const Sequences& seqs, const double* key_time, bool query_time_shift,
                         double* query_time) {
+  const KeyRows& keys = seqs.keys;
   for (int64_t b = 0; b < seqs.count; ++b) {
-    const double* t = key_time + seqs.row_begin[b];
-    double* tq = query_time + seqs.row_begin[b];
-    for (int64_t i = 0; i < seqs.length[b]; ++i) {
-      tq[i] = t[query_time_index(i, seqs.length[b], query_time_shift)];
+    for (int64_t i = 0; i < keys.length[b]; ++i) {
+      query_time[keys.row(b, i)] =
+          key_time[keys.row(b, query_time_index(i, keys.length[b], query_time_shift))];
     }
   }
 }
@@ -263,11 +264,43 @@ inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r,
   return runs;
 }
 
+// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
+// every key of the block under a custom mask (whose tile then gives the multipliers).
+template <typename T>
+int row_runs(const MaskSource<T>& mask, const StructuredMask& structured, const Block& blk,
+             int64_t r, int64_t begin[4], int64_t end[4]) {
+  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
+  begin[0] = 0;
+  end[0] = blk.keys;
+  return blk.keys > 0 ? 1 : 0;
+}
+
+// Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
+// of 32) sees tile column j; rows [blk.rows, rows_pad) see none.
+template <typename T>
+void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_pad,
+                     uint32_t* visible) {
+  const int64_t words = blk.ld / 32;
+  std::fill(visible, visible + rows_pad * words, 0u);
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4], end[4];
+    const int runs = row_runs(mask, structured, blk, r, begin, end);
+    uint32_t* row = visible + r * words;
+    for (int k = 0; k < runs; ++k) {
+      for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
+        const int64_t lo = std::max(begin[k] - w * 32, int64_t{0});
+        const int64_t hi = std::min(end[k] - w * 32, int64_t{32});
+        row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
+      }
+    }
+  }
+}
+
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward).
 template <typename T>
 void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
                      int64_t head, T* tile, int32_t* bucket_tile) {
-  const int64_t first_row = seqs.row_begin[blk.b];
   for (int64_t r = 0; r < blk.rows; ++r) {
     T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
@@ -285,15 +318,18 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
       std::fill(row, row + blk.keys, T(0));
     }
     if (src.ts_w == nullptr) continue;
-    const double query_time = src.query_time[first_row + i];
-    const double* key_time = src.key_time + first_row + blk.key0;
-    int32_t* buckets = bucket_tile + r * blk.stride();
-    const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
-    const T* ts_w = src.ts_w;
-    for (int64_t j = 0; j < blk.keys; ++j) {
-      buckets[j] = bucket(std::abs(query_time - key_time[j]));
-      row[j] += ts_w[buckets[j]];
-    }
+    const double query_time = src.query_time[seqs.keys.row(blk.b, i)];
+    seqs.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t key_row, int64_t key, int64_t n) {
+      const double* key_time = src.key_time + key_row;
+      int32_t* buckets = bucket_tile + r * blk.stride() + (key - blk.key0);
+      T* out = row + (key - blk.key0);
+      const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
+      const T* ts_w = src.ts_w;
+      for (int64_t j = 0; j < n; ++j) {
+        buckets[j] = bucket(std::abs(query_time - key_time[j]));
+        out[j] += ts_w[buckets[j]];
+      }
+    });
   }
 }
 
