@@ -74,9 +74,11 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
                     const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
                     const std::optional<at::Tensor>& indice_weights, const OptimizerState& state,
                     const at::Tensor& learning_rate_tensor, double weight_decay,
-                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient) {
-  const CheckedBatch batch = check_batch(weights, weights_offsets, D_offsets, rows_per_table,
-                                         indices, offsets, pooling_mode, indice_weights);
+                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient,
+                    const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
+  const CheckedBatch batch =
+      check_batch(weights, weights_offsets, D_offsets, rows_per_table, indices, offsets,
+                  pooling_mode, indice_weights, batch_size_per_feature_per_rank);
   TORCH_CHECK(weights.is_contiguous(), "weights must be contiguous: they are updated in place");
   const at::Tensor grad = checked_grad_output(grad_output, batch);
   TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= 2,
@@ -105,8 +107,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   const auto bits_below = [](int64_t bound) {
     return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
   };
-  const int64_t payloads =
-      std::max(batch.bags.num_indices, batch.layout.num_features * batch.layout.batch_size);
+  const int64_t payloads = std::max(batch.bags.num_indices, batch.layout.num_bags());
   TORCH_CHECK(bits_below(batch.max_table_rows) + bits_below(payloads) <= 64, "a table of ",
               batch.max_table_rows, " rows with ", payloads,
               " indices or bags exceeds the 64-bit sort key");

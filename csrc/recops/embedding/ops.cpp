@@ -11,6 +11,8 @@
 // (recops/embedding.py).
 #include <torch/library.h>
 
+#include <string>
+
 #include "recops/common/named_args.h"
 #include "recops/embedding/ops.h"
 
@@ -47,6 +49,19 @@ constexpr const char* kLookupAndUpdateSchemas[] = {
 };
 // clang-format on
 
+// Every lookup and update also takes FBGEMM's variable batch size per feature (see
+// embedding/batch.h), appended as trailing arguments: the lookup also needs the flat output's size
+// to allocate it without reading the batch sizes (fake kernels cannot).
+std::string with_variable_batch(const char* schema) {
+  std::string s = schema;
+  const bool lookup = s.rfind("-> Tensor") != std::string::npos;
+  const size_t close = s.rfind(") ->");
+  s.insert(close, lookup ? ", Tensor? batch_size_per_feature_per_rank=None, "
+                           "SymInt vbe_output_size=-1"
+                         : ", Tensor? batch_size_per_feature_per_rank=None");
+  return s;
+}
+
 // The optimizer state and hyper-parameters a schema declares (SGD's declare none).
 OptimizerState read_optimizer_state(const NamedArgs& args) {
   OptimizerState state;
@@ -69,7 +84,8 @@ void lookup_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       args.tensor("weights"), args.tensor("weights_offsets"), args.tensor("D_offsets"),
       args.integer("total_D"), args.integer("max_D"), args.tensor("rows_per_table"),
       args.tensor("indices"), args.tensor("offsets"), args.integer("pooling_mode"),
-      args.optional_tensor("indice_weights"), args.integer("output_dtype"));
+      args.optional_tensor("indice_weights"), args.integer("output_dtype"),
+      args.optional_tensor("batch_size_per_feature_per_rank"), args.integer("vbe_output_size"));
   return_result(op, stack, std::move(out));
 }
 
@@ -83,7 +99,8 @@ void update_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  args.integer("pooling_mode"), args.optional_tensor("indice_weights"),
                  read_optimizer_state(args), args.tensor("learning_rate_tensor"),
                  args.real("weight_decay"), args.integer("weight_decay_mode"),
-                 args.flag("gradient_clipping"), args.real("max_gradient"));
+                 args.flag("gradient_clipping"), args.real("max_gradient"),
+                 args.optional_tensor("batch_size_per_feature_per_rank"));
   return_nothing(op, stack);
 }
 
@@ -107,20 +124,24 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   m.def("index_to_int32(Tensor t, str name) -> Tensor", pt2);
   m.def(
       "bounds_check_indices(Tensor rows_per_table, Tensor(a!) indices, Tensor(b!) offsets, "
-      "int bounds_check_mode, Tensor(c!) warning) -> ()",
+      "int bounds_check_mode, Tensor(c!) warning, "
+      "Tensor? batch_size_per_feature_per_rank=None) -> ()",
       pt2);
   m.def(
       "split_embedding_codegen_forward(Tensor weights, Tensor weights_offsets, Tensor D_offsets, "
       "SymInt total_D, SymInt max_D, Tensor rows_per_table, Tensor indices, Tensor offsets, "
-      "int pooling_mode, Tensor? indice_weights=None, int output_dtype=0) -> Tensor",
+      "int pooling_mode, Tensor? indice_weights=None, int output_dtype=0, "
+      "Tensor? batch_size_per_feature_per_rank=None, SymInt vbe_output_size=-1) -> Tensor",
       pt2);
   m.def(
       "split_embedding_codegen_grad_indice_weights(Tensor grad_output, Tensor weights, "
       "Tensor weights_offsets, Tensor D_offsets, Tensor rows_per_table, Tensor indices, "
       "Tensor offsets, int pooling_mode, Tensor? feature_requires_grad=None, "
-      "bool gradient_clipping=False, float max_gradient=1.0) -> Tensor",
+      "bool gradient_clipping=False, float max_gradient=1.0, "
+      "Tensor? batch_size_per_feature_per_rank=None) -> Tensor",
       pt2);
-  for (const char* schema : kLookupAndUpdateSchemas) m.def(schema, pt2);
+  for (const char* schema : kLookupAndUpdateSchemas)
+    m.def(with_variable_batch(schema).c_str(), pt2);
 }
 
 // No tensor argument to dispatch on: the buffer is a CPU tensor by construction.

@@ -92,7 +92,6 @@ int64_t forward(const ForwardArgs& args) {
   const TypedBags<index_t> bags(args.bags);
   const auto* weights = static_cast<const weight_t*>(args.weights);
   auto* out = static_cast<out_t*>(args.out);
-  const int64_t B = layout.batch_size;
   const bool pooled = bags.pooling != Pooling::kNone;
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
 
@@ -107,8 +106,9 @@ int64_t forward(const ForwardArgs& args) {
         const auto* zeros = reinterpret_cast<const weight_t*>(scratch.zeros());
         // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a
         // task's first chunk of a feature prefetches its own first rows.
-        const int64_t first = bags.offsets[t * B + b_begin];
-        const int64_t feature_end = bags.offsets[t * B + B];
+        const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
+        const int64_t first = offsets[b_begin];
+        const int64_t feature_end = offsets[layout.bags_of(t)];
         if (!continued) {
           for (int64_t p = first; p < std::min(feature_end, first + kPrefetchDistance); ++p) {
             table.prefetch(indices[p]);
@@ -116,14 +116,14 @@ int64_t forward(const ForwardArgs& args) {
         }
         int64_t bad = -1;
         for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = bags.offsets[t * B + b];
-          const int64_t end = bags.offsets[t * B + b + 1];
+          const int64_t begin = offsets[b];
+          const int64_t end = offsets[b + 1];
           if (!pooled) {
             bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
                                            scratch, out));
             continue;
           }
-          out_t* out_row = out + b * layout.total_D + layout.D_offsets[t];
+          out_t* out_row = out + layout.output_offset(t, b);
           const float bag_scale = bags.pooling_scale(end - begin);
           for_each_column_block(D, [&](auto width, int64_t c) {
             constexpr int64_t kWidth = decltype(width)::value;
@@ -145,7 +145,6 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
   const FeatureLayout& layout = args.layout;
   const TypedBags<index_t> bags(args.bags);
   const auto* weights = static_cast<const weight_t*>(args.weights);
-  const int64_t B = layout.batch_size;
   const bool pooled = bags.pooling != Pooling::kNone;
   const float bound = args.max_gradient;
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
@@ -158,8 +157,9 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
         const weight_t* table = weights + layout.weights_offsets[t];
         const int64_t rows = layout.rows[t];
-        const int64_t first = bags.offsets[t * B + b_begin];
-        const int64_t last = bags.offsets[t * B + b_end];
+        const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
+        const int64_t first = offsets[b_begin];
+        const int64_t last = offsets[b_end];
         if (args.feature_requires_grad != nullptr && args.feature_requires_grad[t] == 0) {
           std::fill(args.grad + first, args.grad + last, 0.0f);
           return -1;
@@ -170,10 +170,10 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
         };
         int64_t bad = -1;
         for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = bags.offsets[t * B + b];
-          const int64_t end = bags.offsets[t * B + b + 1];
+          const int64_t begin = offsets[b];
+          const int64_t end = offsets[b + 1];
           if (pooled) {
-            load_grad(args.grad_output + b * layout.total_D + layout.D_offsets[t],
+            load_grad(args.grad_output + layout.output_offset(t, b),
                       bags.pooling_scale(end - begin));
           }
           for (int64_t p = begin; p < end; ++p) {
