@@ -1,0 +1,44 @@
+"""Table-batched embedding bags with the optimizer fused into backward (docs/ops.md section 7).
+
+``SplitTableBatchedEmbeddingBagsCodegen`` is FBGEMM's module of that name for CPU training: many
+tables looked up in one call, and a backward that sums the gradient of every unique row (across
+bags and the features sharing a table) and applies the optimizer to it in place, never building a
+dense gradient. Kernels live in csrc/recops/embedding. One job per file here:
+
+- ``config``: FBGEMM's enums and the constructor arguments recops accepts only at their defaults;
+- ``optimizers``: each fused optimizer's op suffix, state layout and families;
+- ``layout``: the table layout arithmetic (flat buffers, per-feature offsets, per-table views);
+- ``ops``: the ops' fake kernels and the lookup ops' autograd;
+- ``module``: the module class.
+"""
+
+from recops.embedding import ops  # noqa: F401  (registers the ops' fake kernels and autograd)
+from recops.embedding.config import (
+    BoundsCheckMode,
+    ComputeDevice,
+    EmbeddingLocation,
+    EmbOptimType,
+    OptimType,
+    PoolingMode,
+    SparseType,
+    WeightDecayMode,
+)
+from recops.embedding.module import SplitTableBatchedEmbeddingBagsCodegen
+
+__all__ = [
+    "BoundsCheckMode",
+    "ComputeDevice",
+    "EmbOptimType",
+    "EmbeddingLocation",
+    "OptimType",
+    "PoolingMode",
+    "SparseType",
+    "SplitTableBatchedEmbeddingBagsCodegen",
+    "WeightDecayMode",
+]
+
+# The public classes keep the module path they are imported from (in reprs, pickles and the
+# module name torchrec sharding reports).
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name
