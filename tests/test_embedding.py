@@ -1176,15 +1176,32 @@ def test_accessors():
     assert sgd.split_optimizer_states() == [] and sgd.get_optimizer_state() == []
 
 
+class NonDefaultConfig:
+    """A configuration object (like FBGEMM's dataclasses) whose field differs from its default."""
+
+    def __init__(self, value=1.0):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, NonDefaultConfig) and other.value == self.value
+
+    def __repr__(self):
+        return f"NonDefaultConfig({self.value})"
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
         (dict(optimizer="lars_sgd"), "optimizer"),
         (dict(cache_precision=SparseType.FP16), "cache_precision"),
         (dict(weights_precision=SparseType.INT8), "weights_precision"),
-        (dict(cache_load_factor=0.5), "cache_load_factor"),
-        (dict(prefetch_pipeline=True), "prefetch_pipeline"),
-        (dict(max_norm=1.0), "max_norm"),
+        (dict(optimizer_state_dtypes={"momentum1": SparseType.FP16}), "optimizer_state_dtypes"),
+        (
+            dict(optimizer=OptimType.EXACT_ADAGRAD, uvm_non_rowwise_momentum=True),
+            "uvm_non_rowwise_momentum",
+        ),
+        (dict(global_weight_decay=NonDefaultConfig(0.5)), "global_weight_decay"),
+        (dict(counter_based_regularization=NonDefaultConfig(2.0)), "counter_based_regularization"),
         (dict(weight_decay_mode=3), "weight_decay_mode"),
         (dict(device="cuda"), "device"),
     ],
@@ -1223,8 +1240,10 @@ def test_unsupported_placement_and_forward_arguments():
     with pytest.raises(TypeError, match="unexpected keyword"):
         SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], no_such_argument=1)
     module = SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)])
-    with pytest.raises(NotImplementedError, match="batch_size_per_feature_per_rank"):
-        module(torch.tensor([1]), torch.tensor([0, 1]), batch_size_per_feature_per_rank=[[1]])
+    # A preallocated variable-batch output: FBGEMM's CPU module refuses it too.
+    for name in ("vbe_output", "vbe_output_offsets"):
+        with pytest.raises(NotImplementedError, match=name):
+            module(torch.tensor([1]), torch.tensor([0, 1]), **{name: torch.zeros(4)})
     with pytest.raises(ValueError, match="one embedding dim"):
         SplitTableBatchedEmbeddingBagsCodegen(
             [(5, 4, *HOST), (5, 8, *HOST)], pooling_mode=PoolingMode.NONE

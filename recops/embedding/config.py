@@ -99,49 +99,101 @@ def coerce(cls, value, arg):
         ) from None
 
 
-# FBGEMM constructor arguments recops does not implement, with FBGEMM's defaults: passing the
-# default is accepted (it asks for nothing), anything else raises NotImplementedError.
+# FBGEMM constructor arguments about its cache, UVM placement, prefetching and reporting: on the
+# host, where every table lives in weights_host, FBGEMM's CPU module ignores them, and so does
+# recops. max_norm too: FBGEMM's CPU kernels never renormalise rows.
+IGNORED_ARGS = frozenset(
+    {
+        "cache_algorithm",
+        "cache_load_factor",
+        "cache_sets",
+        "cache_reserved_memory",
+        "enforce_hbm",
+        "record_cache_metrics",
+        "gather_uvm_cache_stats",
+        "max_norm",
+        "uvm_non_rowwise_momentum",
+        "use_experimental_tbe",
+        "prefetch_pipeline",
+        "multipass_prefetch_config",
+        "stats_reporter_config",
+        "uvm_host_mapped",
+    }
+)
+# FBGEMM's configuration objects for features recops does not implement: None, or an object whose
+# every field has its default (which FBGEMM treats as None), asks for nothing.
+CONFIG_ARGS = frozenset(
+    {
+        "ensemble_mode",
+        "emainplace_mode",
+        "global_weight_decay",
+        "tbe_input_multiplexer_config",
+    }
+)
+# Features recops does not implement, with FBGEMM's default (the only value accepted). FBGEMM
+# itself refuses any regularization object without its weight_decay_mode (COUNTER, COWCLIP).
 UNSUPPORTED_ARGS = {
-    "cache_algorithm": "LRU",
-    "cache_load_factor": 0.2,
-    "cache_sets": 0,
-    "cache_reserved_memory": 0.0,
-    "enforce_hbm": False,
-    "record_cache_metrics": None,
-    "gather_uvm_cache_stats": False,
-    "max_norm": 0.0,
-    "ensemble_mode": None,
-    "emainplace_mode": None,
     "counter_based_regularization": None,
     "cowclip_regularization": None,
-    "uvm_non_rowwise_momentum": False,
-    "use_experimental_tbe": False,
-    "prefetch_pipeline": False,
-    "stats_reporter_config": None,
     "optimizer_state_dtypes": None,
-    "multipass_prefetch_config": None,
-    "global_weight_decay": None,
-    "uvm_host_mapped": False,
-    "extra_optimizer_config": None,
-    "tbe_input_multiplexer_config": None,
     "enable_raw_embedding_streaming": False,
 }
+# The fields of extra_optimizer_config (FBGEMM's UserEnabledConfigDefinition) recops implements;
+# precompute_writeback only moves FBGEMM's work into forward, so any value is accepted.
+WRITEBACK_FIELDS = ("use_writeback_bwd_prehook", "writeback_first_feature_only")
+_ANY_VALUE_FIELDS = ("precompute_writeback",)
 
 
-def _is_default(value, default):
-    if value is None or default is None:
-        return value is default
-    return getattr(value, "name", value) == default
+def is_default_config(value) -> bool:
+    """None, or a configuration object equal to its class's default instance."""
+    if value is None:
+        return True
+    try:
+        return bool(value == type(value)())
+    except TypeError:  # a class whose fields have no defaults always asks for something
+        return False
 
 
 def check_fbgemm_only_args(fbgemm_only):
-    """Raises unless every FBGEMM-only constructor argument is one recops knows, at FBGEMM's
-    default."""
+    """Raises TypeError for an argument FBGEMM does not have either, NotImplementedError naming an
+    argument that asks for a feature recops does not implement; accepts the rest (see above)."""
+    cache_algorithm = getattr(fbgemm_only.get("cache_algorithm"), "name", "LRU")
+    if fbgemm_only.get("prefetch_pipeline") and cache_algorithm != "LRU":
+        raise ValueError("prefetch_pipeline needs cache_algorithm LRU (FBGEMM's rule)")
+    if fbgemm_only.get("multipass_prefetch_config") and not fbgemm_only.get("prefetch_pipeline"):
+        raise ValueError("multipass_prefetch_config needs prefetch_pipeline=True (FBGEMM's rule)")
     for name, value in fbgemm_only.items():
-        if name not in UNSUPPORTED_ARGS:
+        if name in IGNORED_ARGS or (name in CONFIG_ARGS and is_default_config(value)):
+            continue
+        if name in UNSUPPORTED_ARGS and value == UNSUPPORTED_ARGS[name]:
+            continue
+        if name not in IGNORED_ARGS | CONFIG_ARGS | UNSUPPORTED_ARGS.keys():
             raise TypeError(f"__init__() got an unexpected keyword argument '{name}'")
-        if not _is_default(value, UNSUPPORTED_ARGS[name]):
+        raise NotImplementedError(
+            f"recops.SplitTableBatchedEmbeddingBagsCodegen does not support {name}={value!r} "
+            "(only None or FBGEMM's default)"
+        )
+
+
+def writeback_settings(extra_optimizer_config, optimizer):
+    """(use_writeback_bwd_prehook, writeback_first_feature_only) from FBGEMM's
+    UserEnabledConfigDefinition (None: both off); its other fields must keep their defaults."""
+    if extra_optimizer_config is None:
+        return False, False
+    defaults = type(extra_optimizer_config)()
+    for field, default in vars(defaults).items():
+        value = getattr(extra_optimizer_config, field)
+        if field not in WRITEBACK_FIELDS + _ANY_VALUE_FIELDS and value != default:
             raise NotImplementedError(
-                f"recops.SplitTableBatchedEmbeddingBagsCodegen does not support {name}="
-                f"{value!r} (only FBGEMM's default {UNSUPPORTED_ARGS[name]!r})"
+                "recops.SplitTableBatchedEmbeddingBagsCodegen does not support "
+                f"extra_optimizer_config.{field}={value!r}"
             )
+    writeback, first_feature_only = (
+        bool(getattr(extra_optimizer_config, field)) for field in WRITEBACK_FIELDS
+    )
+    if writeback and optimizer != OptimType.EXACT_SGD:
+        raise ValueError(
+            "extra_optimizer_config.use_writeback_bwd_prehook is only supported for "
+            f"OptimType.EXACT_SGD (as in FBGEMM), got {optimizer.name}"
+        )
+    return writeback, first_feature_only

@@ -15,8 +15,10 @@ from recops.embedding.config import (
     WeightDecayMode,
     check_fbgemm_only_args,
     coerce,
+    writeback_settings,
 )
 from recops.embedding.optimizers import ADAM_FAMILY, LAMB_FAMILY, OPTIMIZERS, STATE_NAMES
+from recops.embedding.writeback import writeback_hook
 
 ops = torch.ops.recops
 
@@ -29,17 +31,22 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     live in one flat buffer ``weights_host`` (zeros until initialised), optimizer state in
     ``momentum1_host`` (and ``momentum2_host`` for the Adam family); large buffers are backed by
     transparent huge pages (``RECOPS_HUGE_PAGES=0`` turns that off). ``forward(indices, offsets,
-    per_sample_weights=None, feature_requires_grad=None)`` takes feature-major bags (``offsets`` has
-    T * B + 1 entries) and returns ``[B, sum of dims]`` (``[len(indices), dim]`` for
-    ``PoolingMode.NONE``); its backward applies ``optimizer`` to the weights in place and returns no
-    weight gradient.
+    per_sample_weights=None, feature_requires_grad=None, batch_size_per_feature_per_rank=None)``
+    takes feature-major bags (``offsets`` has T * B + 1 entries) and returns ``[B, sum of dims]``
+    (``[len(indices), dim]`` for ``PoolingMode.NONE``; flat with a variable batch size, see
+    ``forward``); its backward applies ``optimizer`` to the weights in place and returns no weight
+    gradient.
 
-
-    Arguments after ``feature_table_map`` are keyword-only. FBGEMM arguments recops does not
-    implement raise ``NotImplementedError`` when given anything but FBGEMM's default; ``momentum``
-    and ``eta`` belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the
-    Adam family), and ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's
-    CPU kernels do).
+    Arguments after ``feature_table_map`` are keyword-only. FBGEMM's cache, UVM, prefetch and
+    reporting arguments (``cache_algorithm``, ``cache_load_factor``, ``prefetch_pipeline``,
+    ``max_norm``, ... see ``config.IGNORED_ARGS``) are accepted and ignored, as FBGEMM's CPU module
+    ignores them; its configuration objects are accepted when None or all-default; any other
+    setting recops does not implement raises ``NotImplementedError`` naming it.
+    ``extra_optimizer_config`` may ask for SGD's writeback pre-hook (``use_writeback_bwd_prehook``,
+    ``writeback_first_feature_only``; see recops/embedding/writeback.py). ``momentum`` and ``eta``
+    belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the Adam
+    family), and ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's CPU
+    kernels do).
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         cache_precision=None,
         embedding_shard_info=None,
         res_params=None,
+        extra_optimizer_config=None,
         **fbgemm_only,
     ):
         super().__init__()
@@ -92,6 +100,15 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             cache_precision,
             dims,
         )
+        if (
+            fbgemm_only.get("uvm_non_rowwise_momentum")
+            and "elementwise" in OPTIMIZERS[self.optimizer][1]
+        ):
+            # It would place the elementwise state in UVM, which FBGEMM's CPU module refuses.
+            raise NotImplementedError(
+                "recops.SplitTableBatchedEmbeddingBagsCodegen keeps optimizer state on the host: "
+                f"uvm_non_rowwise_momentum=True with {self.optimizer.name}"
+            )
         self.table_names = table_names
         # (full rows, full dim, row offset, column offset) of each table's shard, as FBGEMM keeps
         # it for torchrec; metadata only.
@@ -112,6 +129,11 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self.learning_rate_tensor = torch.tensor(learning_rate, dtype=torch.float32)
         self._register_layout(rows, dims)
         self._allocate_storage(rows, dims)
+        self.use_writeback_bwd_prehook, self.writeback_first_feature_only = writeback_settings(
+            extra_optimizer_config, self.optimizer
+        )
+        if self.use_writeback_bwd_prehook:
+            self.register_full_backward_pre_hook(writeback_hook)
 
     def _set_modes(
         self,
@@ -154,7 +176,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         for name, (values, dtype) in buffers.items():
             self._register_index_buffer(name, values, dtype)
         self._register_index_buffer("bounds_check_warning", [0], torch.int64)
-        self.total_D = sum(buffers["feature_dims"][0])
+        self._feature_dim_list = buffers["feature_dims"][0]
+        self.total_D = sum(self._feature_dim_list)
         self.max_D = max(dims)
         self._table_offsets = layout.block_offsets(rows, dims)
         self.weights_physical_offsets = self._table_offsets[:-1]
@@ -201,20 +224,18 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         vbe_output: torch.Tensor | None = None,
         vbe_output_offsets: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Looks up every feature's bags; ``total_unique_indices`` (an FBGEMM hint for
-        ``OptimType.NONE``) is ignored."""
-        # FBGEMM arguments recops does not implement (variable batch size, ZCH, VBE output), named
-        # one by one: torch.compile cannot trace locals() on every supported torch (2.10).
-        unsupported = dict(
-            batch_size_per_feature_per_rank=batch_size_per_feature_per_rank,
-            hash_zch_identities=hash_zch_identities,
-            hash_zch_runtime_meta=hash_zch_runtime_meta,
-            vbe_output=vbe_output,
-            vbe_output_offsets=vbe_output_offsets,
-        )
-        for name, value in unsupported.items():
+        """Looks up every feature's bags. With ``batch_size_per_feature_per_rank`` (FBGEMM's
+        variable batch size, pooled only), feature t has ``sum(batch_size_per_feature_per_rank[t])``
+        bags, rank by rank, and the output is flat: for each rank r, for each feature t, the rows
+        (of dim D_t) of its ``batch_size_per_feature_per_rank[t][r]`` bags from r.
+        ``total_unique_indices`` (an FBGEMM hint for ``OptimType.NONE``) and
+        ``hash_zch_identities`` / ``hash_zch_runtime_meta`` (read by FBGEMM only with raw embedding
+        streaming, which recops refuses) are ignored."""
+        # A preallocated VBE output: FBGEMM's CPU module refuses it too.
+        for name, value in (("vbe_output", vbe_output), ("vbe_output_offsets", vbe_output_offsets)):
             if value is not None:
                 raise NotImplementedError(f"recops' TBE forward does not support {name}")
+        batch_sizes, vbe_output_size = self._variable_batch(batch_size_per_feature_per_rank)
         indices, offsets = self._index_tensors(indices, offsets)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.float()
@@ -225,7 +246,10 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 offsets,
                 int(self.bounds_check_mode),
                 self.bounds_check_warning,
+                batch_sizes,
             )
+        if self.use_writeback_bwd_prehook:
+            self._writeback_batch = (indices, offsets)
         suffix, state_layouts = OPTIMIZERS[self.optimizer]
         state = {}
         for k in range(1, len(state_layouts) + 1):
@@ -258,10 +282,38 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             gradient_clipping=self.gradient_clipping,
             max_gradient=self.max_gradient,
             output_dtype=self.output_dtype.as_int(),
+            batch_size_per_feature_per_rank=batch_sizes,
+            vbe_output_size=vbe_output_size,
             **state,
         )
         self.iter.fill_(step)
         return output
+
+    def _variable_batch(self, batch_size_per_feature_per_rank):
+        """FBGEMM's batch_size_per_feature_per_rank as the ops take it, an int64 [T, R] tensor
+        (the ops check it), and the size of the flat output it lays out; (None, -1) for a fixed
+        batch size."""
+        if batch_size_per_feature_per_rank is None:
+            return None, -1
+        if self.use_writeback_bwd_prehook:
+            raise NotImplementedError(
+                "batch_size_per_feature_per_rank cannot be combined with "
+                "use_writeback_bwd_prehook (as in FBGEMM)"
+            )
+        try:
+            batch_sizes = torch.tensor(batch_size_per_feature_per_rank, dtype=torch.int64)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(
+                "batch_size_per_feature_per_rank must be a list of T lists of R batch sizes "
+                f"(T = {len(self.feature_table_map)} features): {e}"
+            ) from None
+        output_size = sum(
+            dim * sum(sizes)
+            for dim, sizes in zip(
+                self._feature_dim_list, batch_size_per_feature_per_rank, strict=False
+            )
+        )
+        return batch_sizes, output_size
 
     def _index_tensors(self, indices, offsets):
         """indices and offsets in one dtype, as FBGEMM's forward casts them: indices to

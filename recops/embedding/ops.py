@@ -18,9 +18,22 @@ _OUTPUT_DTYPES = {0: torch.float32, 1: torch.float16, 5: torch.bfloat16}
 
 
 # --------------------------------------------------------------------------- fake kernels
-def _forward_fake(weights, D_offsets, total_D, max_D, indices, offsets, pooling_mode, output_dtype):
+def _forward_fake(
+    weights,
+    D_offsets,
+    total_D,
+    max_D,
+    indices,
+    offsets,
+    pooling_mode,
+    output_dtype,
+    batch_size_per_feature_per_rank=None,
+    vbe_output_size=-1,
+):
     torch._check(output_dtype in _OUTPUT_DTYPES, lambda: "output_dtype must be 0, 1 or 5")
     dtype = _OUTPUT_DTYPES[output_dtype]
+    if batch_size_per_feature_per_rank is not None:
+        return weights.new_empty((vbe_output_size,), dtype=dtype)
     if pooling_mode == PoolingMode.NONE:
         return weights.new_empty((indices.shape[0], max_D), dtype=dtype)
     num_features = D_offsets.shape[0] - 1
@@ -40,9 +53,20 @@ def _split_embedding_codegen_forward_fake(
     pooling_mode,
     indice_weights=None,
     output_dtype=0,
+    batch_size_per_feature_per_rank=None,
+    vbe_output_size=-1,
 ):
     return _forward_fake(
-        weights, D_offsets, total_D, max_D, indices, offsets, pooling_mode, output_dtype
+        weights,
+        D_offsets,
+        total_D,
+        max_D,
+        indices,
+        offsets,
+        pooling_mode,
+        output_dtype,
+        batch_size_per_feature_per_rank,
+        vbe_output_size,
     )
 
 
@@ -59,6 +83,7 @@ def _grad_indice_weights_fake(
     feature_requires_grad=None,
     gradient_clipping=False,
     max_gradient=1.0,
+    batch_size_per_feature_per_rank=None,
 ):
     return grad_output.new_empty((indices.shape[0],), dtype=torch.float32)
 
@@ -75,7 +100,14 @@ def _index_to_int32_fake(t, name):
 
 
 @register_fake("recops::bounds_check_indices")
-def _bounds_check_indices_fake(rows_per_table, indices, offsets, bounds_check_mode, warning):
+def _bounds_check_indices_fake(
+    rows_per_table,
+    indices,
+    offsets,
+    bounds_check_mode,
+    warning,
+    batch_size_per_feature_per_rank=None,
+):
     return None
 
 
@@ -91,6 +123,8 @@ def _make_lookup_fake(lookup):
             a["offsets"],
             a["pooling_mode"],
             a["output_dtype"],
+            a["batch_size_per_feature_per_rank"],
+            a["vbe_output_size"],
         )
 
     return fake
@@ -144,6 +178,7 @@ def _make_lookup_autograd(suffix):
                 a["feature_requires_grad"],
                 a["gradient_clipping"],
                 a["max_gradient"],
+                a["batch_size_per_feature_per_rank"],
             )
         update, update_args = updates["weighted" if weighted else "unweighted"]
         update(grad_output, *(a[name] for name in update_args))
