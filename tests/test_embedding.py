@@ -1194,7 +1194,7 @@ class NonDefaultConfig:
     [
         (dict(optimizer="lars_sgd"), "optimizer"),
         (dict(cache_precision=SparseType.FP16), "cache_precision"),
-        (dict(weights_precision=SparseType.INT8), "weights_precision"),
+        (dict(output_dtype=SparseType.INT8), "output_dtype"),
         (dict(optimizer_state_dtypes={"momentum1": SparseType.FP16}), "optimizer_state_dtypes"),
         (
             dict(optimizer=OptimType.EXACT_ADAGRAD, uvm_non_rowwise_momentum=True),

@@ -4,36 +4,17 @@ processes: recops' TBE receives torchrec's batch_size_per_feature_per_rank and t
 FBGEMM's does (outputs and table shards every step). Skipped where torchrec is not installed
 (`make setup-torchrec`)."""
 
-import time
-
 import pytest
 import torch
 
 pytest.importorskip("torchrec")
 
 import torchrec_vbe as vbe  # noqa: E402  (tests/ is on sys.path, and so on the workers')
-from test_torchrec_sharded import _free_port  # noqa: E402
-
-TIMEOUT_S = 240
+from test_torchrec_sharded import _launch  # noqa: E402
 
 
 def _run(world, kernels, out_dir):
-    context = torch.multiprocessing.start_processes(
-        vbe.worker,
-        args=(world, _free_port(), str(out_dir), kernels),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not context.join(timeout=max(1.0, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                pytest.fail(f"{world} processes did not finish within {TIMEOUT_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
+    _launch(world, kernels, out_dir, worker=vbe.worker)
     return [torch.load(out_dir / f"{kernels}-w{world}-rank{r}.pt") for r in range(world)]
 
 

@@ -28,12 +28,13 @@ def per_feature(per_table, feature_table_map):
     return [per_table[t] for t in feature_table_map]
 
 
-def feature_buffers(rows, dims, feature_table_map):
+def feature_buffers(rows, dims, feature_table_map, row_widths=None):
     """The per-feature descriptions of the weights buffer the ops take, name -> (values, dtype):
     columns of each feature in the output (``D_offsets``), its dim, its table's rows, where its
-    table starts in the weights, and its table's first row among all tables (then the total)."""
+    table starts in the weights (rows of ``row_widths`` elements, default ``dims``), and its
+    table's first row among all tables (then the total)."""
     feature_dims = per_feature(dims, feature_table_map)
-    table_offsets = block_offsets(rows, dims)
+    table_offsets = block_offsets(rows, dims if row_widths is None else row_widths)
     row_offsets = running_offsets(rows)
     return {
         "D_offsets": (running_offsets(feature_dims), torch.int32),

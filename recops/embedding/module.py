@@ -4,7 +4,7 @@ lookup ops (their autograd applies the optimizer in place)."""
 import torch
 from torch import nn
 
-from recops.embedding import layout
+from recops.embedding import int8, layout
 from recops.embedding.config import (
     BoundsCheckMode,
     ComputeDevice,
@@ -153,12 +153,10 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self.output_dtype = coerce(SparseType, output_dtype, "output_dtype")
         self.weight_decay_mode = coerce(WeightDecayMode, weight_decay_mode, "weight_decay_mode")
         self.bounds_check_mode = coerce(BoundsCheckMode, bounds_check_mode, "bounds_check_mode")
-        for arg, precision in (
-            ("weights_precision", self.weights_precision),
-            ("output_dtype", self.output_dtype),
-        ):
-            if precision == SparseType.INT8:
-                raise NotImplementedError(f"recops does not support {arg}=SparseType.INT8")
+        # INT8 weights are FBGEMM's quantized rows, looked up only (see int8.py); the output is
+        # floating point.
+        if self.output_dtype == SparseType.INT8:
+            raise NotImplementedError("recops does not support output_dtype=SparseType.INT8")
         # No cache on the host: a cache precision other than the weights' would ask for one.
         if cache_precision is not None and (
             coerce(SparseType, cache_precision, "cache_precision") != self.weights_precision
@@ -172,15 +170,19 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
 
     def _register_layout(self, rows, dims):
         """FBGEMM's layout: tables back to back in one buffer, described per feature."""
-        buffers = layout.feature_buffers(rows, dims, self.feature_table_map)
+        buffers = layout.feature_buffers(rows, dims, self.feature_table_map, self._row_widths(dims))
         for name, (values, dtype) in buffers.items():
             self._register_index_buffer(name, values, dtype)
         self._register_index_buffer("bounds_check_warning", [0], torch.int64)
         self._feature_dim_list = buffers["feature_dims"][0]
         self.total_D = sum(self._feature_dim_list)
         self.max_D = max(dims)
-        self._table_offsets = layout.block_offsets(rows, dims)
+        self._table_offsets = layout.block_offsets(rows, self._row_widths(dims))
         self.weights_physical_offsets = self._table_offsets[:-1]
+
+    def _row_widths(self, dims):
+        """Elements per stored weights row: the dim, plus an INT8 row's scale and bias."""
+        return int8.stored_widths(dims, self.weights_precision == SparseType.INT8)
 
     def _register_index_buffer(self, name, values, dtype):
         self.register_buffer(name, torch.tensor(values, dtype=dtype), persistent=False)
@@ -189,7 +191,11 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         """The weights, the optimizer's state buffers with their per-feature offsets, and the step
         count."""
         dtype = self.weights_precision.as_dtype()
-        self.weights_host = nn.Parameter(ops.embedding_host_zeros(self._table_offsets[-1], dtype))
+        # INT8 rows are integers: a parameter, as in FBGEMM, that cannot require a gradient.
+        self.weights_host = nn.Parameter(
+            ops.embedding_host_zeros(self._table_offsets[-1], dtype),
+            requires_grad=dtype.is_floating_point,
+        )
         self._state_layouts = OPTIMIZERS[self.optimizer][1]
         for k, state_layout in enumerate(self._state_layouts, start=1):
             state_offsets = layout.block_offsets(rows, layout.state_widths(state_layout, dims))
@@ -332,7 +338,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     def split_embedding_weights(self) -> list[torch.Tensor]:
         """Per-table ``[rows, dim]`` views of the weights."""
         rows, dims = self._table_shapes()
-        return layout.table_views(self.weights_host.detach(), rows, dims, as_matrix=True)
+        widths = self._row_widths(dims)
+        return layout.table_views(self.weights_host.detach(), rows, widths, as_matrix=True)
 
     def _table_shapes(self):
         """(rows per table, dim per table)."""
@@ -390,8 +397,13 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
 
     @torch.no_grad()
     def init_embedding_weights_uniform(self, min_val: float, max_val: float) -> None:
+        """Uniform weights; INT8 tables get them quantized (FBGEMM's rule, see int8.py)."""
         for weights in self.split_embedding_weights():
-            weights.uniform_(min_val, max_val)
+            if self.weights_precision == SparseType.INT8:
+                values = torch.empty(weights.shape[0], weights.shape[1] - int8.ROW_TAIL)
+                weights.copy_(int8.quantize_rows(values.uniform_(min_val, max_val)))
+            else:
+                weights.uniform_(min_val, max_val)
 
 
 def _checked_specs(embedding_specs):

@@ -76,6 +76,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
                     const at::Tensor& learning_rate_tensor, double weight_decay,
                     int64_t weight_decay_mode, bool gradient_clipping, double max_gradient,
                     const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
+  check_not_int8(weights);
   const CheckedBatch batch =
       check_batch(weights, weights_offsets, D_offsets, rows_per_table, indices, offsets,
                   pooling_mode, indice_weights, batch_size_per_feature_per_rank);

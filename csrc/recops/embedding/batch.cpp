@@ -108,6 +108,12 @@ void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* b
   }
 }
 
+void check_not_int8(const at::Tensor& weights) {
+  TORCH_CHECK(weights.scalar_type() != at::kByte,
+              "weights of weights_precision INT8 (uint8) are looked up only: there is no INT8 "
+              "backward, as in FBGEMM's CPU module (run the forward under torch.no_grad())");
+}
+
 FloatKind stored_float_kind(const at::Tensor& t, const char* name) {
   const at::ScalarType dtype = t.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
@@ -122,7 +128,9 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
                          const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
   check_cpu(weights, "weights");
   check_dim(weights, 1, "weights");
-  stored_float_kind(weights, "weights");
+  // uint8: FBGEMM's INT8 rows, D codes and a float32 scale and bias each (kernels/tbe.h).
+  const bool int8 = weights.scalar_type() == at::kByte;
+  if (!int8) stored_float_kind(weights, "weights");
   TORCH_CHECK(pooling_mode >= 0 && pooling_mode <= 2,
               "pooling_mode must be 0 (SUM), 1 (MEAN) or 2 (NONE), got ", pooling_mode);
 
@@ -147,10 +155,11 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
     TORCH_CHECK(D >= 1, "feature ", t, " must have a positive embedding dim, got D_offsets[", t + 1,
                 "] - D_offsets[", t, "] = ", D);
     TORCH_CHECK(rows[t] >= 0, "rows_per_table[", t, "] must be >= 0, got ", rows[t]);
-    TORCH_CHECK(w_off[t] >= 0 && rows[t] <= (weights.numel() - w_off[t]) / D, "feature ", t,
-                "'s table (", rows[t], " rows of ", D, " at weights_offsets[", t, "] = ", w_off[t],
-                ") does not fit in weights of ", weights.numel(), " elements");
-    tables[t] = {w_off[t], rows[t], D};
+    const int64_t row_size = int8 ? D + kernels::kInt8RowTail : D;
+    TORCH_CHECK(w_off[t] >= 0 && rows[t] <= (weights.numel() - w_off[t]) / row_size, "feature ", t,
+                "'s table (", rows[t], " rows of ", row_size, " at weights_offsets[", t,
+                "] = ", w_off[t], ") does not fit in weights of ", weights.numel(), " elements");
+    tables[t] = {w_off[t], rows[t], row_size};
     batch.max_table_rows = std::max(batch.max_table_rows, rows[t]);
     max_D = std::max(max_D, D);
   }

@@ -56,6 +56,9 @@ struct TableExtent {
 void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
                            const char* offsets_name);
 
+// Raises for uint8 (INT8) weights, which only the forward lookup reads.
+void check_not_int8(const at::Tensor& weights);
+
 // The kind of a table or output tensor: float32, float16 or bfloat16 (the dtypes TBE kernels
 // store in), else an error naming `name`.
 FloatKind stored_float_kind(const at::Tensor& t, const char* name);

@@ -59,7 +59,8 @@ at::Tensor split_embedding_codegen_forward(
   kernels::ForwardArgs args;
   args.layout = batch.layout;
   args.bags = batch.bags;
-  args.weights_kind = stored_float_kind(weights_c, "weights");
+  args.int8_weights = weights_c.scalar_type() == at::kByte;
+  if (!args.int8_weights) args.weights_kind = stored_float_kind(weights_c, "weights");
   args.weights = weights_c.const_data_ptr();
   args.out_kind = stored_float_kind(out, "output");
   args.out = out.mutable_data_ptr();
@@ -74,6 +75,7 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
     const at::Tensor& offsets, int64_t pooling_mode,
     const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
     double max_gradient, const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
+  check_not_int8(weights);
   const CheckedBatch batch =
       check_batch(weights, weights_offsets, D_offsets, rows_per_table, indices, offsets,
                   pooling_mode, std::nullopt, batch_size_per_feature_per_rank);

@@ -1,7 +1,8 @@
 // Schemas and kernel registrations of the embedding family in torch.ops.recops (docs/ops.md section
 // 7). Per optimizer (sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, lamb,
 // partial_rowwise_lamb):
-//   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding/ops.py binds its
+//   split_embedding_codegen_lookup_<opt>_function   forward lookup; recops/embedding/ops.py binds
+//   its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
 // plus the plain forward, the per-sample-weight gradient, the bounds check and checked index
@@ -117,7 +118,8 @@ void register_optimizer(torch::Library& m, const std::string& name) {
 }  // namespace recops::embedding
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.embedding.ops");  // where the fake kernels and autograd are registered
+  m.set_python_module(
+      "recops.embedding.ops");  // where the fake kernels and autograd are registered
   using namespace recops::embedding;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("embedding_host_zeros(SymInt numel, ScalarType dtype) -> Tensor", pt2);

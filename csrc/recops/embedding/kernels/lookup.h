@@ -20,11 +20,11 @@ struct FeatureTable {
 
   // One unsigned comparison checks 0 <= r < rows.
   bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
-  const weight_t* row(int64_t r) const { return rows_data + r * D; }
+  const weight_t* row(int64_t r) const { return rows_data + r * stored_row_size<weight_t>(D); }
   // Prefetching needs no bounds check: a prefetch never faults, and the address is formed as an
   // integer, so an out-of-range index is harmless.
   __attribute__((always_inline)) void prefetch(int64_t r) const {
-    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(weight_t));
+    const int64_t row_bytes = stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
     const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
     prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
   }
@@ -32,10 +32,10 @@ struct FeatureTable {
 
 // block[0, W) += psw[p] * row(indices[p])[c, c + W) over the bag's positions [begin, end),
 // prefetching rows kPrefetchDistance positions ahead (below prefetch_end) on the first block.
-// An out-of-range index adds `zeros` (a row of at least W zeros) instead; returns the first such
-// position, or -1. Everything is passed by value and only `block` is written, so the loop's
-// loads never wait on possibly aliasing stores, and every row is added unconditionally, which
-// keeps the accumulator in registers.
+// An out-of-range index adds `zeros` (a zero row, as long as a stored row) instead; returns the
+// first such position, or -1. Everything is passed by value and only `block` is written, so the
+// loop's loads never wait on possibly aliasing stores, and every row is added unconditionally,
+// which keeps the accumulator in registers.
 template <int64_t kWidth, typename weight_t, typename index_t>
 inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_weights, int64_t begin,
                              int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
@@ -48,9 +48,9 @@ inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_wei
     const int64_t r = indices[p];
     const bool valid = table.contains(r);
     if (!valid && bad < 0) bad = p;
-    const weight_t* row = valid ? table.row(r) + c : zeros;
+    const weight_t* row = valid ? table.row(r) : zeros;
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
-    add_scaled_block<kWidth>(block, row, scale);
+    add_row_block<kWidth>(block, row, c, table.D, scale);
   }
   return bad;
 }

@@ -73,6 +73,20 @@ constexpr bool decays_in_update(Optimizer optimizer) {
   return optimizer == Optimizer::kLamb || optimizer == Optimizer::kPartialRowwiseLamb;
 }
 
+// FBGEMM's INT8 rows ("fused 8-bit rowwise"): D uint8 codes, then a float32 scale and a float32
+// bias (kInt8RowTail bytes), element d being scale * code[d] + bias. Looked up only: FBGEMM's CPU
+// module has no INT8 backward either.
+struct Int8Rowwise {
+  uint8_t code;
+};
+constexpr int64_t kInt8RowTail = 2 * sizeof(float);
+
+// Elements of one stored row of dim D.
+template <typename weight_t>
+constexpr int64_t stored_row_size(int64_t D) {
+  return std::is_same_v<weight_t, Int8Rowwise> ? D + kInt8RowTail : D;
+}
+
 // Features (FBGEMM's T) and where each one's table lives. Features sharing a table have equal
 // weights_offsets (and equal D, rows and optimizer-state offsets).
 //
@@ -120,6 +134,7 @@ struct ForwardArgs {
   FeatureLayout layout;
   Bags bags;
   FloatKind weights_kind = FloatKind::kFloat;
+  bool int8_weights = false;  // Int8Rowwise rows (weights_kind unused)
   const void* weights = nullptr;
   FloatKind out_kind = FloatKind::kFloat;
   void* out = nullptr;  // pooled: see FeatureLayout; [num_indices, max_D] for Pooling::kNone

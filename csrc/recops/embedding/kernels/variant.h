@@ -34,6 +34,14 @@ decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
 }
 
 inline int64_t forward_entry(const ForwardArgs& args) {
+  if (args.int8_weights) {
+    return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+      return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
+        return forward<Int8Rowwise, typename decltype(out_tag)::type,
+                       typename decltype(index_tag)::type>(args);
+      });
+    });
+  }
   return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
     return dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
       return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
