@@ -52,22 +52,6 @@ _SPARSE_DTYPES = {
 }
 
 
-class OptimType(enum.Enum):
-    EXACT_SGD = "exact_sgd"
-    EXACT_ADAGRAD = "exact_adagrad"
-    EXACT_ROWWISE_ADAGRAD = "exact_row_wise_adagrad"
-    ADAM = "adam"
-    PARTIAL_ROWWISE_ADAM = "partial_row_wise_adam"
-    LAMB = "lamb"
-    PARTIAL_ROWWISE_LAMB = "partial_row_wise_lamb"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-EmbOptimType = OptimType
-
-
 class WeightDecayMode(enum.IntEnum):
     NONE = 0
     L2 = 1
