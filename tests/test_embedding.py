@@ -25,16 +25,18 @@ from recops import (
     SplitTableBatchedEmbeddingBagsCodegen,
     WeightDecayMode,
 )
+from recops.embedding.optimizers import OPTIMIZERS as OPTIMIZER_TABLE
 
 ops = torch.ops.recops
 
-# Those FBGEMM's CPU module implements too, and the Adam family (LAMB included), which it has no
-# CPU kernel for.
-FBGEMM_OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
-LAMB_FAMILY = [OptimType.LAMB, OptimType.PARTIAL_ROWWISE_LAMB]
-ADAM_FAMILY = [OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM, *LAMB_FAMILY]
-ROWWISE_SECOND_MOMENT = (OptimType.PARTIAL_ROWWISE_ADAM, OptimType.PARTIAL_ROWWISE_LAMB)
-OPTIMIZERS = FBGEMM_OPTIMIZERS + ADAM_FAMILY
+# Every optimizer of the optimizer table, in its order; those FBGEMM's CPU module implements too;
+# the Adam family (bias-corrected by the step count, LAMB included), which it has no CPU kernel
+# for.
+OPTIMIZERS = list(OPTIMIZER_TABLE)
+FBGEMM_OPTIMIZERS = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].fbgemm_cpu]
+LAMB_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].decays_in_update]
+ADAM_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].bias_corrected]
+ROWWISE_SECOND_MOMENT = [o for o in ADAM_FAMILY if OPTIMIZER_TABLE[o].state_layouts[1] == "rowwise"]
 BETAS = (0.8, 0.9)  # the Adam family's beta1, beta2 in these tests
 POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
 PRECISIONS = [SparseType.FP32, SparseType.FP16, SparseType.BF16]

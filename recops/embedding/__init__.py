@@ -6,7 +6,7 @@ bags and the features sharing a table) and applies the optimizer to it in place,
 dense gradient. Kernels live in csrc/recops/embedding. One job per file here:
 
 - ``config``: FBGEMM's enums and the constructor arguments recops accepts only at their defaults;
-- ``optimizers``: each fused optimizer's op suffix, state layout and families;
+- ``optimizers``: the fused optimizers (and ``OptimType``), read from the C++ optimizer table;
 - ``layout``: the table layout arithmetic (flat buffers, per-feature offsets, per-table views);
 - ``ops``: the ops' fake kernels and the lookup ops' autograd;
 - ``module``: the module class.
@@ -17,13 +17,12 @@ from recops.embedding.config import (
     BoundsCheckMode,
     ComputeDevice,
     EmbeddingLocation,
-    EmbOptimType,
-    OptimType,
     PoolingMode,
     SparseType,
     WeightDecayMode,
 )
 from recops.embedding.module import SplitTableBatchedEmbeddingBagsCodegen
+from recops.embedding.optimizers import EmbOptimType, OptimType
 
 __all__ = [
     "BoundsCheckMode",

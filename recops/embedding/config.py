@@ -52,22 +52,6 @@ _SPARSE_DTYPES = {
 }
 
 
-class OptimType(enum.Enum):
-    EXACT_SGD = "exact_sgd"
-    EXACT_ADAGRAD = "exact_adagrad"
-    EXACT_ROWWISE_ADAGRAD = "exact_row_wise_adagrad"
-    ADAM = "adam"
-    PARTIAL_ROWWISE_ADAM = "partial_row_wise_adam"
-    LAMB = "lamb"
-    PARTIAL_ROWWISE_LAMB = "partial_row_wise_lamb"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-EmbOptimType = OptimType
-
-
 class WeightDecayMode(enum.IntEnum):
     NONE = 0
     L2 = 1
@@ -191,7 +175,7 @@ def writeback_settings(extra_optimizer_config, optimizer):
     writeback, first_feature_only = (
         bool(getattr(extra_optimizer_config, field)) for field in WRITEBACK_FIELDS
     )
-    if writeback and optimizer != OptimType.EXACT_SGD:
+    if writeback and optimizer.name != "EXACT_SGD":
         raise ValueError(
             "extra_optimizer_config.use_writeback_bwd_prehook is only supported for "
             f"OptimType.EXACT_SGD (as in FBGEMM), got {optimizer.name}"

@@ -9,7 +9,6 @@ from recops.embedding.config import (
     BoundsCheckMode,
     ComputeDevice,
     EmbeddingLocation,
-    OptimType,
     PoolingMode,
     SparseType,
     WeightDecayMode,
@@ -17,7 +16,7 @@ from recops.embedding.config import (
     coerce,
     writeback_settings,
 )
-from recops.embedding.optimizers import ADAM_FAMILY, LAMB_FAMILY, OPTIMIZERS, STATE_NAMES
+from recops.embedding.optimizers import OPTIMIZERS, OptimType
 from recops.embedding.writeback import writeback_hook
 
 ops = torch.ops.recops
@@ -100,10 +99,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             cache_precision,
             dims,
         )
-        if (
-            fbgemm_only.get("uvm_non_rowwise_momentum")
-            and "elementwise" in OPTIMIZERS[self.optimizer][1]
-        ):
+        state_layouts = OPTIMIZERS[self.optimizer].state_layouts
+        if fbgemm_only.get("uvm_non_rowwise_momentum") and "elementwise" in state_layouts:
             # It would place the elementwise state in UVM, which FBGEMM's CPU module refuses.
             raise NotImplementedError(
                 "recops.SplitTableBatchedEmbeddingBagsCodegen keeps optimizer state on the host: "
@@ -196,8 +193,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             ops.embedding_host_zeros(self._table_offsets[-1], dtype),
             requires_grad=dtype.is_floating_point,
         )
-        self._state_layouts = OPTIMIZERS[self.optimizer][1]
-        for k, state_layout in enumerate(self._state_layouts, start=1):
+        self._optimizer_spec = OPTIMIZERS[self.optimizer]
+        for k, state_layout in enumerate(self._optimizer_spec.state_layouts, start=1):
             state_offsets = layout.block_offsets(rows, layout.state_widths(state_layout, dims))
             self._register_index_buffer(
                 f"momentum{k}_offsets",
@@ -210,7 +207,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         # FBGEMM's step count: forward passes so far; it bias-corrects the Adam family (and is
         # saved with it).
         self.register_buffer(
-            "iter", torch.zeros(1, dtype=torch.int64), persistent=self.optimizer in ADAM_FAMILY
+            "iter",
+            torch.zeros(1, dtype=torch.int64),
+            persistent=self._optimizer_spec.bias_corrected,
         )
         # FBGEMM's device and UVM buffers, empty on the host as in FBGEMM's CPU module.
         self.weights_dev = torch.empty(0, dtype=dtype)
@@ -256,20 +255,18 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             )
         if self.use_writeback_bwd_prehook:
             self._writeback_batch = (indices, offsets)
-        suffix, state_layouts = OPTIMIZERS[self.optimizer]
+        spec = self._optimizer_spec
         state = {}
-        for k in range(1, len(state_layouts) + 1):
+        for k in range(1, len(spec.state_layouts) + 1):
             state[f"momentum{k}"] = getattr(self, f"momentum{k}_host")
             state[f"momentum{k}_offsets"] = getattr(self, f"momentum{k}_offsets")
-        if state_layouts:
-            state["eps"] = self.eps
-        weight_decay_mode = self.weight_decay_mode
         step = int(self.iter.item()) + 1
-        if self.optimizer in ADAM_FAMILY:
-            state.update(beta1=self.beta1, beta2=self.beta2, iter=step)
-            lamb = self.optimizer in LAMB_FAMILY
-            weight_decay_mode = WeightDecayMode.NONE if lamb else WeightDecayMode.DECOUPLE
-        lookup = getattr(ops, f"split_embedding_codegen_lookup_{suffix}_function")
+        for name in spec.hyper_parameters:
+            state[name] = step if name == "iter" else getattr(self, name)
+        weight_decay_mode = (
+            self.weight_decay_mode if spec.weight_decay_mode is None else spec.weight_decay_mode
+        )
+        lookup = getattr(ops, f"split_embedding_codegen_lookup_{spec.name}_function")
         output = lookup(
             self.weights_host,
             self.weights_offsets,
@@ -359,14 +356,14 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 layout.state_widths(state_layout, dims),
                 as_matrix=state_layout == "elementwise",
             )
-            for k, state_layout in enumerate(self._state_layouts, start=1)
+            for k, state_layout in enumerate(self._optimizer_spec.state_layouts, start=1)
         ]
         return [list(states) for states in zip(*per_buffer, strict=True)]
 
     def get_optimizer_state(self) -> list[dict[str, torch.Tensor]]:
         """Per table, its state under ``torch.optim``'s names: ``{"sum"}`` for the Adagrads,
         ``{"exp_avg", "exp_avg_sq"}`` for the Adam family; empty for SGD (FBGEMM's)."""
-        names = STATE_NAMES[self.optimizer]
+        names = self._optimizer_spec.state_names
         return [dict(zip(names, states, strict=True)) for states in self.split_optimizer_states()]
 
     def set_learning_rate(self, lr: float) -> None:

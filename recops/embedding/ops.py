@@ -140,8 +140,8 @@ def _schema_args(op_name):
 
 
 _lookup_ops = {
-    suffix: getattr(ops, f"split_embedding_codegen_lookup_{suffix}_function").default
-    for suffix, _ in OPTIMIZERS.values()
+    spec.name: getattr(ops, f"split_embedding_codegen_lookup_{spec.name}_function").default
+    for spec in OPTIMIZERS.values()
 }
 
 
@@ -189,7 +189,7 @@ def _make_lookup_autograd(suffix):
     return setup_context, backward
 
 
-for _suffix, _ in OPTIMIZERS.values():
+for _suffix in (spec.name for spec in OPTIMIZERS.values()):
     register_fake(f"recops::split_embedding_codegen_lookup_{_suffix}_function")(
         _make_lookup_fake(_lookup_ops[_suffix])
     )

@@ -85,9 +85,9 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= 2,
               "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
               weight_decay_mode);
-  TORCH_CHECK(!kernels::decays_in_update(optimizer) || weight_decay_mode == 0,
-              "LAMB applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), "
-              "got ",
+  const kernels::OptimizerRow& row = kernels::optimizer_row(optimizer);
+  TORCH_CHECK(!row.decays_in_update || weight_decay_mode == 0, row.optim_type,
+              " applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), got ",
               weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
@@ -96,9 +96,9 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   const float learning_rate = learning_rate_tensor.item<float>();
   check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
   check_finite(weight_decay, "weight_decay", at::kFloat);
-  if (optimizer != Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
+  check_finite(state.eps, "eps", at::kFloat);  // 0 where the optimizer reads none
   float bias_correction1 = 1, bias_correction2 = 1;
-  if (kernels::uses_adam_moments(optimizer)) {
+  if (row.bias_corrected) {
     TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ",
                       state.iter);
     bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);

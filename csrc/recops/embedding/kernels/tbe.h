@@ -21,6 +21,7 @@
 #include "recops/common/half_bits.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
+#include "recops/embedding/kernels/optimizer_table.h"
 
 #if RECOPS_X86_VARIANTS
 #include <immintrin.h>
@@ -30,49 +31,6 @@ namespace recops::embedding::kernels {
 
 enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's PoolingMode values
 enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
-enum class Optimizer {
-  kSgd,
-  kAdagrad,
-  kRowwiseAdagrad,
-  kAdam,
-  kPartialRowwiseAdam,
-  kLamb,
-  kPartialRowwiseLamb
-};
-constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
-
-// Elements per row of D in optimizer-state buffer k (0: momentum1, 1: momentum2); 0 for a buffer
-// the optimizer does not use.
-constexpr int64_t optimizer_state_size(Optimizer optimizer, int k, int64_t D) {
-  switch (optimizer) {
-    case Optimizer::kAdagrad:
-      return k == 0 ? D : 0;
-    case Optimizer::kRowwiseAdagrad:
-      return k == 0 ? 1 : 0;
-    case Optimizer::kAdam:
-    case Optimizer::kLamb:
-      return D;
-    case Optimizer::kPartialRowwiseAdam:
-    case Optimizer::kPartialRowwiseLamb:
-      return k == 0 ? D : 1;
-    default:
-      return 0;
-  }
-}
-
-// The Adam family (Adam, LAMB and their partial rowwise forms): two moments, bias-corrected by
-// the step count.
-constexpr bool uses_adam_moments(Optimizer optimizer) {
-  return optimizer == Optimizer::kAdam || optimizer == Optimizer::kPartialRowwiseAdam ||
-         optimizer == Optimizer::kLamb || optimizer == Optimizer::kPartialRowwiseLamb;
-}
-
-// LAMB adds weight_decay * w to its update direction itself, before the trust ratio: it ignores
-// weight_decay_mode (FBGEMM's LAMB has no mode).
-constexpr bool decays_in_update(Optimizer optimizer) {
-  return optimizer == Optimizer::kLamb || optimizer == Optimizer::kPartialRowwiseLamb;
-}
-
 // FBGEMM's INT8 rows ("fused 8-bit rowwise"): D uint8 codes, then a float32 scale and a float32
 // bias (kInt8RowTail bytes), element d being scale * code[d] + bias. Looked up only: FBGEMM's CPU
 // module has no INT8 backward either.
