@@ -134,7 +134,8 @@ test-asan: setup
 # (tests/test_torchrec*.py; they skip where torchrec is absent, as in .venv). Same torch as .venv,
 # so the in-place build serves both environments.
 test-torchrec: build $(TORCHREC_STAMP)
-	$(TORCHREC_PY) -m pytest -q tests/test_torchrec.py tests/test_torchrec_sharded.py tests/test_docs.py -k torchrec
+	$(TORCHREC_PY) -m pytest -q tests/test_torchrec.py tests/test_torchrec_sharded.py tests/test_torchrec_vbe.py \
+		tests/test_docs.py -k torchrec
 
 # An installable wheel in dist/, requiring the torch release it was built against.
 wheel: build

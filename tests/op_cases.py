@@ -22,6 +22,8 @@ from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_time_buckets
 from test_segment_sum import segment_sum_reference
 
+from recops.embedding.optimizers import OPTIMIZERS as OPTIMIZER_TABLE
+
 ops = torch.ops.recops
 I32, I64 = torch.int32, torch.int64
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
@@ -1620,8 +1622,8 @@ def make_tbe_forward(d):
     return args
 
 
-ADAM_FAMILY = ("adam", "partial_rowwise_adam", "lamb", "partial_rowwise_lamb")
-TBE_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", *ADAM_FAMILY)
+# The optimizer table's rows by op suffix.
+TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_TABLE.values()}
 
 
 def make_tbe_backward(optimizer, weighted):
@@ -1632,20 +1634,13 @@ def make_tbe_backward(optimizer, weighted):
         if weighted:
             args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
         # Elements per row of each state buffer, for the two tables (dims 4 and 2).
-        per_row = {
-            "sgd": [],
-            "adagrad": [[4, 2]],
-            "rowwise_adagrad": [[1, 1]],
-            "adam": [[4, 2], [4, 2]],
-            "partial_rowwise_adam": [[4, 2], [1, 1]],
-            "lamb": [[4, 2], [4, 2]],
-            "partial_rowwise_lamb": [[4, 2], [1, 1]],
-        }[optimizer]
-        for k, (first, second) in enumerate(per_row, start=1):
+        spec = TBE_OPTIMIZERS[optimizer]
+        for k, layout in enumerate(spec.state_layouts, start=1):
+            first, second = (4, 2) if layout == "elementwise" else (1, 1)
             args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
             args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
-        if optimizer in ADAM_FAMILY:
+        if spec.bias_corrected:
             args["iter"] = d.int(1, 5)
         return args
 

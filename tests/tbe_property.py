@@ -12,11 +12,19 @@ from hypothesis import strategies as st
 from mutations import CLEAN_ERRORS, Failure, assert_matches, describe, mutate, record_call
 from op_cases import INDEX_DTYPES, Invalid, ints, require
 from test_embedding import OPTIMIZERS, POOLINGS, Reference, make_module
+from test_embedding_vbe import FixedBatchTwin
 
 from recops import BoundsCheckMode, PoolingMode
 
 FEATURE_TABLES = [0, 1, 0]  # table 0 serves features 0 and 2
-ARGUMENTS = ("indices", "offsets", "per_sample_weights", "weights", "rows_per_table")
+ARGUMENTS = (
+    "indices",
+    "offsets",
+    "per_sample_weights",
+    "weights",
+    "rows_per_table",
+    "batch_size_per_feature_per_rank",
+)
 
 
 def make_step(d):
@@ -33,20 +41,41 @@ def make_step(d):
         embedding_table_index_type=d.choice(INDEX_DTYPES),
     )
     gen = d.generator()
+    # Pooled batches may have a variable batch size per feature, from R = 0..2 ranks.
+    sizes = None
+    if pooling != PoolingMode.NONE and d.bool():
+        ranks = d.int(0, 2)
+        sizes = [[d.int(0, 2) for _ in range(ranks)] for _ in FEATURE_TABLES]
     batch = d.int(1, 3)
-    lengths = [d.int(0, 3) if rows[t] else 0 for t in FEATURE_TABLES for _ in range(batch)]
-    per_bag_rows = [rows[t] for t in FEATURE_TABLES for _ in range(batch)]
+    bags = [sum(s) for s in sizes] if sizes is not None else [batch] * len(FEATURE_TABLES)
+    per_bag_rows = [rows[t] for t, n in zip(FEATURE_TABLES, bags, strict=True) for _ in range(n)]
+    lengths = [d.int(0, 3) if r else 0 for r in per_bag_rows]
     indices = [
         torch.randint(0, max(r, 1), (n,), generator=gen)
         for r, n in zip(per_bag_rows, lengths, strict=True)
     ]
     index_dtype = d.choice(INDEX_DTYPES)
     args = {
-        "indices": torch.cat(indices).to(index_dtype),
+        "indices": torch.cat([torch.zeros(0, dtype=torch.long), *indices]).to(index_dtype),
         "offsets": torch.tensor([0, *itertools.accumulate(lengths)], dtype=index_dtype),
         "per_sample_weights": torch.rand(sum(lengths), generator=gen) if d.bool() else None,
     }
+    if sizes is not None:
+        args["batch_size_per_feature_per_rank"] = sizes
     return module, args
+
+
+def expected_batch_sizes(module, sizes, num_bags):
+    """Bags per feature of a variable batch, and the fixed-batch twin of its layout, or Invalid."""
+    T = len(FEATURE_TABLES)
+    require(module.pooling_mode != PoolingMode.NONE, "a variable batch is pooled")
+    require(isinstance(sizes, list | tuple) and len(sizes) == T, "T lists of batch sizes")
+    require(all(isinstance(s, list | tuple) for s in sizes), "lists of batch sizes")
+    require(len({len(s) for s in sizes}) == 1, "R batch sizes per feature")
+    require(all(type(b) is int and b >= 0 for s in sizes for b in s), "batch sizes ints >= 0")
+    require(sum(map(sum, sizes)) == num_bags, "batch sizes add up to the bags")
+    dims = [module.embedding_specs[t][1] for t in FEATURE_TABLES]
+    return [sum(s) for s in sizes], FixedBatchTwin([list(s) for s in sizes], dims)
 
 
 def expected_step(module, args):
@@ -66,28 +95,42 @@ def expected_step(module, args):
     T = len(FEATURE_TABLES)
     o = ints(offsets)
     n = indices.numel()
-    require(len(o) >= 1 and (len(o) - 1) % T == 0, "T * B + 1 offsets")
+    require(len(o) >= 1, "offsets not empty")
+    twin = None
+    if args.get("batch_size_per_feature_per_rank") is not None:
+        bags, twin = expected_batch_sizes(
+            module, args["batch_size_per_feature_per_rank"], len(o) - 1
+        )
+    else:
+        require((len(o) - 1) % T == 0, "T * B + 1 offsets")
+        bags = [(len(o) - 1) // T] * T
+    first_bag = list(itertools.accumulate(bags, initial=0))
     require(o[0] >= 0 and all(b >= a for a, b in itertools.pairwise(o)), "offsets non-decreasing")
     if module.bounds_check_mode == BoundsCheckMode.FATAL:
         require(o[-1] == n, "offsets[-1] == len(indices)")
     require(o[-1] <= n, "offsets within indices")
-    batch = (len(o) - 1) // T
     values = ints(indices)
     for f, t in enumerate(FEATURE_TABLES):
         rows = module.embedding_specs[t][0]
-        bag_indices = values[o[f * batch] : o[(f + 1) * batch]]
+        bag_indices = values[o[first_bag[f]] : o[first_bag[f + 1]]]
         require(all(0 <= x < rows for x in bag_indices), "indices in range")
     psw = args.get("per_sample_weights")
     if psw is not None:
         require(isinstance(psw, torch.Tensor) and psw.device.type == "cpu", "psw on cpu")
         require(psw.dim() == 1 and psw.numel() == n and not psw.is_complex(), "psw per index")
         psw = psw.float()
-    return indices, offsets, psw
+    if twin is not None:
+        return indices, twin.offsets(offsets), psw, twin
+    return indices, offsets, psw, None
 
 
-def reference_step(ref, module, indices, offsets, psw, grad):
+def reference_step(ref, module, indices, offsets, psw, twin, grad):
     """The float64 reference's output, updating its tables; NONE pooling pads the rows of indices
-    outside every bag with zeros, as the module's output has one row per index."""
+    outside every bag with zeros, as the module's output has one row per index; a variable batch
+    runs as its fixed-batch twin."""
+    if twin is not None:
+        out, _ = ref.step(indices, offsets, twin.to_fixed(grad), psw)
+        return twin.to_vbe(out)
     out_grad = grad
     o = ints(offsets)
     if module.pooling_mode == PoolingMode.NONE:

@@ -25,16 +25,18 @@ from recops import (
     SplitTableBatchedEmbeddingBagsCodegen,
     WeightDecayMode,
 )
+from recops.embedding.optimizers import OPTIMIZERS as OPTIMIZER_TABLE
 
 ops = torch.ops.recops
 
-# Those FBGEMM's CPU module implements too, and the Adam family (LAMB included), which it has no
-# CPU kernel for.
-FBGEMM_OPTIMIZERS = [OptimType.EXACT_SGD, OptimType.EXACT_ADAGRAD, OptimType.EXACT_ROWWISE_ADAGRAD]
-LAMB_FAMILY = [OptimType.LAMB, OptimType.PARTIAL_ROWWISE_LAMB]
-ADAM_FAMILY = [OptimType.ADAM, OptimType.PARTIAL_ROWWISE_ADAM, *LAMB_FAMILY]
-ROWWISE_SECOND_MOMENT = (OptimType.PARTIAL_ROWWISE_ADAM, OptimType.PARTIAL_ROWWISE_LAMB)
-OPTIMIZERS = FBGEMM_OPTIMIZERS + ADAM_FAMILY
+# Every optimizer of the optimizer table, in its order; those FBGEMM's CPU module implements too;
+# the Adam family (bias-corrected by the step count, LAMB included), which it has no CPU kernel
+# for.
+OPTIMIZERS = list(OPTIMIZER_TABLE)
+FBGEMM_OPTIMIZERS = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].fbgemm_cpu]
+LAMB_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].decays_in_update]
+ADAM_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].bias_corrected]
+ROWWISE_SECOND_MOMENT = [o for o in ADAM_FAMILY if OPTIMIZER_TABLE[o].state_layouts[1] == "rowwise"]
 BETAS = (0.8, 0.9)  # the Adam family's beta1, beta2 in these tests
 POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
 PRECISIONS = [SparseType.FP32, SparseType.FP16, SparseType.BF16]
@@ -1176,15 +1178,32 @@ def test_accessors():
     assert sgd.split_optimizer_states() == [] and sgd.get_optimizer_state() == []
 
 
+class NonDefaultConfig:
+    """A configuration object (like FBGEMM's dataclasses) whose field differs from its default."""
+
+    def __init__(self, value=1.0):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, NonDefaultConfig) and other.value == self.value
+
+    def __repr__(self):
+        return f"NonDefaultConfig({self.value})"
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
         (dict(optimizer="lars_sgd"), "optimizer"),
         (dict(cache_precision=SparseType.FP16), "cache_precision"),
-        (dict(weights_precision=SparseType.INT8), "weights_precision"),
-        (dict(cache_load_factor=0.5), "cache_load_factor"),
-        (dict(prefetch_pipeline=True), "prefetch_pipeline"),
-        (dict(max_norm=1.0), "max_norm"),
+        (dict(output_dtype=SparseType.INT8), "output_dtype"),
+        (dict(optimizer_state_dtypes={"momentum1": SparseType.FP16}), "optimizer_state_dtypes"),
+        (
+            dict(optimizer=OptimType.EXACT_ADAGRAD, uvm_non_rowwise_momentum=True),
+            "uvm_non_rowwise_momentum",
+        ),
+        (dict(global_weight_decay=NonDefaultConfig(0.5)), "global_weight_decay"),
+        (dict(counter_based_regularization=NonDefaultConfig(2.0)), "counter_based_regularization"),
         (dict(weight_decay_mode=3), "weight_decay_mode"),
         (dict(device="cuda"), "device"),
     ],
@@ -1223,8 +1242,10 @@ def test_unsupported_placement_and_forward_arguments():
     with pytest.raises(TypeError, match="unexpected keyword"):
         SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)], no_such_argument=1)
     module = SplitTableBatchedEmbeddingBagsCodegen([(5, 4, *HOST)])
-    with pytest.raises(NotImplementedError, match="batch_size_per_feature_per_rank"):
-        module(torch.tensor([1]), torch.tensor([0, 1]), batch_size_per_feature_per_rank=[[1]])
+    # A preallocated variable-batch output: FBGEMM's CPU module refuses it too.
+    for name in ("vbe_output", "vbe_output_offsets"):
+        with pytest.raises(NotImplementedError, match=name):
+            module(torch.tensor([1]), torch.tensor([0, 1]), **{name: torch.zeros(4)})
     with pytest.raises(ValueError, match="one embedding dim"):
         SplitTableBatchedEmbeddingBagsCodegen(
             [(5, 4, *HOST), (5, 8, *HOST)], pooling_mode=PoolingMode.NONE

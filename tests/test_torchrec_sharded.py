@@ -24,10 +24,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(world: int, runs: list, out_dir) -> None:
-    """Runs dlrm.worker on `world` processes; fails the test past TIMEOUT_S or on any error."""
+def _launch(world: int, runs, out_dir, worker=dlrm.worker) -> None:
+    """Runs worker(rank, world, port, out_dir, runs) on `world` processes; fails the test past
+    TIMEOUT_S or on any error."""
     context = torch.multiprocessing.start_processes(
-        dlrm.worker,
+        worker,
         args=(world, _free_port(), str(out_dir), runs),
         nprocs=world,
         join=False,

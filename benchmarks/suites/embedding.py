@@ -19,12 +19,12 @@ import torch
 from harness import Row, measure_quietly
 
 import recops
+from recops.embedding.optimizers import OPTIMIZERS
 
 T, ROWS, D, B, L = 8, 100_000, 128, 512, 20
 ZIPF_ALPHA = 1.15
 LEARNING_RATE = 0.01
 SUITE = "embedding"
-FBGEMM_CPU_OPTIMIZERS = {"EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD"}
 
 
 def zipf_bags(rng):
@@ -153,7 +153,7 @@ def run(limits):
 
     for optimizer in recops.OptimType:
         impls = {"recops": recops_module(optimizer)}
-        if recops.fbgemm_loaded and optimizer.name in FBGEMM_CPU_OPTIMIZERS:
+        if recops.fbgemm_loaded and OPTIMIZERS[optimizer].fbgemm_cpu:
             impls["fbgemm"] = fbgemm_module(optimizer, impls["recops"].weights_host)
         torch_bags = TorchBags(optimizer)
         short = optimizer.name.removeprefix("EXACT_").lower()

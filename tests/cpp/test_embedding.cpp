@@ -447,13 +447,13 @@ Problem make_problem(Optimizer optimizer, WeightDecay decay = WeightDecay::kNone
   return problem;
 }
 
-constexpr Optimizer kOptimizers[] = {Optimizer::kSgd,
-                                     Optimizer::kAdagrad,
-                                     Optimizer::kRowwiseAdagrad,
-                                     Optimizer::kAdam,
-                                     Optimizer::kPartialRowwiseAdam,
-                                     Optimizer::kLamb,
-                                     Optimizer::kPartialRowwiseLamb};
+// Every optimizer of the optimizer table, in its order.
+std::vector<Optimizer> table_optimizers() {
+  std::vector<Optimizer> optimizers;
+  for (const OptimizerRow& row : kOptimizerTable) optimizers.push_back(row.optimizer);
+  return optimizers;
+}
+const std::vector<Optimizer> kOptimizers = table_optimizers();
 
 template <typename weight_t>
 void check_update(const Batch& batch, const Problem& problem) {

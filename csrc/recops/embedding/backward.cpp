@@ -74,17 +74,20 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
                     const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
                     const std::optional<at::Tensor>& indice_weights, const OptimizerState& state,
                     const at::Tensor& learning_rate_tensor, double weight_decay,
-                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient) {
-  const CheckedBatch batch = check_batch(weights, weights_offsets, D_offsets, rows_per_table,
-                                         indices, offsets, pooling_mode, indice_weights);
+                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient,
+                    const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
+  check_not_int8(weights);
+  const CheckedBatch batch =
+      check_batch(weights, weights_offsets, D_offsets, rows_per_table, indices, offsets,
+                  pooling_mode, indice_weights, batch_size_per_feature_per_rank);
   TORCH_CHECK(weights.is_contiguous(), "weights must be contiguous: they are updated in place");
   const at::Tensor grad = checked_grad_output(grad_output, batch);
   TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= 2,
               "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
               weight_decay_mode);
-  TORCH_CHECK(!kernels::decays_in_update(optimizer) || weight_decay_mode == 0,
-              "LAMB applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), "
-              "got ",
+  const kernels::OptimizerRow& row = kernels::optimizer_row(optimizer);
+  TORCH_CHECK(!row.decays_in_update || weight_decay_mode == 0, row.optim_type,
+              " applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), got ",
               weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
@@ -93,9 +96,9 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   const float learning_rate = learning_rate_tensor.item<float>();
   check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
   check_finite(weight_decay, "weight_decay", at::kFloat);
-  if (optimizer != Optimizer::kSgd) check_finite(state.eps, "eps", at::kFloat);
+  check_finite(state.eps, "eps", at::kFloat);  // 0 where the optimizer reads none
   float bias_correction1 = 1, bias_correction2 = 1;
-  if (kernels::uses_adam_moments(optimizer)) {
+  if (row.bias_corrected) {
     TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ",
                       state.iter);
     bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);
@@ -105,8 +108,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   const auto bits_below = [](int64_t bound) {
     return bound <= 1 ? 0 : 64 - __builtin_clzll(static_cast<uint64_t>(bound - 1));
   };
-  const int64_t payloads =
-      std::max(batch.bags.num_indices, batch.layout.num_features * batch.layout.batch_size);
+  const int64_t payloads = std::max(batch.bags.num_indices, batch.layout.num_bags());
   TORCH_CHECK(bits_below(batch.max_table_rows) + bits_below(payloads) <= 64, "a table of ",
               batch.max_table_rows, " rows with ", payloads,
               " indices or bags exceeds the 64-bit sort key");

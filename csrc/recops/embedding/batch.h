@@ -20,15 +20,27 @@ struct CheckedBatch {
   at::Tensor indices;
   at::Tensor offsets;
   at::Tensor per_sample_weights;  // undefined when absent
+  at::Tensor bag_offsets;         // int64 [T + 1]: feature t's bags
+  at::Tensor output_offsets;      // int64 [bags] with a variable batch size, else undefined
+  int64_t output_size = 0;        // elements of the flat pooled output (variable batch size)
   kernels::FeatureLayout layout;
   kernels::Bags bags;
   int64_t max_table_rows = 0;
 };
 
+// batch_size_per_feature_per_rank ([T, R] int64, FBGEMM's variable batch size, "VBE"): feature t
+// has sum_r [t, r] bags, and the pooled output is flat, rank-major: for each rank r, for each
+// feature t, its [t, r] bags' rows of D_t elements (FBGEMM's output_offsets_feature_rank).
 CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_offsets,
                          const at::Tensor& D_offsets, const at::Tensor& rows_per_table,
                          const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
-                         const std::optional<at::Tensor>& indice_weights);
+                         const std::optional<at::Tensor>& indice_weights,
+                         const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
+
+// The first bag of each feature, int64 [T + 1], for `num_bags` bags: B = num_bags / T each, or
+// the row sums of batch_size_per_feature_per_rank (which must then add up to num_bags).
+at::Tensor feature_bag_offsets(int64_t T, int64_t num_bags,
+                               const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
 // One feature's table inside a flat buffer (weights, or optimizer state): rows x width elements
 // from element `begin`.
@@ -44,12 +56,15 @@ struct TableExtent {
 void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
                            const char* offsets_name);
 
+// Raises for uint8 (INT8) weights, which only the forward lookup reads.
+void check_not_int8(const at::Tensor& weights);
+
 // The kind of a table or output tensor: float32, float16 or bfloat16 (the dtypes TBE kernels
 // store in), else an error naming `name`.
 FloatKind stored_float_kind(const at::Tensor& t, const char* name);
 
-// grad_output as contiguous fp32 of the forward output's shape: [B, total_D] pooled, or
-// [num_indices, max_D] for PoolingMode.NONE.
+// grad_output as contiguous fp32 of the forward output's shape: [B, total_D] pooled ([output_size]
+// with a variable batch size), or [num_indices, max_D] for PoolingMode.NONE.
 at::Tensor checked_grad_output(const at::Tensor& grad_output, const CheckedBatch& batch);
 
 // The elementwise bound on grad_output: max_gradient when clipping, else +inf.

@@ -4,6 +4,7 @@
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
 #include "recops/common/narrow.h"
+#include "recops/embedding/batch.h"
 #include "recops/embedding/kernels/bounds_check.h"
 #include "recops/embedding/ops.h"
 
@@ -11,7 +12,8 @@ namespace recops::embedding {
 
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
-                          const at::Tensor& warning) {
+                          const at::Tensor& warning,
+                          const std::optional<at::Tensor>& batch_size_per_feature_per_rank) {
   TORCH_CHECK(bounds_check_mode >= 0 && bounds_check_mode <= 3, "bounds_check_mode must be 0 ",
               "(FATAL), 1 (WARNING), 2 (IGNORE) or 3 (NONE), got ", bounds_check_mode);
   if (bounds_check_mode == 3) return;
@@ -29,9 +31,10 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
   check_index_dtype(indices, "indices");
   check_same_dtype(indices, "indices", offsets, "offsets");
   const int64_t T = rows_per_table.numel();
-  TORCH_CHECK(T >= 1 && offsets.numel() >= 1 && (offsets.numel() - 1) % T == 0,
-              "offsets must have T * B + 1 entries for T = ", T, " features, got ",
-              offsets.numel());
+  TORCH_CHECK(T >= 1 && offsets.numel() >= 1, "offsets must have T * B + 1 entries for T = ", T,
+              " features, got ", offsets.numel());
+  const at::Tensor bag_offsets =
+      feature_bag_offsets(T, offsets.numel() - 1, batch_size_per_feature_per_rank);
   TORCH_CHECK(indices.is_contiguous() && offsets.is_contiguous(),
               "indices and offsets must be contiguous: bad entries are repaired in place");
   const at::Tensor rows = rows_per_table.contiguous();
@@ -46,17 +49,19 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
   TORCH_CHECK_VALUE(!fatal || last == num_indices, "offsets are malformed: offsets[-1] = ", last,
                     " must equal the number of indices, ", num_indices,
                     " (BoundsCheckMode.FATAL; WARNING and IGNORE set it so, like FBGEMM)");
-  const int64_t B = (offsets.numel() - 1) / T;
+  const int64_t* first_bag = bag_offsets.const_data_ptr<int64_t>();
   const kernels::BoundsReport report =
       dispatch_index_kind(index_kind(indices.scalar_type()), [&](auto tag) {
         using index_t = typename decltype(tag)::type;
-        return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, B,
+        return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, first_bag,
                                      indices.mutable_data_ptr<index_t>(),
                                      offsets.mutable_data_ptr<index_t>(), num_indices, !fatal);
       });
   if (fatal) {
     const int64_t k = report.first_bad_bag;
-    TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k % B, " of feature ", k / B,
+    int64_t t = 0;  // the feature of bag k
+    while (report.bad_bags > 0 && first_bag[t + 1] <= k) ++t;
+    TORCH_CHECK_VALUE(report.bad_bags == 0, "offsets of bag ", k - first_bag[t], " of feature ", t,
                       " are malformed: offsets[", k, "] = ", index_at(offsets, k), ", offsets[",
                       k + 1, "] = ", index_at(offsets, k + 1),
                       " must satisfy 0 <= start <= end <= ", num_indices, " (number of indices)");

@@ -26,7 +26,8 @@ at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
 // WARNING also warns when it repairs while the count is 0 (once per module); NONE 3 does nothing.
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
-                          const at::Tensor& warning);
+                          const at::Tensor& warning,
+                          const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
 // An int64 index tensor (indices or offsets, named `name` in errors) narrowed to int32 for
 // embedding_table_index_type=torch.int32: an IndexError where a value does not fit.
@@ -36,14 +37,15 @@ at::Tensor split_embedding_codegen_forward(
     const at::Tensor& weights, const at::Tensor& weights_offsets, const at::Tensor& D_offsets,
     int64_t total_D, int64_t max_D, const at::Tensor& rows_per_table, const at::Tensor& indices,
     const at::Tensor& offsets, int64_t pooling_mode,
-    const std::optional<at::Tensor>& indice_weights, int64_t output_dtype);
+    const std::optional<at::Tensor>& indice_weights, int64_t output_dtype,
+    const std::optional<at::Tensor>& batch_size_per_feature_per_rank, int64_t vbe_output_size);
 
 at::Tensor split_embedding_codegen_grad_indice_weights(
     const at::Tensor& grad_output, const at::Tensor& weights, const at::Tensor& weights_offsets,
     const at::Tensor& D_offsets, const at::Tensor& rows_per_table, const at::Tensor& indices,
     const at::Tensor& offsets, int64_t pooling_mode,
     const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
-    double max_gradient);
+    double max_gradient, const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
 // The fused backward of every optimizer: updates weights (and momentum1, momentum2) in place.
 // The Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`.
@@ -64,6 +66,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
                     const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
                     const std::optional<at::Tensor>& indice_weights, const OptimizerState& state,
                     const at::Tensor& learning_rate_tensor, double weight_decay,
-                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient);
+                    int64_t weight_decay_mode, bool gradient_clipping, double max_gradient,
+                    const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
 }  // namespace recops::embedding

@@ -74,9 +74,9 @@ template <typename Fn>
 int64_t for_each_bag_chunk(const FeatureLayout& layout, int64_t num_indices,
                            int64_t bytes_per_index, const Fn& fn) {
   const int64_t T = layout.num_features;
-  const int64_t B = layout.batch_size;
-  if (T == 0 || B == 0) return -1;
-  const int64_t bags = T * B;
+  const int64_t B = layout.batch_size;  // the most bags of a feature
+  const int64_t bags = layout.num_bags();
+  if (T == 0 || bags == 0) return -1;
   const int64_t bytes_per_bag = std::max<int64_t>(1, num_indices * bytes_per_index / bags);
   const int64_t bags_per_chunk = std::min(B, grain_for_bytes(bytes_per_bag));
   const int64_t chunks_per_feature = (B + bags_per_chunk - 1) / bags_per_chunk;
@@ -87,8 +87,10 @@ int64_t for_each_bag_chunk(const FeatureLayout& layout, int64_t num_indices,
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / chunks_per_feature;
       const int64_t b_begin = (item % chunks_per_feature) * bags_per_chunk;
+      const int64_t b_end = std::min(layout.bags_of(t), b_begin + bags_per_chunk);
+      if (b_begin >= b_end) continue;  // past the bags of a feature with fewer (VBE)
       const bool continued = item > begin && b_begin > 0;
-      first_bad[item] = fn(scratch, t, b_begin, std::min(B, b_begin + bags_per_chunk), continued);
+      first_bad[item] = fn(scratch, t, b_begin, b_end, continued);
     }
   });
   int64_t bad = -1;

@@ -13,7 +13,7 @@ namespace recops::embedding::kernels {
 
 struct BoundsReport {
   int64_t bad_bags = 0;          // bags whose offsets were out of order or out of range
-  int64_t first_bad_bag = -1;    // t * B + b
+  int64_t first_bad_bag = -1;    // its position among all bags
   int64_t bad_indices = 0;       // indices outside their table
   int64_t first_bad_index = -1;  // position in indices
 };
@@ -32,12 +32,13 @@ inline IndexErrors combine(const IndexErrors& a, const IndexErrors& b) {
 // FBGEMM's rule first: the last bag ends at the last index, so a repair moves the last offset
 // there (the caller raises instead when not repairing). Then offsets (bags in order, so a
 // repaired end is the next bag's start); indices are only checked once every bag lies inside
-// [0, N) in order, i.e. never after unrepaired bad offsets.
+// [0, N) in order, i.e. never after unrepaired bad offsets. Feature t has the bags
+// [bag_offsets[t], bag_offsets[t + 1]).
 template <typename index_t>
-BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* indices,
-                          index_t* offsets, int64_t num_indices, bool repair) {
+BoundsReport check_bounds(const int64_t* rows, int64_t T, const int64_t* bag_offsets,
+                          index_t* indices, index_t* offsets, int64_t num_indices, bool repair) {
   BoundsReport report;
-  const int64_t bags = T * B;
+  const int64_t bags = bag_offsets[T];
   const auto n = static_cast<index_t>(num_indices);  // fits: the adapter checked
   if (repair && offsets[bags] != n) offsets[bags] = n;
   for (int64_t k = 0; k < bags; ++k) {
@@ -57,9 +58,9 @@ BoundsReport check_bounds(const int64_t* rows, int64_t T, int64_t B, index_t* in
       [&](int64_t p_begin, int64_t p_end, IndexErrors acc) {
         // The feature of p_begin: the last whose first index is at or before it.
         int64_t t = 0;
-        while (t + 1 < T && offsets[(t + 1) * B] <= p_begin) ++t;
+        while (t + 1 < T && offsets[bag_offsets[t + 1]] <= p_begin) ++t;
         for (int64_t p = p_begin; p < p_end; ++p) {
-          while (p >= offsets[(t + 1) * B]) ++t;
+          while (p >= offsets[bag_offsets[t + 1]]) ++t;
           const int64_t index = indices[p];
           if (index >= 0 && index < rows[t]) continue;
           if (acc.count++ == 0) acc.first = p;

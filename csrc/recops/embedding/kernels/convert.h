@@ -53,6 +53,13 @@ inline void from_float(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, n * sizeof(float));
 }
 
+// An INT8 row of n codes (its scale and bias follow them) as fp32.
+inline void to_float(const Int8Rowwise* src, float* dst, int64_t n) {
+  float scale_bias[2];
+  std::memcpy(scale_bias, src + n, sizeof(scale_bias));
+  for (int64_t i = 0; i < n; ++i) dst[i] = scale_bias[0] * src[i].code + scale_bias[1];
+}
+
 // A row of T as fp32: the row itself for fp32, else converted into `scratch` (n floats).
 template <typename T>
 const float* row_as_float(const T* row, float* scratch, int64_t n) {
@@ -92,6 +99,21 @@ inline void add_scaled_block(float* __restrict acc, const T* __restrict row, flo
     float widened[kWidth];
     to_float(row, widened, kWidth);
     for (int64_t i = 0; i < kWidth; ++i) acc[i] += scale * widened[i];
+  }
+}
+
+// acc[0, W) += scale * row[c, c + W) for a stored row of dim D (an INT8 row's scale and bias
+// follow its D codes, so it is read whole rather than from column c).
+template <int64_t kWidth, typename T>
+inline void add_row_block(float* __restrict acc, const T* __restrict row, int64_t c, int64_t D,
+                          float scale) {
+  if constexpr (std::is_same_v<T, Int8Rowwise>) {
+    float scale_bias[2];
+    std::memcpy(scale_bias, row + D, sizeof(scale_bias));
+    const float code_scale = scale * scale_bias[0], offset = scale * scale_bias[1];
+    for (int64_t i = 0; i < kWidth; ++i) acc[i] += code_scale * row[c + i].code + offset;
+  } else {
+    add_scaled_block<kWidth>(acc, row + c, scale);
   }
 }
 

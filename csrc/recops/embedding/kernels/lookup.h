@@ -20,11 +20,11 @@ struct FeatureTable {
 
   // One unsigned comparison checks 0 <= r < rows.
   bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
-  const weight_t* row(int64_t r) const { return rows_data + r * D; }
+  const weight_t* row(int64_t r) const { return rows_data + r * stored_row_size<weight_t>(D); }
   // Prefetching needs no bounds check: a prefetch never faults, and the address is formed as an
   // integer, so an out-of-range index is harmless.
   __attribute__((always_inline)) void prefetch(int64_t r) const {
-    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(weight_t));
+    const int64_t row_bytes = stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
     const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
     prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
   }
@@ -32,10 +32,10 @@ struct FeatureTable {
 
 // block[0, W) += psw[p] * row(indices[p])[c, c + W) over the bag's positions [begin, end),
 // prefetching rows kPrefetchDistance positions ahead (below prefetch_end) on the first block.
-// An out-of-range index adds `zeros` (a row of at least W zeros) instead; returns the first such
-// position, or -1. Everything is passed by value and only `block` is written, so the loop's
-// loads never wait on possibly aliasing stores, and every row is added unconditionally, which
-// keeps the accumulator in registers.
+// An out-of-range index adds `zeros` (a zero row, as long as a stored row) instead; returns the
+// first such position, or -1. Everything is passed by value and only `block` is written, so the
+// loop's loads never wait on possibly aliasing stores, and every row is added unconditionally,
+// which keeps the accumulator in registers.
 template <int64_t kWidth, typename weight_t, typename index_t>
 inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_weights, int64_t begin,
                              int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
@@ -48,9 +48,9 @@ inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_wei
     const int64_t r = indices[p];
     const bool valid = table.contains(r);
     if (!valid && bad < 0) bad = p;
-    const weight_t* row = valid ? table.row(r) + c : zeros;
+    const weight_t* row = valid ? table.row(r) : zeros;
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
-    add_scaled_block<kWidth>(block, row, scale);
+    add_row_block<kWidth>(block, row, c, table.D, scale);
   }
   return bad;
 }
@@ -92,7 +92,6 @@ int64_t forward(const ForwardArgs& args) {
   const TypedBags<index_t> bags(args.bags);
   const auto* weights = static_cast<const weight_t*>(args.weights);
   auto* out = static_cast<out_t*>(args.out);
-  const int64_t B = layout.batch_size;
   const bool pooled = bags.pooling != Pooling::kNone;
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
 
@@ -107,8 +106,9 @@ int64_t forward(const ForwardArgs& args) {
         const auto* zeros = reinterpret_cast<const weight_t*>(scratch.zeros());
         // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a
         // task's first chunk of a feature prefetches its own first rows.
-        const int64_t first = bags.offsets[t * B + b_begin];
-        const int64_t feature_end = bags.offsets[t * B + B];
+        const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
+        const int64_t first = offsets[b_begin];
+        const int64_t feature_end = offsets[layout.bags_of(t)];
         if (!continued) {
           for (int64_t p = first; p < std::min(feature_end, first + kPrefetchDistance); ++p) {
             table.prefetch(indices[p]);
@@ -116,14 +116,14 @@ int64_t forward(const ForwardArgs& args) {
         }
         int64_t bad = -1;
         for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = bags.offsets[t * B + b];
-          const int64_t end = bags.offsets[t * B + b + 1];
+          const int64_t begin = offsets[b];
+          const int64_t end = offsets[b + 1];
           if (!pooled) {
             bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
                                            scratch, out));
             continue;
           }
-          out_t* out_row = out + b * layout.total_D + layout.D_offsets[t];
+          out_t* out_row = out + layout.output_offset(t, b);
           const float bag_scale = bags.pooling_scale(end - begin);
           for_each_column_block(D, [&](auto width, int64_t c) {
             constexpr int64_t kWidth = decltype(width)::value;
@@ -145,7 +145,6 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
   const FeatureLayout& layout = args.layout;
   const TypedBags<index_t> bags(args.bags);
   const auto* weights = static_cast<const weight_t*>(args.weights);
-  const int64_t B = layout.batch_size;
   const bool pooled = bags.pooling != Pooling::kNone;
   const float bound = args.max_gradient;
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
@@ -158,8 +157,9 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
         const weight_t* table = weights + layout.weights_offsets[t];
         const int64_t rows = layout.rows[t];
-        const int64_t first = bags.offsets[t * B + b_begin];
-        const int64_t last = bags.offsets[t * B + b_end];
+        const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
+        const int64_t first = offsets[b_begin];
+        const int64_t last = offsets[b_end];
         if (args.feature_requires_grad != nullptr && args.feature_requires_grad[t] == 0) {
           std::fill(args.grad + first, args.grad + last, 0.0f);
           return -1;
@@ -170,10 +170,10 @@ int64_t sample_weights_grad(const SampleWeightsGradArgs& args) {
         };
         int64_t bad = -1;
         for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = bags.offsets[t * B + b];
-          const int64_t end = bags.offsets[t * B + b + 1];
+          const int64_t begin = offsets[b];
+          const int64_t end = offsets[b + 1];
           if (pooled) {
-            load_grad(args.grad_output + b * layout.total_D + layout.D_offsets[t],
+            load_grad(args.grad_output + layout.output_offset(t, b),
                       bags.pooling_scale(end - begin));
           }
           for (int64_t p = begin; p < end; ++p) {

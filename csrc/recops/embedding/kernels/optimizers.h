@@ -1,7 +1,7 @@
 // The exact optimizers as policies: one step on one row given the row's summed gradient g (fp32).
 // Weight decay is shared: L2 folds wd * w into g first; DECOUPLE scales w by keep = 1 - lr * wd in
 // the step (keep = 1 otherwise, which leaves w exactly unscaled); LAMB decays in its own update
-// (decays_in_update). Compiled per instruction set.
+// (its row's decays_in_update, optimizer_table.h). Compiled per instruction set.
 #pragma once
 
 #ifndef RECOPS_ISA_NS
@@ -12,12 +12,14 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-// Each policy names its Optimizer (whose state buffers hold optimizer_state_size(kKind, k, D)
-// elements per row of buffer k, tbe.h) and steps one row: `s[k]` is the row's state in buffer k.
+// Step<o> steps one row for optimizer o: `s[k]` is the row's state in buffer k, which holds
+// optimizer_state_size(o, k, D) elements per row (optimizer_table.h).
+template <Optimizer kOptimizer>
+struct Step;
 
 // w = keep * w - lr * g
-struct ExactSgd {
-  static constexpr Optimizer kKind = Optimizer::kSgd;
+template <>
+struct Step<Optimizer::kSgd> {
   static void step(float* __restrict w, float* const* /*s*/, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - p.learning_rate * g[d];
@@ -25,8 +27,8 @@ struct ExactSgd {
 };
 
 // m += g^2; w = keep * w - lr * g / (sqrt(m) + eps), elementwise.
-struct ExactAdagrad {
-  static constexpr Optimizer kKind = Optimizer::kAdagrad;
+template <>
+struct Step<Optimizer::kAdagrad> {
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     float* __restrict m = s[0];
@@ -46,8 +48,8 @@ inline float mean_square(const float* __restrict g, int64_t D) {
 }
 
 // m += mean_d(g^2); w = keep * w - lr / (sqrt(m) + eps) * g, one m per row.
-struct ExactRowwiseAdagrad {
-  static constexpr Optimizer kKind = Optimizer::kRowwiseAdagrad;
+template <>
+struct Step<Optimizer::kRowwiseAdagrad> {
   static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     const float sum = s[0][0] + mean_square(g, D);
@@ -82,17 +84,18 @@ void adam_direction(float* const* s, float* __restrict g, int64_t D, const Optim
 }
 
 // Adam: w = keep * w - lr * direction.
-template <Optimizer kOptimizer, bool kRowwiseSecondMoment>
+template <bool kRowwiseSecondMoment>
 struct AdamStep {
-  static constexpr Optimizer kKind = kOptimizer;
   static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
                    const OptimizerParams& p, float keep) {
     adam_direction<kRowwiseSecondMoment>(s, g, D, p);
     for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - p.learning_rate * g[d];
   }
 };
-using Adam = AdamStep<Optimizer::kAdam, false>;
-using PartialRowwiseAdam = AdamStep<Optimizer::kPartialRowwiseAdam, true>;
+template <>
+struct Step<Optimizer::kAdam> : AdamStep<false> {};
+template <>
+struct Step<Optimizer::kPartialRowwiseAdam> : AdamStep<true> {};
 
 // LAMB's step on one row (one row is one layer, as in FBGEMM): w -= lr * ratio * r for the
 // update direction r, with the trust ratio ||w|| / ||r||, or 1 where either norm is 0 (as the
@@ -115,9 +118,8 @@ inline void trust_ratio_step(float* __restrict w, const float* __restrict r, int
 
 // LAMB: r = Adam's direction + weight_decay * w (built in g's place), then trust_ratio_step.
 // Weight decay is part of r, so weight_decay_mode does not apply (keep = 1, decays_in_update).
-template <Optimizer kOptimizer, bool kRowwiseSecondMoment>
+template <bool kRowwiseSecondMoment>
 struct LambStep {
-  static constexpr Optimizer kKind = kOptimizer;
   static void step(float* __restrict w, float* const* s, float* __restrict g, int64_t D,
                    const OptimizerParams& p, float /*keep*/) {
     adam_direction<kRowwiseSecondMoment>(s, g, D, p);
@@ -125,12 +127,14 @@ struct LambStep {
     trust_ratio_step(w, g, D, p.learning_rate);
   }
 };
-using Lamb = LambStep<Optimizer::kLamb, false>;
-using PartialRowwiseLamb = LambStep<Optimizer::kPartialRowwiseLamb, true>;
+template <>
+struct Step<Optimizer::kLamb> : LambStep<false> {};
+template <>
+struct Step<Optimizer::kPartialRowwiseLamb> : LambStep<true> {};
 
-// Applies Opt to one stored row, computing in fp32 and rounding once on the store. `g` is
-// clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
-template <typename Opt, typename weight_t>
+// Applies optimizer kOptimizer to one stored row, computing in fp32 and rounding once on the store.
+// `g` is clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
+template <Optimizer kOptimizer, typename weight_t>
 void update_row(weight_t* row, float* const* state, float* g, int64_t D, const OptimizerParams& p,
                 float* scratch) {
   float* w;
@@ -141,7 +145,7 @@ void update_row(weight_t* row, float* const* state, float* g, int64_t D, const O
     w = scratch;
   }
   float keep = 1.0f;
-  if constexpr (!decays_in_update(Opt::kKind)) {
+  if constexpr (!optimizer_row(kOptimizer).decays_in_update) {
     if (p.weight_decay_mode == WeightDecay::kL2) {
       for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
     }
@@ -149,7 +153,7 @@ void update_row(weight_t* row, float* const* state, float* g, int64_t D, const O
       keep = 1.0f - p.learning_rate * p.weight_decay;
     }
   }
-  Opt::step(w, state, g, D, p, keep);
+  Step<kOptimizer>::step(w, state, g, D, p, keep);
   if constexpr (!std::is_same_v<weight_t, float>) from_float(w, row, D);
 }
 

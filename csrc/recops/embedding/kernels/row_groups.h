@@ -166,12 +166,11 @@ template <typename key_t, typename index_t>
 int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bags,
                       const Tables& tables, int payload_bits, RowRuns& runs) {
   const int64_t T = layout.num_features;
-  const int64_t B = layout.batch_size;
   const int64_t N = bags.num_indices;
   const bool pooled = bags.pooling != Pooling::kNone;
   const bool by_bag = pooled && bags.per_sample_weights == nullptr;
   const bool scaled = bags.per_sample_weights != nullptr || bags.pooling == Pooling::kMean;
-  const int64_t num_payloads = by_bag ? T * B : N;
+  const int64_t num_payloads = by_bag ? layout.num_bags() : N;
 
   // Table blocks, and where each feature's occurrences start in its table's block.
   const auto num_tables = static_cast<int64_t>(tables.tables.size());
@@ -180,7 +179,8 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
   for (int64_t t = 0; t < T; ++t) {
     const int64_t table = tables.feature_table[t];
     feature_begin[t] = block_begin[table + 1];
-    block_begin[table + 1] += bags.offsets[(t + 1) * B] - bags.offsets[t * B];
+    block_begin[table + 1] +=
+        bags.offsets[layout.first_bag(t + 1)] - bags.offsets[layout.first_bag(t)];
   }
   for (int64_t i = 0; i < num_tables; ++i) {
     for (int64_t t = 0; t < T; ++t) {
@@ -201,17 +201,18 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
         const index_t* indices = bags.indices;
         key_t* key = keys.get() + feature_begin[t];  // key[p - first] for position p
-        const int64_t first = bags.offsets[t * B];
+        const int64_t first_bag = layout.first_bag(t);
+        const int64_t first = bags.offsets[first_bag];
         int64_t* source = source_of.get();
         float* scale = scale_of.get();
         int64_t bad_position = -1;
         for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = bags.offsets[t * B + b];
-          const int64_t end = bags.offsets[t * B + b + 1];
+          const int64_t bag = first_bag + b;
+          const int64_t begin = bags.offsets[bag];
+          const int64_t end = bags.offsets[bag + 1];
           const float pooling_scale = bags.pooling_scale(end - begin);
-          const int64_t bag = t * B + b;
           if (by_bag) {
-            source[bag] = b * layout.total_D + layout.D_offsets[t];
+            source[bag] = layout.output_offset(t, b);
             if (scaled) scale[bag] = pooling_scale;
           }
           for (int64_t p = begin; p < end; ++p) {
@@ -220,7 +221,7 @@ int64_t group_rows_as(const FeatureLayout& layout, const TypedBags<index_t>& bag
             const auto payload = static_cast<key_t>(by_bag ? bag : p);
             key[p - first] = static_cast<key_t>(static_cast<key_t>(r) << payload_bits) | payload;
             if (!by_bag) {
-              source[p] = pooled ? b * layout.total_D + layout.D_offsets[t] : p * D;
+              source[p] = pooled ? layout.output_offset(t, b) : p * D;
               if (scaled) scale[p] = bags.sample_weight(p) * pooling_scale;
             }
           }
@@ -255,11 +256,10 @@ template <typename index_t>
 int64_t group_rows(const FeatureLayout& layout, const Bags& raw_bags, const Tables& tables,
                    RowRuns& runs) {
   const TypedBags<index_t> bags(raw_bags);
-  const int64_t T = layout.num_features;
-  const int64_t B = layout.batch_size;
-  if (T * B == 0 || bags.offsets[T * B] == bags.offsets[0]) return -1;
+  const int64_t num_bags = layout.num_bags();
+  if (num_bags == 0 || bags.offsets[num_bags] == bags.offsets[0]) return -1;
   const bool by_bag = bags.pooling != Pooling::kNone && bags.per_sample_weights == nullptr;
-  const int payload_bits = bits_below(static_cast<uint64_t>(by_bag ? T * B : bags.num_indices));
+  const int payload_bits = bits_below(static_cast<uint64_t>(by_bag ? num_bags : bags.num_indices));
   int row_bits = 0;
   for (const Table& table : tables.tables) {
     row_bits = std::max(row_bits, bits_below(static_cast<uint64_t>(table.rows)));

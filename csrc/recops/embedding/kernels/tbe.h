@@ -21,6 +21,7 @@
 #include "recops/common/half_bits.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
+#include "recops/embedding/kernels/optimizer_table.h"
 
 #if RECOPS_X86_VARIANTS
 #include <immintrin.h>
@@ -30,51 +31,27 @@ namespace recops::embedding::kernels {
 
 enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's PoolingMode values
 enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
-enum class Optimizer {
-  kSgd,
-  kAdagrad,
-  kRowwiseAdagrad,
-  kAdam,
-  kPartialRowwiseAdam,
-  kLamb,
-  kPartialRowwiseLamb
+// FBGEMM's INT8 rows ("fused 8-bit rowwise"): D uint8 codes, then a float32 scale and a float32
+// bias (kInt8RowTail bytes), element d being scale * code[d] + bias. Looked up only: FBGEMM's CPU
+// module has no INT8 backward either.
+struct Int8Rowwise {
+  uint8_t code;
 };
-constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
+constexpr int64_t kInt8RowTail = 2 * sizeof(float);
 
-// Elements per row of D in optimizer-state buffer k (0: momentum1, 1: momentum2); 0 for a buffer
-// the optimizer does not use.
-constexpr int64_t optimizer_state_size(Optimizer optimizer, int k, int64_t D) {
-  switch (optimizer) {
-    case Optimizer::kAdagrad:
-      return k == 0 ? D : 0;
-    case Optimizer::kRowwiseAdagrad:
-      return k == 0 ? 1 : 0;
-    case Optimizer::kAdam:
-    case Optimizer::kLamb:
-      return D;
-    case Optimizer::kPartialRowwiseAdam:
-    case Optimizer::kPartialRowwiseLamb:
-      return k == 0 ? D : 1;
-    default:
-      return 0;
-  }
-}
-
-// The Adam family (Adam, LAMB and their partial rowwise forms): two moments, bias-corrected by
-// the step count.
-constexpr bool uses_adam_moments(Optimizer optimizer) {
-  return optimizer == Optimizer::kAdam || optimizer == Optimizer::kPartialRowwiseAdam ||
-         optimizer == Optimizer::kLamb || optimizer == Optimizer::kPartialRowwiseLamb;
-}
-
-// LAMB adds weight_decay * w to its update direction itself, before the trust ratio: it ignores
-// weight_decay_mode (FBGEMM's LAMB has no mode).
-constexpr bool decays_in_update(Optimizer optimizer) {
-  return optimizer == Optimizer::kLamb || optimizer == Optimizer::kPartialRowwiseLamb;
+// Elements of one stored row of dim D.
+template <typename weight_t>
+constexpr int64_t stored_row_size(int64_t D) {
+  return std::is_same_v<weight_t, Int8Rowwise> ? D + kInt8RowTail : D;
 }
 
 // Features (FBGEMM's T) and where each one's table lives. Features sharing a table have equal
 // weights_offsets (and equal D, rows and optimizer-state offsets).
+//
+// Every feature has batch_size bags and the pooled output is [B, total_D], unless the batch size
+// varies by feature (FBGEMM's variable batch size, "VBE"): then feature t has the bags
+// [bag_offsets[t], bag_offsets[t + 1]), batch_size is the largest feature's count, and the pooled
+// output is flat, bag k's row starting at element output_offsets[k].
 struct FeatureLayout {
   int64_t num_features = 0;  // T
   int64_t batch_size = 0;    // B
@@ -83,15 +60,29 @@ struct FeatureLayout {
   const int32_t* D_offsets = nullptr;  // [T + 1]: feature t owns columns [D_offsets[t], [t+1])
   const int64_t* weights_offsets = nullptr;  // [T]: first element of feature t's table
   const int64_t* rows = nullptr;             // [T]: rows of feature t's table
+  const int64_t* bag_offsets = nullptr;      // [T + 1] with a variable batch size, else null
+  const int64_t* output_offsets = nullptr;   // [bags] with a variable batch size, else null
+
+  // Bag b of feature t is bag first_bag(t) + b of the batch.
+  int64_t first_bag(int64_t t) const {
+    return bag_offsets != nullptr ? bag_offsets[t] : t * batch_size;
+  }
+  int64_t bags_of(int64_t t) const { return first_bag(t + 1) - first_bag(t); }
+  int64_t num_bags() const { return first_bag(num_features); }
+  // The element where bag b of feature t starts in the pooled output.
+  int64_t output_offset(int64_t t, int64_t b) const {
+    return output_offsets != nullptr ? output_offsets[first_bag(t) + b]
+                                     : b * total_D + D_offsets[t];
+  }
 };
 
-// One batch: bag t * B + b of feature t is indices[offsets[t * B + b], offsets[t * B + b + 1]).
+// One batch: bag k = first_bag(t) + b of feature t is indices[offsets[k], offsets[k + 1]).
 // Offsets are validated (non-decreasing, within indices) before a kernel runs; indices are
 // checked against their table's rows by the kernels themselves.
 struct Bags {
   IndexKind index_kind = IndexKind::kInt64;
   const void* indices = nullptr;
-  const void* offsets = nullptr;  // [T * B + 1]
+  const void* offsets = nullptr;  // [bags + 1]
   int64_t num_indices = 0;
   const float* per_sample_weights = nullptr;  // [num_indices], or null
   Pooling pooling = Pooling::kSum;
@@ -101,9 +92,10 @@ struct ForwardArgs {
   FeatureLayout layout;
   Bags bags;
   FloatKind weights_kind = FloatKind::kFloat;
+  bool int8_weights = false;  // Int8Rowwise rows (weights_kind unused)
   const void* weights = nullptr;
   FloatKind out_kind = FloatKind::kFloat;
-  void* out = nullptr;  // [B, total_D] pooled; [num_indices, max_D] for Pooling::kNone
+  void* out = nullptr;  // pooled: see FeatureLayout; [num_indices, max_D] for Pooling::kNone
 };
 
 // Gradient of the per-sample weights: grad[i] = <clip(grad_output row of i's bag), row of i>,

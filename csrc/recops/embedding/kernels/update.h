@@ -45,7 +45,7 @@ inline void sum_gradients(const float* grad_output, const int64_t* source, const
   });
 }
 
-template <typename Opt, typename weight_t>
+template <Optimizer kOptimizer, typename weight_t>
 void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& runs) {
   auto* weights = static_cast<weight_t*>(args.weights);
   const int64_t max_D = args.layout.max_D;
@@ -67,7 +67,7 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       const int64_t D = table.D;
       // Row `row`'s elements in state buffer k (null when the optimizer does not use it).
       const auto state_row = [&](int k, int64_t row) -> float* {
-        const int64_t size = optimizer_state_size(Opt::kKind, k, D);
+        const int64_t size = optimizer_state_size(kOptimizer, k, D);
         return size > 0 ? args.state[k] + table.state_offset[k] + row * size : nullptr;
       };
       if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
@@ -77,7 +77,7 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
         for (int k = 0; k < kMaxStates; ++k) {
           if (float* s = state_row(k, ahead)) {
             prefetch_bytes<1>(
-                s, optimizer_state_size(Opt::kKind, k, D) * static_cast<int64_t>(sizeof(float)));
+                s, optimizer_state_size(kOptimizer, k, D) * static_cast<int64_t>(sizeof(float)));
           }
         }
       }
@@ -85,8 +85,8 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
                     table_runs.begin[j + 1], occurrences, args.max_gradient, D, g);
       const int64_t row = table_runs.row[j];
       float* const state[kMaxStates] = {state_row(0, row), state_row(1, row)};
-      update_row<Opt>(weights + table.weights_offset + row * D, state, g, D, args.params,
-                      converted);
+      update_row<kOptimizer>(weights + table.weights_offset + row * D, state, g, D, args.params,
+                             converted);
     }
   });
 }

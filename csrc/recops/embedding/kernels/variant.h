@@ -1,5 +1,6 @@
 // One instruction-set variant of the TBE kernels: the type-erased entry points of tbe.h, which
-// pick the element, index and optimizer types and call the templates. Included once by each
+// pick the element, index and optimizer types (the optimizer's Step<> policy through
+// kOptimizerTable's dispatch_optimizer) and call the templates. Included once by each
 // variant_<isa>.cpp after it selected the instruction set and defined RECOPS_ISA_NS (the
 // variant's namespace) and RECOPS_ISA_LEVEL (0 baseline, 1 AVX2, 2 AVX-512).
 #pragma once
@@ -13,27 +14,15 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-template <typename Fn>
-decltype(auto) dispatch_optimizer(Optimizer optimizer, Fn&& fn) {
-  switch (optimizer) {
-    case Optimizer::kAdagrad:
-      return fn(TypeTag<ExactAdagrad>{});
-    case Optimizer::kRowwiseAdagrad:
-      return fn(TypeTag<ExactRowwiseAdagrad>{});
-    case Optimizer::kAdam:
-      return fn(TypeTag<Adam>{});
-    case Optimizer::kPartialRowwiseAdam:
-      return fn(TypeTag<PartialRowwiseAdam>{});
-    case Optimizer::kLamb:
-      return fn(TypeTag<Lamb>{});
-    case Optimizer::kPartialRowwiseLamb:
-      return fn(TypeTag<PartialRowwiseLamb>{});
-    default:
-      return fn(TypeTag<ExactSgd>{});
-  }
-}
-
 inline int64_t forward_entry(const ForwardArgs& args) {
+  if (args.int8_weights) {
+    return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+      return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
+        return forward<Int8Rowwise, typename decltype(out_tag)::type,
+                       typename decltype(index_tag)::type>(args);
+      });
+    });
+  }
   return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
     return dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
       return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
@@ -60,10 +49,10 @@ inline int64_t exact_update_entry(const UpdateArgs& args) {
     return group_rows<typename decltype(index_tag)::type>(args.layout, args.bags, tables, runs);
   });
   if (bad >= 0) return bad;
-  dispatch_optimizer(args.optimizer, [&](auto optimizer_tag) {
+  dispatch_optimizer(args.optimizer, [&](auto optimizer) {
     dispatch_float_kind<FloatKinds::kNoDouble>(args.weights_kind, [&](auto weight_tag) {
-      apply_updates<typename decltype(optimizer_tag)::type, typename decltype(weight_tag)::type>(
-          args, tables, runs);
+      apply_updates<decltype(optimizer)::value, typename decltype(weight_tag)::type>(args, tables,
+                                                                                     runs);
     });
   });
   return -1;

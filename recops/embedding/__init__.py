@@ -1,0 +1,43 @@
+"""Table-batched embedding bags with the optimizer fused into backward (docs/ops.md section 7).
+
+``SplitTableBatchedEmbeddingBagsCodegen`` is FBGEMM's module of that name for CPU training: many
+tables looked up in one call, and a backward that sums the gradient of every unique row (across
+bags and the features sharing a table) and applies the optimizer to it in place, never building a
+dense gradient. Kernels live in csrc/recops/embedding. One job per file here:
+
+- ``config``: FBGEMM's enums and the constructor arguments recops accepts only at their defaults;
+- ``optimizers``: the fused optimizers (and ``OptimType``), read from the C++ optimizer table;
+- ``layout``: the table layout arithmetic (flat buffers, per-feature offsets, per-table views);
+- ``ops``: the ops' fake kernels and the lookup ops' autograd;
+- ``module``: the module class.
+"""
+
+from recops.embedding import ops  # noqa: F401  (registers the ops' fake kernels and autograd)
+from recops.embedding.config import (
+    BoundsCheckMode,
+    ComputeDevice,
+    EmbeddingLocation,
+    PoolingMode,
+    SparseType,
+    WeightDecayMode,
+)
+from recops.embedding.module import SplitTableBatchedEmbeddingBagsCodegen
+from recops.embedding.optimizers import EmbOptimType, OptimType
+
+__all__ = [
+    "BoundsCheckMode",
+    "ComputeDevice",
+    "EmbOptimType",
+    "EmbeddingLocation",
+    "OptimType",
+    "PoolingMode",
+    "SparseType",
+    "SplitTableBatchedEmbeddingBagsCodegen",
+    "WeightDecayMode",
+]
+
+# The public classes keep the module path they are imported from (in reprs, pickles and the
+# module name torchrec sharding reports).
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -1,0 +1,63 @@
+"""The fused optimizers, as the C++ optimizer table lists them (one row each,
+csrc/recops/embedding/kernels/optimizer_table.h, read through
+``torch.ops.recops.tbe_optimizer_table()``): FBGEMM's ``OptimType`` members recops implements, and
+each one's op suffix, state buffers, hyper-parameters and weight-decay rule."""
+
+import dataclasses
+import enum
+import json
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    name: str  # op suffix: split_embedding_codegen_lookup_<name>_function
+    optim_type: str  # FBGEMM's OptimType member
+    optim_type_value: str
+    # Per state buffer (momentum1, momentum2, ...): "elementwise" (D values per row) or "rowwise"
+    # (one), and get_optimizer_state's (torch.optim's) name for it.
+    state_layouts: tuple[str, ...]
+    state_names: tuple[str, ...]
+    # Hyper-parameters the ops take besides the learning rate and weight decay, passed from the
+    # module's attributes of these names (``iter``: the step being taken).
+    hyper_parameters: tuple[str, ...]
+    bias_corrected: bool  # by the step count (the Adam family): the module saves its step count
+    weight_decay_mode: int | None  # the WeightDecayMode the module passes; None: its own
+    decays_in_update: bool  # weight decay is part of the update direction (LAMB)
+    fbgemm_cpu: bool  # FBGEMM's CPU module implements it too
+
+
+def _read_table():
+    rows = []
+    for row in json.loads(torch.ops.recops.tbe_optimizer_table()):
+        states = row.pop("states")
+        mode = row.pop("weight_decay_mode")
+        rows.append(
+            OptimizerSpec(
+                state_layouts=tuple(layout for layout, _ in states),
+                state_names=tuple(name for _, name in states),
+                hyper_parameters=tuple(row.pop("hyper_parameters")),
+                weight_decay_mode=None if mode < 0 else mode,
+                **row,
+            )
+        )
+    return rows
+
+
+class _OptimTypeBase(enum.Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+_TABLE = _read_table()
+OptimType = _OptimTypeBase(
+    "OptimType",
+    [(row.optim_type, row.optim_type_value) for row in _TABLE],
+    module="recops.embedding",
+    qualname="OptimType",
+)
+EmbOptimType = OptimType
+
+# OptimType -> its row, in the table's order.
+OPTIMIZERS = {OptimType[row.optim_type]: row for row in _TABLE}
