@@ -169,8 +169,9 @@ def hashmap_insert(indices, dense_indices, offsets, hash_table, hash_table_offse
 
 
 def hashmap_lookup(indices, offsets, hash_table, hash_table_offsets):
+    """The dense index of every index (int64; -1 where no bag covers it), hashed as its dtype."""
     starts = [int(v) for v in hash_table_offsets.tolist()]
-    out = torch.full_like(indices, -1)
+    out = torch.full(indices.shape, -1, dtype=torch.int64)
     for i, t in _table_of_each_index(offsets, len(starts) - 1):
         key = int(indices[i])
         capacity = starts[t + 1] - starts[t]

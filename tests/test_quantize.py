@@ -312,7 +312,7 @@ def test_pruned_hashmap_insert_and_lookup(index_dtype, hash_dtype, seed, fbgemm_
     assert torch.equal(table, expected)
     indices, offsets = _bags(num_tables, batch, index_dtype)
     got = ops.pruned_hashmap_lookup(indices, offsets, table, table_offsets)
-    assert torch.equal(got, hashmap_lookup(indices, offsets, table, table_offsets))
+    assert torch.equal(got, hashmap_lookup(indices, offsets, table, table_offsets).to(got.dtype))
     if fbgemm_or_none is not None:
         fbgemm_table = torch.full_like(table, -1)
         fbgemm_or_none.pruned_hashmap_insert(keys, dense, key_offsets, fbgemm_table, table_offsets)
