@@ -77,6 +77,22 @@ FBGEMM_OPS = (
     "batch_index_select_dim0",
     "batch_index_select_dim0_tensor",
     "batch_index_select_dim0_backward_cpu_impl",
+    # quantize: row-wise quantized embedding tables and pruned-index remapping (inference)
+    "FloatToFused8BitRowwiseQuantized",
+    "HalfToFused8BitRowwiseQuantized",
+    "FloatOrHalfToFused8BitRowwiseQuantized",
+    "Fused8BitRowwiseQuantizedToFloat",
+    "Fused8BitRowwiseQuantizedToHalf",
+    "Fused8BitRowwiseQuantizedToFloatOrHalf",
+    "FloatToFusedNBitRowwiseQuantizedSBHalf",
+    "HalfToFusedNBitRowwiseQuantizedSBHalf",
+    "FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf",
+    "FusedNBitRowwiseQuantizedSBHalfToFloat",
+    "FusedNBitRowwiseQuantizedSBHalfToHalf",
+    "FusedNBitRowwiseQuantizedSBHalfToFloatOrHalf",
+    "pruned_hashmap_lookup",
+    "pruned_hashmap_insert",
+    "pruned_array_lookup",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")

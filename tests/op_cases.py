@@ -12,6 +12,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+import quantize_reference
 import torch
 from accuracy import TOLERANCE
 from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
@@ -2235,6 +2236,250 @@ def ref_batch_backward(tensor_form):
     return ref
 
 
+# --------------------------------------------------------------------------- quantize
+QUANTIZE_INPUTS = {"Float": (F32,), "Half": (F16,), "FloatOrHalf": (F32, F16)}
+DEQUANTIZED = {0: F32, 1: F16, 5: BF16}
+
+
+def make_quantize_8bit(dtypes):
+    def make(d):
+        gen = d.generator()
+        shape = [d.int(0, 5) for _ in range(d.int(1, 2))] + [d.int(0, 19)]
+        return {"t": (torch.randn(shape, generator=gen) * 4).to(d.choice(dtypes))}
+
+    return make
+
+
+def ref_quantize_8bit(dtypes):
+    def ref(a):
+        t = tensor(a, "t", dtypes)
+        require(t.dim() >= 2, "t has rows")
+        return quantize_reference.quantize_8bit(t)
+
+    return ref
+
+
+def fused_rows(d, gen, lead, codes, scale_bias_dtype):
+    """Random quantized rows: `codes` bytes, then a random scale and bias of scale_bias_dtype."""
+    scale_bias = (torch.randn((*lead, 2), generator=gen) * 3).to(scale_bias_dtype)
+    code_bytes = torch.randint(0, 256, (*lead, codes), generator=gen, dtype=torch.uint8)
+    return torch.cat([code_bytes, scale_bias.view(torch.uint8)], -1)
+
+
+def make_dequantize_8bit(options):
+    def make(d):
+        gen = d.generator()
+        lead = [d.int(0, 5) for _ in range(d.int(1, 2))]
+        args = {"input": fused_rows(d, gen, lead, d.int(0, 19), F32)}
+        if options:
+            args["output_dtype"] = d.choice(list(DEQUANTIZED))
+            if d.bool():  # fp16 scale and bias in front
+                args["input"] = fused_rows(d, gen, lead, d.int(0, 19), F16)
+                args["scale_bias_last"] = False
+                args["quant_padding_float_type"] = False
+        return args
+
+    return make
+
+
+def ref_dequantize_8bit(dtype):
+    def ref(a):
+        q = tensor(a, "input", (torch.uint8,))
+        require(q.dim() >= 2, "input has rows")
+        out = DEQUANTIZED.get(a.get("output_dtype", 0)) if dtype is None else dtype
+        require(out is not None, "output_dtype is 0, 1 or 5")
+        last, float_padding = (
+            a.get("scale_bias_last", True),
+            a.get("quant_padding_float_type", True),
+        )
+        require(float_padding or not last, "2-byte padding in front")
+        require(q.shape[-1] >= (8 if float_padding else 4), "rows hold the scale and bias")
+        return quantize_reference.dequantize_8bit(q, out, last, float_padding)
+
+    return ref
+
+
+def make_quantize_nbit(dtypes):
+    def make(d):
+        gen = d.generator()
+        bit_rate = d.choice((1, 2, 3, 4, 5, 8))
+        cols = 2 * (8 // bit_rate) * d.int(0, 4)
+        x = torch.randn(d.int(0, 5), cols, generator=gen) * 4
+        return {"input": x.to(d.choice(dtypes)), "bit_rate": bit_rate}
+
+    return make
+
+
+def ref_quantize_nbit(dtypes):
+    def ref(a):
+        x = tensor(a, "input", dtypes, (2,))
+        bit_rate = a["bit_rate"]
+        require(1 <= bit_rate <= 8, "bit_rate in 1..8")
+        require(x.shape[1] % (2 * (8 // bit_rate)) == 0, "whole fp16-aligned rows")
+        return quantize_reference.quantize_nbit(x, bit_rate)
+
+    return ref
+
+
+def make_dequantize_nbit(options):
+    def make(d):
+        gen = d.generator()
+        args = {
+            "input": fused_rows(d, gen, [d.int(0, 5)], d.int(0, 12), F16),
+            "bit_rate": d.choice((1, 2, 3, 4, 6, 8)),
+        }
+        if options:
+            args["output_dtype"] = d.choice((0, 1))
+            args["scale_bias_last"] = d.bool()  # FBGEMM's CPU kernel ignores it
+        return args
+
+    return make
+
+
+def ref_dequantize_nbit(dtype):
+    def ref(a):
+        q = tensor(a, "input", (torch.uint8,), (2,))
+        bit_rate = a["bit_rate"]
+        require(1 <= bit_rate <= 8, "bit_rate in 1..8")
+        out = {0: F32, 1: F16}.get(a.get("output_dtype", 0)) if dtype is None else dtype
+        require(out is not None, "output_dtype is 0 or 1")
+        require(q.shape[1] >= 4, "rows hold the scale and bias")
+        return quantize_reference.dequantize_nbit(q, bit_rate, out)
+
+    return ref
+
+
+def make_pruned_bags(d, gen, index_dtype, num_tables):
+    batch = d.int(1, 3)
+    lengths = torch.randint(0, 4, (num_tables * batch,), generator=gen)
+    offsets = torch.cat([torch.zeros(1, dtype=I64), lengths.cumsum(0)]).to(index_dtype)
+    indices = torch.randint(-2, 40, (int(offsets[-1]),), generator=gen, dtype=index_dtype)
+    return indices, offsets
+
+
+def slices(d, gen, num_tables, at_least):
+    sizes = torch.tensor([d.choice((0, at_least + d.int(1, 9))) for _ in range(num_tables)])
+    return torch.cat([torch.zeros(1, dtype=I64), sizes.cumsum(0)])
+
+
+def make_pruned_hashmap(insert):
+    def make(d):
+        gen = d.generator()
+        index_dtype = d.choice((I32, I64))
+        num_tables = d.int(1, 3)
+        keys, key_offsets = make_pruned_bags(d, gen, index_dtype, num_tables)
+        table_offsets = slices(d, gen, num_tables, keys.numel())
+        table = torch.full((int(table_offsets[-1]), 2), -1, dtype=d.choice((I32, I64)))
+        dense = torch.randint(-1, 100, keys.shape, generator=gen, dtype=index_dtype)
+        if insert:
+            return {
+                "indices": keys,
+                "dense_indices": dense,
+                "offsets": key_offsets,
+                "hash_table": table,
+                "hash_table_offsets": table_offsets,
+            }
+        quantize_reference.hashmap_insert(keys, dense, key_offsets, table, table_offsets)
+        indices, offsets = make_pruned_bags(d, gen, index_dtype, num_tables)
+        return {
+            "indices": indices,
+            "offsets": offsets,
+            "hash_table": table,
+            "hash_table_offsets": table_offsets,
+        }
+
+    return make
+
+
+def pruned_bags(a, table_offsets_name, table_rows):
+    """Validated (indices, offsets, table offsets) of a pruned remap."""
+    indices = tensor(a, "indices", (I32, I64), (1,))
+    offsets = tensor(a, "offsets", (indices.dtype,), (1,))
+    table_offsets = tensor(a, table_offsets_name, (I64,), (1,))
+    num_tables = table_offsets.numel() - 1
+    require(num_tables >= 1, "one slice per table")
+    bags = offsets.numel() - 1
+    require(bags >= num_tables and bags % num_tables == 0, "T * B bags")
+    require(offsets_list(offsets, "offsets")[-1] <= indices.numel(), "offsets within indices")
+    require(offsets_list(table_offsets, "table")[-1] <= table_rows, "slices within the table")
+    return indices, offsets, table_offsets
+
+
+def narrow_to(values, dtype):
+    info = torch.iinfo(dtype)
+    require(all(info.min <= v <= info.max for v in ints(values)), "values fit the dtype")
+    return values.to(dtype)
+
+
+def uncovered_to_minus_one(out, offsets):
+    bounds = ints(offsets)
+    out[: bounds[0]] = -1
+    out[bounds[-1] :] = -1
+    return out
+
+
+def pruned_hash_table(a):
+    table = tensor(a, "hash_table", (I32, I64), (2,))
+    require(table.shape[1] == 2, "rows of [index, dense index]")
+    return table
+
+
+def ref_pruned_hashmap_lookup(a):
+    table = pruned_hash_table(a)
+    indices, offsets, table_offsets = pruned_bags(a, "hash_table_offsets", table.shape[0])
+    out = quantize_reference.hashmap_lookup(indices, offsets, table, table_offsets)
+    return uncovered_to_minus_one(narrow_to(out, indices.dtype), offsets)
+
+
+def ref_pruned_hashmap_insert(a):
+    table = pruned_hash_table(a)
+    require(table.is_contiguous(), "hash_table filled in place")
+    indices, offsets, table_offsets = pruned_bags(a, "hash_table_offsets", table.shape[0])
+    dense = tensor(a, "dense_indices", (indices.dtype,), (1,))
+    require(dense.numel() == indices.numel(), "one dense index per index")
+    bounds, starts = ints(offsets), ints(table_offsets)
+    batch = (len(bounds) - 1) // (len(starts) - 1)
+    kept = [  # the pairs stored: not pruned, in a table with a slice
+        i
+        for t in range(len(starts) - 1)
+        if starts[t + 1] > starts[t]
+        for i in range(bounds[t * batch], bounds[(t + 1) * batch])
+        if int(dense[i]) != -1
+    ]
+    narrow_to(indices[kept], table.dtype)
+    narrow_to(dense[kept], table.dtype)
+    try:
+        quantize_reference.hashmap_insert(indices, dense, offsets, table.clone(), table_offsets)
+    except ValueError as e:
+        raise Invalid("a slice fills up") from e
+
+
+def make_pruned_array_lookup(d):
+    gen = d.generator()
+    index_dtype = d.choice((I32, I64))
+    num_tables = d.int(1, 3)
+    indices, offsets = make_pruned_bags(d, gen, index_dtype, num_tables)
+    indices = indices.abs()
+    remap_offsets = slices(d, gen, num_tables, 40)
+    remap = torch.randint(-1, 1000, (int(remap_offsets[-1]),), generator=gen)
+    return {
+        "indices": indices,
+        "offsets": offsets,
+        "index_remappings": remap.to(d.choice((I32, I64))),
+        "index_remappings_offsets": remap_offsets,
+    }
+
+
+def ref_pruned_array_lookup(a):
+    remap = tensor(a, "index_remappings", (I32, I64), (1,))
+    indices, offsets, remap_offsets = pruned_bags(a, "index_remappings_offsets", remap.numel())
+    try:
+        out = quantize_reference.array_lookup(indices.long(), offsets, remap.long(), remap_offsets)
+    except IndexError as e:
+        raise Invalid("index within its slice") from e
+    return uncovered_to_minus_one(narrow_to(out, indices.dtype), offsets)
+
+
 # --------------------------------------------------------------------------- the catalogue
 def case(op_name, make, reference=None, unmodelled=()):
     return OpCase(op_name, make, reference, TOLERANCE, unmodelled)
@@ -2363,4 +2608,46 @@ CASES = [
         make_batch_backward(True),
         ref_batch_backward(True),
     ),
+    # quantize: row-wise quantized tables and pruned-index remaps (inference)
+    *(
+        case(
+            f"{kind}ToFused8BitRowwiseQuantized",
+            make_quantize_8bit(dtypes),
+            ref_quantize_8bit(dtypes),
+        )
+        for kind, dtypes in QUANTIZE_INPUTS.items()
+    ),
+    *(
+        case(
+            f"{kind}ToFusedNBitRowwiseQuantizedSBHalf",
+            make_quantize_nbit(dtypes),
+            ref_quantize_nbit(dtypes),
+        )
+        for kind, dtypes in QUANTIZE_INPUTS.items()
+    ),
+    case("Fused8BitRowwiseQuantizedToFloat", make_dequantize_8bit(False), ref_dequantize_8bit(F32)),
+    case("Fused8BitRowwiseQuantizedToHalf", make_dequantize_8bit(False), ref_dequantize_8bit(F16)),
+    case(
+        "Fused8BitRowwiseQuantizedToFloatOrHalf",
+        make_dequantize_8bit(True),
+        ref_dequantize_8bit(None),
+    ),
+    case(
+        "FusedNBitRowwiseQuantizedSBHalfToFloat",
+        make_dequantize_nbit(False),
+        ref_dequantize_nbit(F32),
+    ),
+    case(
+        "FusedNBitRowwiseQuantizedSBHalfToHalf",
+        make_dequantize_nbit(False),
+        ref_dequantize_nbit(F16),
+    ),
+    case(
+        "FusedNBitRowwiseQuantizedSBHalfToFloatOrHalf",
+        make_dequantize_nbit(True),
+        ref_dequantize_nbit(None),
+    ),
+    case("pruned_hashmap_lookup", make_pruned_hashmap(False), ref_pruned_hashmap_lookup),
+    case("pruned_hashmap_insert", make_pruned_hashmap(True), ref_pruned_hashmap_insert),
+    case("pruned_array_lookup", make_pruned_array_lookup, ref_pruned_array_lookup),
 ]

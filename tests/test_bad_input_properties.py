@@ -30,6 +30,7 @@ EXAMPLES = {
     "hashing": 600,
     "tbe": 1600,
     "keyed": 1000,
+    "quantize": 800,
 }
 assert sum(EXAMPLES.values()) >= 10_000
 
