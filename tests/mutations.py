@@ -44,6 +44,7 @@ SIZE_ARGUMENTS = (
     "output_shape_group",  # the index select backwards' table shapes
     "input_rows",
     "input_columns",
+    "output_size",  # expand_into_jagged_permute's output, which offsets may cover only in part
 )
 SIZE_INTS = (-1, -2, -(2**31) - 1, -(2**62), 0)
 
