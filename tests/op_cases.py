@@ -1661,12 +1661,12 @@ def make_tbe_backward(optimizer, weighted):
             args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
         # Elements per row of each state buffer, for the two tables (dims 4 and 2).
         spec = TBE_OPTIMIZERS[optimizer]
-        for k, layout in enumerate(spec.state_layouts, start=1):
+        for name, layout in zip(spec.state_buffers, spec.state_layouts, strict=True):
             first, second = (4, 2) if layout == "elementwise" else (1, 1)
-            args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
-            args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
+            args[name] = torch.zeros(6 * first + 5 * second)
+            args[f"{name}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
-        if spec.bias_corrected:
+        if "iter" in spec.hyper_parameters:
             args["iter"] = d.int(1, 5)
         return args
 
