@@ -543,6 +543,15 @@ def test_rowwise_rmsprop_ar_matches_fbgemm_over_20_steps(fbgemm_ops, precision, 
 
 
 @pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
+def test_optimizer_state_names_match_fbgemm(fbgemm_ops, optimizer):
+    module = make_module([(20, 8), (30, 4)], [0, 1], optimizer, PoolingMode.SUM)
+    theirs = fbgemm_module(fbgemm_ops, module)
+    ours_state, their_state = module.get_optimizer_state(), theirs.get_optimizer_state()
+    assert [list(s) for s in ours_state] == [list(s) for s in their_state]
+    assert set(module.state_dict()) <= set(theirs.state_dict())
+
+
+@pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
 def test_gradient_clipping_matches_fbgemm(fbgemm_ops, optimizer):
     gen = torch.Generator().manual_seed(13)
     shapes = make_tables(gen, 2, PoolingMode.SUM)

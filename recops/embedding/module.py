@@ -313,9 +313,14 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
 
     def get_optimizer_state(self) -> list[dict[str, torch.Tensor]]:
         """Per table, its state under ``torch.optim``'s names: ``{"sum"}`` for the Adagrads,
-        ``{"exp_avg", "exp_avg_sq"}`` for the Adam family; empty for SGD (FBGEMM's)."""
+        ``{"exp_avg", "exp_avg_sq"}`` for the Adam family, ``{"sum", "prev_iter", "iter"}`` for
+        rowwise RMSprop-AR; empty for SGD (FBGEMM's)."""
         names = self._optimizer_spec.state_names
-        return [dict(zip(names, states, strict=True)) for states in self.split_optimizer_states()]
+        # FBGEMM lists the step count beside the state that dates rows by it.
+        step = {"iter": self.iter} if "prev_iter" in names else {}
+        return [
+            dict(zip(names, states, strict=True)) | step for states in self.split_optimizer_states()
+        ]
 
     def set_learning_rate(self, lr: float) -> None:
         self.learning_rate_tensor.fill_(lr)
