@@ -1623,8 +1623,17 @@ def make_tbe_forward(d):
     return args
 
 
-# The optimizer table's rows by op suffix.
+# The optimizer table's rows by op suffix, and values of their float hyper-parameters (passed
+# explicitly, so that the property run mutates them).
 TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_TABLE.values()}
+TBE_HYPER_PARAMETERS = {
+    "eps": 0.01,
+    "beta1": 0.8,
+    "beta2": 0.9,
+    "ar_alpha": 2.0,
+    "ema_beta": 0.7,
+    "min_shrinkage": 0.3,
+}
 
 
 def make_tbe_backward(optimizer, weighted):
@@ -1636,13 +1645,13 @@ def make_tbe_backward(optimizer, weighted):
             args["indice_weights"] = torch.rand(args["indices"].numel(), generator=d.generator())
         # Elements per row of each state buffer, for the two tables (dims 4 and 2).
         spec = TBE_OPTIMIZERS[optimizer]
-        for k, layout in enumerate(spec.state_layouts, start=1):
+        for name, layout in zip(spec.state_buffers, spec.state_layouts, strict=True):
             first, second = (4, 2) if layout == "elementwise" else (1, 1)
-            args[f"momentum{k}"] = torch.zeros(6 * first + 5 * second)
-            args[f"momentum{k}_offsets"] = torch.tensor([0, 6 * first, 0])
+            args[name] = torch.zeros(6 * first + 5 * second)
+            args[f"{name}_offsets"] = torch.tensor([0, 6 * first, 0])
         args["learning_rate_tensor"] = torch.tensor(0.1)
-        if spec.bias_corrected:
-            args["iter"] = d.int(1, 5)
+        for name in spec.hyper_parameters:
+            args[name] = d.int(1, 5) if name == "iter" else TBE_HYPER_PARAMETERS[name]
         return args
 
     return make

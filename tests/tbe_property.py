@@ -15,6 +15,7 @@ from test_embedding import OPTIMIZERS, POOLINGS, Reference, make_module
 from test_embedding_vbe import FixedBatchTwin
 
 from recops import BoundsCheckMode, PoolingMode
+from recops.embedding.optimizers import OPTIMIZERS as OPTIMIZERS_BY_TYPE
 
 FEATURE_TABLES = [0, 1, 0]  # table 0 serves features 0 and 2
 ARGUMENTS = (
@@ -145,9 +146,8 @@ def reference_step(ref, module, indices, offsets, psw, twin, grad):
 
 def state_bytes(module):
     state = [module.weights_host.detach().clone()]
-    for name in ("momentum1_host", "momentum2_host"):
-        if hasattr(module, name):
-            state.append(getattr(module, name).clone())
+    for name in OPTIMIZERS_BY_TYPE[module.optimizer].state_buffers:
+        state.append(getattr(module, f"{name}_host").clone())
     return state
 
 

@@ -34,10 +34,13 @@ ops = torch.ops.recops
 # for.
 OPTIMIZERS = list(OPTIMIZER_TABLE)
 FBGEMM_OPTIMIZERS = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].fbgemm_cpu]
-LAMB_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].decays_in_update]
 ADAM_FAMILY = [o for o in OPTIMIZERS if OPTIMIZER_TABLE[o].bias_corrected]
+LAMB_FAMILY = [o for o in ADAM_FAMILY if OPTIMIZER_TABLE[o].decays_in_update]
 ROWWISE_SECOND_MOMENT = [o for o in ADAM_FAMILY if OPTIMIZER_TABLE[o].state_layouts[1] == "rowwise"]
 BETAS = (0.8, 0.9)  # the Adam family's beta1, beta2 in these tests
+# Rowwise RMSprop-AR's ar_alpha, ema_beta and min_shrinkage in these tests: with LR, a row
+# untouched for 4 steps reaches the min_shrinkage floor.
+RMSPROP_AR = {"ar_alpha": 4.0, "ema_beta": 0.7, "min_shrinkage": 0.3}
 POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
 PRECISIONS = [SparseType.FP32, SparseType.FP16, SparseType.BF16]
 HOST = (EmbeddingLocation.HOST, ComputeDevice.CPU)
@@ -92,6 +95,7 @@ def make_module(shapes, ftm, optimizer, pooling, precision=SparseType.FP32, **kw
         eps=EPS,
         beta1=BETAS[0],
         beta2=BETAS[1],
+        **RMSPROP_AR,
         **kwargs,
     )
     gen = torch.Generator().manual_seed(7)
@@ -114,7 +118,7 @@ class Reference:
         self.dtype = module.weights_precision.as_dtype()
         self.weights = [w.double().clone() for w in module.split_embedding_weights()]
         self.states = [[s.double().clone() for s in st] for st in module.split_optimizer_states()]
-        self.iter = int(module.iter)  # steps taken: the Adam family's bias correction
+        self.iter = int(module.iter)  # steps taken: bias correction, RMSprop-AR's staleness
         self.optimizer = module.optimizer
         self.pooling = module.pooling_mode
         self.wd, self.wd_mode = module.weight_decay, module.weight_decay_mode
@@ -164,6 +168,8 @@ class Reference:
         keep = 1.0
         if self.optimizer in LAMB_FAMILY:  # LAMB decays in its update direction, whatever the mode
             pass
+        elif self.optimizer == OptimType.ROWWISE_RMSPROP_AR:  # no weight decay, whatever the mode
+            pass
         elif self.optimizer in ADAM_FAMILY:  # FBGEMM's Adam decays decoupled, whatever the mode
             keep = 1 - lr * self.wd
         elif self.wd_mode == WeightDecayMode.L2:
@@ -179,6 +185,18 @@ class Reference:
             states[0][rows] += (g * g).mean(dim=1)
             multiplier = lr / (states[0][rows].sqrt() + EPS)
             new = keep * w[rows] - multiplier[:, None] * g
+        elif self.optimizer == OptimType.ROWWISE_RMSPROP_AR:
+            # A row untouched since step prev_iter (0: never) shrinks by
+            # max(min_shrinkage, 1 - clamp(lr * ar_alpha * steps since, 0, 1)).
+            v, prev_iter = states
+            v[rows] = RMSPROP_AR["ema_beta"] * v[rows] + (1 - RMSPROP_AR["ema_beta"]) * (
+                g * g
+            ).mean(dim=1)
+            gap = torch.where(prev_iter[rows] == 0, 1.0, self.iter - prev_iter[rows])
+            shrink = (lr * RMSPROP_AR["ar_alpha"] * gap).clamp(0, 1)
+            keep = (1 - shrink).clamp(min=RMSPROP_AR["min_shrinkage"])[:, None]
+            prev_iter[rows] = float(self.iter)
+            new = keep * w[rows] - (lr / (v[rows].sqrt() + EPS))[:, None] * g
         else:
             (b1, b2), step = BETAS, self.iter
             m, v = states
@@ -419,6 +437,9 @@ def fbgemm_module(fbgemm, module, **kwargs):
         eps=EPS,
         weight_decay=module.weight_decay,
         weight_decay_mode=FbgemmWeightDecay(int(module.weight_decay_mode)),
+        ar_alpha=module.ar_alpha,
+        ema_beta=module.ema_beta,
+        min_shrinkage=module.min_shrinkage,
         gradient_clipping=module.gradient_clipping,
         max_gradient=module.max_gradient,
         **kwargs,
@@ -452,7 +473,9 @@ def run_side_by_side(fbgemm, module, batches, weighted=False):
         for ours, expected in zip(
             module.split_optimizer_states(), theirs.split_optimizer_states(), strict=True
         ):
-            torch.testing.assert_close(ours[0], expected[0], rtol=1e-4, atol=1e-5)
+            # Every state buffer (momentum1 first).
+            for ours_state, their_state in zip(ours, expected, strict=True):
+                torch.testing.assert_close(ours_state, their_state, rtol=1e-4, atol=1e-5)
 
 
 # FBGEMM's CPU module lacks bf16 weights and outputs; with per-sample weights it ignores them
@@ -492,6 +515,40 @@ def test_rowwise_weight_decay_matches_fbgemm(fbgemm_ops, mode):
     )
     batches = [make_batch(gen, [shapes[0][0]] * 2, 8, max_bag=6) for _ in range(3)]
     run_side_by_side(fbgemm_ops, module, batches)
+
+
+@pytest.mark.parametrize("weight_decay_mode", list(WeightDecayMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("precision", PRECISIONS[:2], ids=lambda p: p.name)
+def test_rowwise_rmsprop_ar_matches_fbgemm_over_20_steps(fbgemm_ops, precision, weight_decay_mode):
+    """Rows touched at irregular intervals (small bags over many rows): the staleness shrink at
+    every gap up to the min_shrinkage floor; weight decay in any mode is ignored, as FBGEMM does."""
+    gen = torch.Generator().manual_seed(21)
+    shapes = make_tables(gen, 3, PoolingMode.SUM, max_dim=64)
+    ftm = shared_table_map(3, adjacent=True)
+    module = make_module(
+        shapes,
+        ftm,
+        OptimType.ROWWISE_RMSPROP_AR,
+        PoolingMode.SUM,
+        precision,
+        weight_decay=0.1,
+        weight_decay_mode=weight_decay_mode,
+    )
+    rows = [shapes[t][0] for t in ftm]
+    sizes = torch.randint(1, 6, (20,), generator=gen).tolist()
+    batches = [make_batch(gen, rows, batch_size, max_bag=3) for batch_size in sizes]
+    run_side_by_side(fbgemm_ops, module, batches)
+    assert int(module.iter) == 20
+    assert any((states[1] > 1).any() for states in module.split_optimizer_states())
+
+
+@pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
+def test_optimizer_state_names_match_fbgemm(fbgemm_ops, optimizer):
+    module = make_module([(20, 8), (30, 4)], [0, 1], optimizer, PoolingMode.SUM)
+    theirs = fbgemm_module(fbgemm_ops, module)
+    ours_state, their_state = module.get_optimizer_state(), theirs.get_optimizer_state()
+    assert [list(s) for s in ours_state] == [list(s) for s in their_state]
+    assert set(module.state_dict()) <= set(theirs.state_dict())
 
 
 @pytest.mark.parametrize("optimizer", FBGEMM_OPTIMIZERS, ids=lambda o: o.name)
@@ -969,6 +1026,7 @@ def test_enums_have_fbgemm_names_and_values():
         ("PARTIAL_ROWWISE_ADAM", "partial_row_wise_adam"),
         ("LAMB", "lamb"),
         ("PARTIAL_ROWWISE_LAMB", "partial_row_wise_lamb"),
+        ("ROWWISE_RMSPROP_AR", "row_wise_rmsprop_ar"),
     ]
     assert recops.EmbOptimType is OptimType
     assert [(m.name, m.value) for m in WeightDecayMode] == [("NONE", 0), ("L2", 1), ("DECOUPLE", 2)]
@@ -990,6 +1048,8 @@ def test_state_dict_round_trip(optimizer):
     keys = {"weights_host"} | ({"momentum1_host"} if optimizer != OptimType.EXACT_SGD else set())
     if optimizer in ADAM_FAMILY:
         keys |= {"momentum2_host", "iter"}
+    if optimizer == OptimType.ROWWISE_RMSPROP_AR:  # FBGEMM's: the step count, each row's last
+        keys |= {"prev_iter_host", "iter"}
     assert set(state) == keys
     fresh = SplitTableBatchedEmbeddingBagsCodegen(
         [(20, 8, *HOST), (30, 12, *HOST)], feature_table_map=[0, 1, 0], optimizer=optimizer
@@ -1003,7 +1063,7 @@ def test_state_dict_round_trip(optimizer):
         fresh.split_optimizer_states(), module.split_optimizer_states(), strict=True
     ):
         assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
-    if optimizer in ADAM_FAMILY:  # the step count is saved with the Adam family only (FBGEMM's)
+    if "iter" in keys:  # the step count is saved with the optimizers reading it (FBGEMM's)
         assert torch.equal(fresh.iter, module.iter)
 
 
@@ -1145,7 +1205,7 @@ def test_adam_rejects_bad_betas_and_steps_before_any_update(optimizer):
     with pytest.raises(ValueError, match=r"iter must be >= 1"):
         backward(*layout, *m1, *m2, module.learning_rate_tensor, iter=0)
     if optimizer in LAMB_FAMILY:
-        with pytest.raises(RuntimeError, match=r"LAMB applies weight_decay in its own update"):
+        with pytest.raises(RuntimeError, match=r"LAMB applies its own decay in its update"):
             backward(*layout, *m1, *m2, module.learning_rate_tensor, iter=2, weight_decay_mode=1)
     with pytest.raises(RuntimeError, match=r"momentum1 and momentum2 must not share memory"):
         backward(*layout, *m1, *m1, module.learning_rate_tensor, iter=2)

@@ -24,6 +24,9 @@ from recops.embedding.optimizers import OPTIMIZERS
 T, ROWS, D, B, L = 8, 100_000, 128, 512, 20
 ZIPF_ALPHA = 1.15
 LEARNING_RATE = 0.01
+# Rowwise RMSprop-AR's staleness decay, on (FBGEMM's default 0 turns it off); the other
+# optimizers ignore it, in both modules.
+AR_ALPHA = 0.5
 SUITE = "embedding"
 
 
@@ -54,7 +57,7 @@ def make_batch(distribution, rng):
 def recops_module(optimizer):
     host = (recops.EmbeddingLocation.HOST, recops.ComputeDevice.CPU)
     module = recops.SplitTableBatchedEmbeddingBagsCodegen(
-        [(ROWS, D, *host)] * T, optimizer=optimizer, learning_rate=LEARNING_RATE
+        [(ROWS, D, *host)] * T, optimizer=optimizer, learning_rate=LEARNING_RATE, ar_alpha=AR_ALPHA
     )
     module.init_embedding_weights_uniform(-0.01, 0.01)
     return module
@@ -73,6 +76,7 @@ def fbgemm_module(optimizer, weights):
         [(ROWS, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
         optimizer=EmbOptimType[optimizer.name],
         learning_rate=LEARNING_RATE,
+        ar_alpha=AR_ALPHA,
     )
     with torch.no_grad():
         module.weights_host.copy_(weights)

@@ -28,7 +28,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ``embedding_specs`` lists ``(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)`` per table;
     ``feature_table_map[f]`` is the table of feature f (several features may share one). Weights
     live in one flat buffer ``weights_host`` (zeros until initialised), optimizer state in
-    ``momentum1_host`` (and ``momentum2_host`` for the Adam family); large buffers are backed by
+    ``momentum1_host`` (and ``momentum2_host`` for the Adam family, ``prev_iter_host`` for rowwise
+    RMSprop-AR); large buffers are backed by
     transparent huge pages (``RECOPS_HUGE_PAGES=0`` turns that off). ``forward(indices, offsets,
     per_sample_weights=None, feature_requires_grad=None, batch_size_per_feature_per_rank=None)``
     takes feature-major bags (``offsets`` has T * B + 1 entries) and returns ``[B, sum of dims]``
@@ -44,8 +45,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ``extra_optimizer_config`` may ask for SGD's writeback pre-hook (``use_writeback_bwd_prehook``,
     ``writeback_first_feature_only``; see recops/embedding/writeback.py). ``momentum`` and ``eta``
     belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the Adam
-    family), and ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's CPU
-    kernels do).
+    family, ``ar_alpha``, ``ema_beta`` and ``min_shrinkage`` but for rowwise RMSprop-AR), and
+    ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's CPU kernels do).
     """
 
     def __init__(
@@ -67,6 +68,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         eta=0.001,
         beta1=0.9,
         beta2=0.999,
+        ar_alpha=0.0,
+        ema_beta=0.99,
+        min_shrinkage=0.1,
         pooling_mode=PoolingMode.SUM,
         device=None,
         bounds_check_mode=BoundsCheckMode.WARNING,
@@ -122,6 +126,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self.eps = eps
         self.beta1 = beta1
         self.beta2 = beta2
+        self.ar_alpha = ar_alpha
+        self.ema_beta = ema_beta
+        self.min_shrinkage = min_shrinkage
         self.weight_decay = weight_decay
         self.learning_rate_tensor = torch.tensor(learning_rate, dtype=torch.float32)
         self._register_layout(rows, dims)
@@ -194,22 +201,21 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             requires_grad=dtype.is_floating_point,
         )
         self._optimizer_spec = OPTIMIZERS[self.optimizer]
-        for k, state_layout in enumerate(self._optimizer_spec.state_layouts, start=1):
+        spec = self._optimizer_spec
+        for name, state_layout in zip(spec.state_buffers, spec.state_layouts, strict=True):
             state_offsets = layout.block_offsets(rows, layout.state_widths(state_layout, dims))
             self._register_index_buffer(
-                f"momentum{k}_offsets",
+                f"{name}_offsets",
                 layout.per_feature(state_offsets, self.feature_table_map),
                 torch.int64,
             )
             self.register_buffer(
-                f"momentum{k}_host", ops.embedding_host_zeros(state_offsets[-1], torch.float32)
+                f"{name}_host", ops.embedding_host_zeros(state_offsets[-1], torch.float32)
             )
-        # FBGEMM's step count: forward passes so far; it bias-corrects the Adam family (and is
-        # saved with it).
+        # FBGEMM's step count: forward passes so far; saved by the optimizers that read it (the
+        # Adam family's bias correction, RMSprop-AR's staleness).
         self.register_buffer(
-            "iter",
-            torch.zeros(1, dtype=torch.int64),
-            persistent=self._optimizer_spec.bias_corrected,
+            "iter", torch.zeros(1, dtype=torch.int64), persistent="iter" in spec.hyper_parameters
         )
         # FBGEMM's device and UVM buffers, empty on the host as in FBGEMM's CPU module.
         self.weights_dev = torch.empty(0, dtype=dtype)
@@ -257,9 +263,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             self._writeback_batch = (indices, offsets)
         spec = self._optimizer_spec
         state = {}
-        for k in range(1, len(spec.state_layouts) + 1):
-            state[f"momentum{k}"] = getattr(self, f"momentum{k}_host")
-            state[f"momentum{k}_offsets"] = getattr(self, f"momentum{k}_offsets")
+        for name in spec.state_buffers:
+            state[name] = getattr(self, f"{name}_host")
+            state[f"{name}_offsets"] = getattr(self, f"{name}_offsets")
         step = int(self.iter.item()) + 1
         for name in spec.hyper_parameters:
             state[name] = step if name == "iter" else getattr(self, name)
@@ -347,24 +353,30 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         """Per table, the list of its optimizer-state views, FBGEMM's layout: ``momentum1``
         ``[rows, dim]`` for Adagrad, ``[rows]`` for rowwise Adagrad; ``momentum1`` and
         ``momentum2`` ``[rows, dim]`` for Adam, ``[rows, dim]`` and ``[rows]`` for partial rowwise
-        Adam; empty for SGD."""
+        Adam; ``momentum1`` and ``prev_iter`` ``[rows]`` for rowwise RMSprop-AR; empty for SGD."""
         rows, dims = self._table_shapes()
+        spec = self._optimizer_spec
         per_buffer = [
             layout.table_views(
-                getattr(self, f"momentum{k}_host").detach(),
+                getattr(self, f"{name}_host").detach(),
                 rows,
                 layout.state_widths(state_layout, dims),
                 as_matrix=state_layout == "elementwise",
             )
-            for k, state_layout in enumerate(self._optimizer_spec.state_layouts, start=1)
+            for name, state_layout in zip(spec.state_buffers, spec.state_layouts, strict=True)
         ]
         return [list(states) for states in zip(*per_buffer, strict=True)]
 
     def get_optimizer_state(self) -> list[dict[str, torch.Tensor]]:
         """Per table, its state under ``torch.optim``'s names: ``{"sum"}`` for the Adagrads,
-        ``{"exp_avg", "exp_avg_sq"}`` for the Adam family; empty for SGD (FBGEMM's)."""
+        ``{"exp_avg", "exp_avg_sq"}`` for the Adam family, ``{"sum", "prev_iter", "iter"}`` for
+        rowwise RMSprop-AR; empty for SGD (FBGEMM's)."""
         names = self._optimizer_spec.state_names
-        return [dict(zip(names, states, strict=True)) for states in self.split_optimizer_states()]
+        # FBGEMM lists the step count beside the state that dates rows by it.
+        step = {"iter": self.iter} if "prev_iter" in names else {}
+        return [
+            dict(zip(names, states, strict=True)) | step for states in self.split_optimizer_states()
+        ]
 
     def set_learning_rate(self, lr: float) -> None:
         self.learning_rate_tensor.fill_(lr)

@@ -15,9 +15,11 @@ class OptimizerSpec:
     name: str  # op suffix: split_embedding_codegen_lookup_<name>_function
     optim_type: str  # FBGEMM's OptimType member
     optim_type_value: str
-    # Per state buffer (momentum1, momentum2, ...): "elementwise" (D values per row) or "rowwise"
-    # (one), and get_optimizer_state's (torch.optim's) name for it.
+    # Per state buffer: "elementwise" (D values per row) or "rowwise" (one), its name (the ops'
+    # argument, the module's <buffer>_host and <buffer>_offsets, FBGEMM's: momentum1, ...), and
+    # get_optimizer_state's (torch.optim's) name for it.
     state_layouts: tuple[str, ...]
+    state_buffers: tuple[str, ...]
     state_names: tuple[str, ...]
     # Hyper-parameters the ops take besides the learning rate and weight decay, passed from the
     # module's attributes of these names (``iter``: the step being taken).
@@ -35,8 +37,9 @@ def _read_table():
         mode = row.pop("weight_decay_mode")
         rows.append(
             OptimizerSpec(
-                state_layouts=tuple(layout for layout, _ in states),
-                state_names=tuple(name for _, name in states),
+                state_layouts=tuple(layout for layout, _, _ in states),
+                state_buffers=tuple(buffer for _, buffer, _ in states),
+                state_names=tuple(name for _, _, name in states),
                 hyper_parameters=tuple(row.pop("hyper_parameters")),
                 weight_decay_mode=None if mode < 0 else mode,
                 **row,

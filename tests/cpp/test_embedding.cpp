@@ -312,8 +312,11 @@ struct State {
 void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::vector<float> g,
                  int64_t D) {
   const OptimizerParams& p = problem.params;
-  const bool lamb =
-      problem.optimizer == Optimizer::kLamb || problem.optimizer == Optimizer::kPartialRowwiseLamb;
+  // LAMB decays in its update; RMSprop-AR's module passes weight_decay_mode NONE, and its step
+  // ignores the mode.
+  const bool lamb = problem.optimizer == Optimizer::kLamb ||
+                    problem.optimizer == Optimizer::kPartialRowwiseLamb ||
+                    problem.optimizer == Optimizer::kRowwiseRmspropAr;
   if (!lamb && p.weight_decay_mode == WeightDecay::kL2) {
     for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
   }
@@ -370,6 +373,18 @@ void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::ve
       }
       const double ratio = w_norm > 0 && r_norm > 0 ? std::sqrt(w_norm / r_norm) : 1.0;
       for (int64_t d = 0; d < D; ++d) w[d] -= static_cast<float>(p.learning_rate * ratio) * r[d];
+      break;
+    }
+    case Optimizer::kRowwiseRmspropAr: {
+      // m1: the second moment's EMA; m2: the step the row was last touched (0: never).
+      m1[0] = p.ema_beta * m1[0] + (1 - p.ema_beta) * mean_square;
+      const float gap = m2[0] == 0 ? 1.0f : p.iter - m2[0];
+      const float shrink = std::min(1.0f, std::max(0.0f, p.learning_rate * p.ar_alpha * gap));
+      const float decay = std::max(p.min_shrinkage, 1.0f - shrink);
+      m2[0] = p.iter;
+      for (int64_t d = 0; d < D; ++d) {
+        w[d] = decay * w[d] - p.learning_rate / (std::sqrt(m1[0]) + p.eps) * g[d];
+      }
       break;
     }
   }
@@ -444,6 +459,10 @@ Problem make_problem(Optimizer optimizer, WeightDecay decay = WeightDecay::kNone
   problem.params.beta2 = 0.9f;
   problem.params.bias_correction1 = 1.0f - 0.8f * 0.8f;  // step 2
   problem.params.bias_correction2 = 1.0f - 0.9f * 0.9f;
+  problem.params.iter = 7;  // State's random prev_iter values (in [0, 1)) are older steps
+  problem.params.ema_beta = 0.7f;
+  problem.params.ar_alpha = 3;
+  problem.params.min_shrinkage = 0.3f;
   return problem;
 }
 

@@ -20,7 +20,7 @@ using kernels::Optimizer;
 at::Tensor checked_state_offsets(Optimizer optimizer, int k, const CheckedBatch& batch,
                                  const std::optional<at::Tensor>& state,
                                  const std::optional<at::Tensor>& state_offsets) {
-  const std::string name = "momentum" + std::to_string(k + 1);
+  const std::string name = kernels::optimizer_row(optimizer).buffers[k];
   const std::string offsets_name = name + "_offsets";
   TORCH_CHECK(state.has_value() && state_offsets.has_value(), "this optimizer needs ", name,
               " and ", offsets_name);
@@ -87,7 +87,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
               weight_decay_mode);
   const kernels::OptimizerRow& row = kernels::optimizer_row(optimizer);
   TORCH_CHECK(!row.decays_in_update || weight_decay_mode == 0, row.optim_type,
-              " applies weight_decay in its own update: weight_decay_mode must be 0 (NONE), got ",
+              " applies its own decay in its update: weight_decay_mode must be 0 (NONE), got ",
               weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
@@ -97,10 +97,14 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   check_finite(learning_rate, "learning_rate_tensor", at::kFloat);
   check_finite(weight_decay, "weight_decay", at::kFloat);
   check_finite(state.eps, "eps", at::kFloat);  // 0 where the optimizer reads none
+  for (const auto& [name, value] : {std::pair{"ar_alpha", state.ar_alpha},
+                                    {"ema_beta", state.ema_beta},
+                                    {"min_shrinkage", state.min_shrinkage}}) {
+    check_finite(value, name, at::kFloat);  // 0 where the optimizer reads none
+  }
+  TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ", state.iter);
   float bias_correction1 = 1, bias_correction2 = 1;
   if (row.bias_corrected) {
-    TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ",
-                      state.iter);
     bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);
     bias_correction2 = bias_correction(state.beta2, "beta2", state.iter);
   }
@@ -120,20 +124,19 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   args.max_gradient = clip_bound(gradient_clipping, max_gradient);
   args.weights_kind = stored_float_kind(weights, "weights");
   args.weights = weights.mutable_data_ptr();
-  const std::optional<at::Tensor>* buffers[kernels::kMaxStates][2] = {
-      {&state.momentum1, &state.momentum1_offsets}, {&state.momentum2, &state.momentum2_offsets}};
   at::Tensor state_offsets[kernels::kMaxStates];
   for (int k = 0; k < kernels::kMaxStates; ++k) {
     if (kernels::optimizer_state_size(optimizer, k, 1) == 0) continue;
-    state_offsets[k] = checked_state_offsets(optimizer, k, batch, *buffers[k][0], *buffers[k][1]);
-    args.state[k] = (*buffers[k][0])->mutable_data_ptr<float>();
+    state_offsets[k] =
+        checked_state_offsets(optimizer, k, batch, state.buffers[k], state.offsets[k]);
+    args.state[k] = state.buffers[k]->mutable_data_ptr<float>();
     args.state_offsets[k] = state_offsets[k].const_data_ptr<int64_t>();
   }
   // The buffers updated together must not share memory: their rows are updated concurrently.
-  const char* names[] = {"weights", "momentum1", "momentum2"};
+  const char* names[] = {"weights", row.buffers[0], row.buffers[1]};
   const at::Tensor* updated[] = {&weights, nullptr, nullptr};
   for (int k = 0; k < kernels::kMaxStates; ++k) {
-    if (args.state[k] != nullptr) updated[k + 1] = &**buffers[k][0];
+    if (args.state[k] != nullptr) updated[k + 1] = &*state.buffers[k];
   }
   for (int i = 0; i < 3; ++i) {
     for (int j = i + 1; j < 3; ++j) {
@@ -152,6 +155,10 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   args.params.beta2 = static_cast<float>(state.beta2);
   args.params.bias_correction1 = bias_correction1;
   args.params.bias_correction2 = bias_correction2;
+  args.params.iter = static_cast<float>(state.iter);
+  args.params.ar_alpha = static_cast<float>(state.ar_alpha);
+  args.params.ema_beta = static_cast<float>(state.ema_beta);
+  args.params.min_shrinkage = static_cast<float>(state.min_shrinkage);
   const int64_t bad = kernels::tbe_kernels(cpu_isa()).exact_update(args);
   if (bad >= 0) raise_out_of_range(batch, bad);
 }

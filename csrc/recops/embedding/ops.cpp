@@ -31,7 +31,7 @@ std::string state_arguments(const kernels::OptimizerRow& row, bool updated) {
   std::string text;
   for (int k = 0; k < kernels::kMaxStates; ++k) {
     if (row.state[k] == kernels::StateWidth::kUnused) continue;
-    const std::string name = "momentum" + std::to_string(k + 1);
+    const std::string name = row.buffers[k];
     // Alias sets b, c, ...: weights are a.
     const std::string alias = updated ? std::string("(") + static_cast<char>('b' + k) + "!)" : "";
     text += "Tensor" + alias + " " + name + ", Tensor " + name + "_offsets, ";
@@ -97,7 +97,7 @@ std::string tbe_optimizer_table() {
       if (!states.empty()) states += ", ";
       const bool rowwise = row.state[k] == kernels::StateWidth::kRowwise;
       states += std::string("[") + quoted(rowwise ? "rowwise" : "elementwise") + ", " +
-                quoted(row.state_names[k]) + "]";
+                quoted(row.buffers[k]) + ", " + quoted(row.state_names[k]) + "]";
     }
     std::string hyper_parameters;
     for (const std::string& name : hyper_parameter_names(row)) {
@@ -116,19 +116,24 @@ std::string tbe_optimizer_table() {
   return json + "]";
 }
 
-// The optimizer state and hyper-parameters a schema declares (SGD's declare none).
-OptimizerState read_optimizer_state(const NamedArgs& args) {
+// The optimizer state buffers of `row` and the hyper-parameters its schemas declare (the others
+// keep OptimizerState's defaults).
+OptimizerState read_optimizer_state(const NamedArgs& args, const kernels::OptimizerRow& row) {
   OptimizerState state;
-  state.momentum1 = args.optional_tensor("momentum1");
-  state.momentum1_offsets = args.optional_tensor("momentum1_offsets");
-  state.momentum2 = args.optional_tensor("momentum2");
-  state.momentum2_offsets = args.optional_tensor("momentum2_offsets");
-  if (args.has("eps")) state.eps = args.real("eps");
-  if (args.has("iter")) {
-    state.beta1 = args.real("beta1");
-    state.beta2 = args.real("beta2");
-    state.iter = args.integer("iter");
+  for (int k = 0; k < kernels::kMaxStates; ++k) {
+    if (row.state[k] == kernels::StateWidth::kUnused) continue;
+    state.buffers[k] = args.optional_tensor(row.buffers[k]);
+    state.offsets[k] = args.optional_tensor(std::string(row.buffers[k]) + "_offsets");
   }
+  for (auto [name, field] : {std::pair{"eps", &state.eps},
+                             {"beta1", &state.beta1},
+                             {"beta2", &state.beta2},
+                             {"ar_alpha", &state.ar_alpha},
+                             {"ema_beta", &state.ema_beta},
+                             {"min_shrinkage", &state.min_shrinkage}}) {
+    if (args.has(name)) *field = args.real(name);
+  }
+  if (args.has("iter")) state.iter = args.integer("iter");
   return state;
 }
 
@@ -151,9 +156,10 @@ void update_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  args.tensor("weights_offsets"), args.tensor("D_offsets"),
                  args.tensor("rows_per_table"), args.tensor("indices"), args.tensor("offsets"),
                  args.integer("pooling_mode"), args.optional_tensor("indice_weights"),
-                 read_optimizer_state(args), args.tensor("learning_rate_tensor"),
-                 args.real("weight_decay"), args.integer("weight_decay_mode"),
-                 args.flag("gradient_clipping"), args.real("max_gradient"),
+                 read_optimizer_state(args, kernels::optimizer_row(kOptimizer)),
+                 args.tensor("learning_rate_tensor"), args.real("weight_decay"),
+                 args.integer("weight_decay_mode"), args.flag("gradient_clipping"),
+                 args.real("max_gradient"),
                  args.optional_tensor("batch_size_per_feature_per_rank"));
   return_nothing(op, stack);
 }

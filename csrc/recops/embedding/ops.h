@@ -47,17 +47,21 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
     const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
     double max_gradient, const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
-// The fused backward of every optimizer: updates weights (and momentum1, momentum2) in place.
-// The Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`.
+// The fused backward of every optimizer: updates weights and the optimizer's state buffers in
+// place. Each optimizer reads the hyper-parameters its row of kernels/optimizer_table.h declares:
+// the Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`;
+// rowwise RMSprop-AR's second moment decays by ema_beta and a row untouched since prev_iter
+// shrinks by max(min_shrinkage, 1 - lr * ar_alpha * (iter - prev_iter)).
 struct OptimizerState {
-  std::optional<at::Tensor> momentum1;
-  std::optional<at::Tensor> momentum1_offsets;
+  std::optional<at::Tensor> buffers[kernels::kMaxStates];  // the row's buffers, e.g. momentum1
+  std::optional<at::Tensor> offsets[kernels::kMaxStates];  // <buffer>_offsets
   double eps = 0;
-  std::optional<at::Tensor> momentum2;
-  std::optional<at::Tensor> momentum2_offsets;
   double beta1 = 0;
   double beta2 = 0;
-  int64_t iter = 0;
+  int64_t iter = 1;  // the step being taken
+  double ar_alpha = 0;
+  double ema_beta = 0;
+  double min_shrinkage = 0;
 };
 
 void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,

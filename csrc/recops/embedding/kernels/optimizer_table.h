@@ -20,9 +20,10 @@ enum class Optimizer {
   kAdam,
   kPartialRowwiseAdam,
   kLamb,
-  kPartialRowwiseLamb
+  kPartialRowwiseLamb,
+  kRowwiseRmspropAr
 };
-constexpr int kMaxStates = 2;  // optimizer-state buffers: momentum1, momentum2
+constexpr int kMaxStates = 2;  // optimizer-state buffers (momentum1, and momentum2 or prev_iter)
 
 // Values per table row in an optimizer-state buffer: none (unused), D, or one.
 enum class StateWidth { kUnused, kElementwise, kRowwise };
@@ -34,8 +35,10 @@ struct OptimizerRow {
   // FBGEMM's EmbOptimType member and its value.
   const char* optim_type;
   const char* optim_type_value;
-  // Buffer k is momentum<k + 1>; state_names are get_optimizer_state's (torch.optim's) names.
+  // State buffer k: its width, its name in the ops' schemas and the module's buffers (FBGEMM's:
+  // <buffer>_host, <buffer>_offsets), and get_optimizer_state's (torch.optim's) name for it.
   StateWidth state[kMaxStates];
+  const char* buffers[kMaxStates];
   const char* state_names[kMaxStates];
   // Schema text of the hyper-parameters the optimizer reads besides learning_rate_tensor,
   // weight_decay and weight_decay_mode, in schema order (after learning_rate_tensor). The module
@@ -45,7 +48,8 @@ struct OptimizerRow {
   bool bias_corrected;
   // The weight_decay_mode the module passes (WeightDecayMode's value), or -1 for the module's own.
   int weight_decay_mode;
-  // Adds weight_decay * w to its update direction itself (LAMB): weight_decay_mode must be NONE.
+  // Decays in its own update, so the shared weight_decay_mode must be NONE: LAMB adds
+  // weight_decay * w to its direction, RMSprop-AR shrinks stale rows by ar_alpha instead.
   bool decays_in_update;
   // FBGEMM's CPU module implements it too (agreement tests and benchmarks run beside it).
   bool fbgemm_cpu;
@@ -57,27 +61,33 @@ constexpr const char* kAdamHyperParameters =
 // clang-format off
 inline constexpr OptimizerRow kOptimizerTable[] = {
     {Optimizer::kSgd, "sgd", "EXACT_SGD", "exact_sgd",
-     {StateWidth::kUnused, StateWidth::kUnused}, {nullptr, nullptr},
+     {StateWidth::kUnused, StateWidth::kUnused}, {nullptr, nullptr}, {nullptr, nullptr},
      "", false, -1, false, true},
     {Optimizer::kAdagrad, "adagrad", "EXACT_ADAGRAD", "exact_adagrad",
-     {StateWidth::kElementwise, StateWidth::kUnused}, {"sum", nullptr},
+     {StateWidth::kElementwise, StateWidth::kUnused}, {"momentum1", nullptr}, {"sum", nullptr},
      "float eps=0.0", false, -1, false, true},
     {Optimizer::kRowwiseAdagrad, "rowwise_adagrad", "EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad",
-     {StateWidth::kRowwise, StateWidth::kUnused}, {"sum", nullptr},
+     {StateWidth::kRowwise, StateWidth::kUnused}, {"momentum1", nullptr}, {"sum", nullptr},
      "float eps=0.0", false, -1, false, true},
     // FBGEMM's Adam decays decoupled, whatever the module's weight_decay_mode.
     {Optimizer::kAdam, "adam", "ADAM", "adam",
-     {StateWidth::kElementwise, StateWidth::kElementwise}, {"exp_avg", "exp_avg_sq"},
+     {StateWidth::kElementwise, StateWidth::kElementwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
      kAdamHyperParameters, true, 2, false, false},
     {Optimizer::kPartialRowwiseAdam, "partial_rowwise_adam", "PARTIAL_ROWWISE_ADAM", "partial_row_wise_adam",
-     {StateWidth::kElementwise, StateWidth::kRowwise}, {"exp_avg", "exp_avg_sq"},
+     {StateWidth::kElementwise, StateWidth::kRowwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
      kAdamHyperParameters, true, 2, false, false},
     {Optimizer::kLamb, "lamb", "LAMB", "lamb",
-     {StateWidth::kElementwise, StateWidth::kElementwise}, {"exp_avg", "exp_avg_sq"},
+     {StateWidth::kElementwise, StateWidth::kElementwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
      kAdamHyperParameters, true, 0, true, false},
     {Optimizer::kPartialRowwiseLamb, "partial_rowwise_lamb", "PARTIAL_ROWWISE_LAMB", "partial_row_wise_lamb",
-     {StateWidth::kElementwise, StateWidth::kRowwise}, {"exp_avg", "exp_avg_sq"},
+     {StateWidth::kElementwise, StateWidth::kRowwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
      kAdamHyperParameters, true, 0, true, false},
+    // FBGEMM's rowwise RMSprop with adaptive regularization: weight_decay does not apply (its
+    // decay is the staleness-scaled shrink of ar_alpha; FBGEMM's op has no weight_decay).
+    {Optimizer::kRowwiseRmspropAr, "rowwise_rmsprop_ar", "ROWWISE_RMSPROP_AR", "row_wise_rmsprop_ar",
+     {StateWidth::kRowwise, StateWidth::kRowwise}, {"momentum1", "prev_iter"}, {"sum", "prev_iter"},
+     "float eps=0.0, float ar_alpha=0.0, int iter=1, float ema_beta=0.99, float min_shrinkage=0.1",
+     false, 0, true, true},
 };
 // clang-format on
 constexpr int kNumOptimizers = static_cast<int>(std::size(kOptimizerTable));

@@ -132,6 +132,27 @@ struct Step<Optimizer::kLamb> : LambStep<false> {};
 template <>
 struct Step<Optimizer::kPartialRowwiseLamb> : LambStep<true> {};
 
+// Rowwise RMSprop with adaptive regularization (FBGEMM's): v = ema_beta v + (1 - ema_beta)
+// mean_d(g^2); a row last touched at step prev_iter (0: never) shrinks by
+// keep = max(min_shrinkage, 1 - clamp(lr * ar_alpha * gap, 0, 1)), gap = iter - prev_iter (1 on
+// the first touch), so the decay a row missed while untouched is paid when it is next touched;
+// w = keep * w - lr / (sqrt(v) + eps) * g; prev_iter = iter. weight_decay does not apply
+// (decays_in_update: weight_decay_mode is NONE).
+template <>
+struct Step<Optimizer::kRowwiseRmspropAr> {
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float /*keep*/) {
+    const float v = p.ema_beta * s[0][0] + (1.0f - p.ema_beta) * mean_square(g, D);
+    s[0][0] = v;
+    const float multiplier = p.learning_rate / (std::sqrt(v) + p.eps);
+    const float gap = s[1][0] == 0 ? 1.0f : p.iter - s[1][0];
+    const float shrink = std::min(std::max(p.learning_rate * p.ar_alpha * gap, 0.0f), 1.0f);
+    const float keep = std::max(p.min_shrinkage, 1.0f - shrink);
+    s[1][0] = p.iter;
+    for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - multiplier * g[d];
+  }
+};
+
 // Applies optimizer kOptimizer to one stored row, computing in fp32 and rounding once on the store.
 // `g` is clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
 template <Optimizer kOptimizer, typename weight_t>

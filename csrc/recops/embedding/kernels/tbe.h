@@ -121,6 +121,12 @@ struct OptimizerParams {
   float beta2 = 0;
   float bias_correction1 = 1;
   float bias_correction2 = 1;
+  // Rowwise RMSprop-AR: the step being taken (stored in prev_iter, fp32 as FBGEMM keeps it), the
+  // second moment's decay, and the staleness shrink's coefficient and floor.
+  float iter = 1;
+  float ema_beta = 0;
+  float ar_alpha = 0;
+  float min_shrinkage = 0;
 };
 
 // The fused backward: sums the gradient of every occurrence of each (table, row) over all bags
@@ -132,7 +138,7 @@ struct UpdateArgs {
   float max_gradient = 0;              // elementwise clip bound on grad_output; +inf for none
   FloatKind weights_kind = FloatKind::kFloat;
   void* weights = nullptr;
-  // Optimizer-state buffers (momentum1, momentum2; null past the optimizer's count) and, for
+  // Optimizer-state buffers (the optimizer's row names them; null where it has none) and, for
   // each, [T]: the first element of feature t's table in it.
   float* state[kMaxStates] = {};
   const int64_t* state_offsets[kMaxStates] = {};

@@ -45,6 +45,20 @@ inline void sum_gradients(const float* grad_output, const int64_t* source, const
   });
 }
 
+// optimizer_state_size(kOptimizer, k, D) for a run-time k: selects on k between sizes folded at
+// compile time, so no row reads the optimizer table.
+template <Optimizer kOptimizer, int... kBuffers>
+int64_t state_size_of(int k, int64_t D, std::integer_sequence<int, kBuffers...>) {
+  int64_t size = 0;
+  ((size = k == kBuffers ? optimizer_state_size(kOptimizer, kBuffers, D) : size), ...);
+  return size;
+}
+
+template <Optimizer kOptimizer>
+int64_t state_size(int k, int64_t D) {
+  return state_size_of<kOptimizer>(k, D, std::make_integer_sequence<int, kMaxStates>{});
+}
+
 template <Optimizer kOptimizer, typename weight_t>
 void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& runs) {
   auto* weights = static_cast<weight_t*>(args.weights);
@@ -67,7 +81,7 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       const int64_t D = table.D;
       // Row `row`'s elements in state buffer k (null when the optimizer does not use it).
       const auto state_row = [&](int k, int64_t row) -> float* {
-        const int64_t size = optimizer_state_size(kOptimizer, k, D);
+        const int64_t size = state_size<kOptimizer>(k, D);
         return size > 0 ? args.state[k] + table.state_offset[k] + row * size : nullptr;
       };
       if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
@@ -76,8 +90,8 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
                           D * static_cast<int64_t>(sizeof(weight_t)));
         for (int k = 0; k < kMaxStates; ++k) {
           if (float* s = state_row(k, ahead)) {
-            prefetch_bytes<1>(
-                s, optimizer_state_size(kOptimizer, k, D) * static_cast<int64_t>(sizeof(float)));
+            prefetch_bytes<1>(s,
+                              state_size<kOptimizer>(k, D) * static_cast<int64_t>(sizeof(float)));
           }
         }
       }
