@@ -89,6 +89,19 @@ struct Batch {
     if (!pos_w.empty()) x += pos_w[max_len - 1 + j - i];
     return x;
   }
+  // The kernels' relative bias source of the tables ts_w and pos_w on this batch's times.
+  template <typename T>
+  BiasSource<T> relative_bias(const std::vector<T>& ts_w, const std::vector<T>& pos_w,
+                              const LogBucketizer& bucketizer) const {
+    BiasSource<T> bias;
+    bias.kind = BiasKind::kRelative;
+    bias.key_time = key_time.data();
+    bias.query_time = query_time.data();
+    bias.ts_w = ts_w.data();
+    bias.pos_w = pos_w.data();
+    bias.buckets = bucketizer.view();
+    return bias;
+  }
   int64_t bucket(int64_t b, int64_t i, int64_t j) const {
     return reference_bucket(query_time[row_begin[b] + i] - key_time[row_begin[b] + j], divisor,
                             num_buckets);
@@ -302,15 +315,8 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   MaskSource<double> mask;
   mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
   const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
-  BiasSource<double> bias;
-  if (c.relative_bias) {
-    bias.kind = BiasKind::kRelative;
-    bias.key_time = batch.key_time.data();
-    bias.query_time = batch.query_time.data();
-    bias.ts_w = ts_w.data();
-    bias.pos_w = pos_w.data();
-    bias.buckets = bucketizer.view();
-  }
+  const BiasSource<double> bias =
+      c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   std::vector<double> got(out.size(), 0.0);
   hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, bias, chunks, got.data());
   expect_near_all(got, out, 1e-10, "out");
@@ -343,15 +349,8 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
              posf = to_float(pos_w);
   MaskSource<float> mask_f;
   mask_f.kind = mask.kind;
-  BiasSource<float> bias_f;
-  if (c.relative_bias) {
-    bias_f.kind = BiasKind::kRelative;
-    bias_f.key_time = batch.key_time.data();
-    bias_f.query_time = batch.query_time.data();
-    bias_f.ts_w = tsf.data();
-    bias_f.pos_w = posf.data();
-    bias_f.buckets = bucketizer.view();
-  }
+  const BiasSource<float> bias_f =
+      c.relative_bias ? batch.relative_bias(tsf, posf, bucketizer) : BiasSource<float>{};
   std::vector<float> got_f(out.size(), 0.0f);
   const HstuTensors<float> in_f{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}};
   hstu_forward(Fp32Precision<float>(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
@@ -375,15 +374,8 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
   MaskSource<double> mask;
   mask.kind = c.causal ? MaskKind::kCausal : MaskKind::kNone;
   const LogBucketizer bucketizer(batch.divisor, static_cast<int32_t>(batch.num_buckets));
-  BiasSource<double> bias;
-  if (c.relative_bias) {
-    bias.kind = BiasKind::kRelative;
-    bias.key_time = batch.key_time.data();
-    bias.query_time = batch.query_time.data();
-    bias.ts_w = ts_w.data();
-    bias.pos_w = pos_w.data();
-    bias.buckets = bucketizer.view();
-  }
+  const BiasSource<double> bias =
+      c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
   std::vector<double> full(batch.rows * H * dv, 0.0);
   hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, bias, 1,
