@@ -135,6 +135,22 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def measure_case(suite: str, name: str, fns: dict, bytes_moved: float, order) -> list:
+    """Times a case's implementations side by side (measure_quietly) and returns a Row each;
+    each compares itself with the implementations after it in ``order``."""
+    times, load = measure_quietly(fns, min_seconds=0.3)
+    if load > 0.3:
+        print(f"  noisy: {name} measured while others used {load:.1f} cores; rerun it")
+    rows = []
+    for impl in fns:
+        compare = [
+            b for b in order if b in fns and impl in order and order.index(b) > order.index(impl)
+        ]
+        extra = {"compare_to": compare, "others_load": round(load, 2)}
+        rows.append(Row(suite, name, impl, times[impl], bytes_moved, extra=extra))
+    return rows
+
+
 def print_speedups(suite: str, rows, baselines=("fbgemm", "torch")) -> None:
     """Prints recops' geomean and minimum speed-up over each baseline across a suite's cases."""
     speedups = {}

@@ -19,7 +19,7 @@ Every case checks once that all three agree exactly, then times them interleaved
 from dataclasses import dataclass
 
 import torch
-from harness import Row, measure_quietly, print_speedups
+from harness import Row, measure_case, print_speedups
 
 SUITE = "keyed"
 R = torch.ops.recops
@@ -247,12 +247,6 @@ def run(limits) -> list[Row]:
     rows = []
     for case in cases():
         verify(case)
-        times, load = measure_quietly(case.fns, min_seconds=0.3)
-        if load > 0.3:
-            print(f"  noisy: {case.name} measured while others used {load:.1f} cores; rerun it")
-        for name in case.fns:
-            compare = [b for b in IMPLS if IMPLS.index(b) > IMPLS.index(name)]
-            extra = {"compare_to": compare, "others_load": round(load, 2)}
-            rows.append(Row(SUITE, case.name, name, times[name], case.bytes_moved, extra=extra))
+        rows += measure_case(SUITE, case.name, case.fns, case.bytes_moved, IMPLS)
     print_speedups(SUITE, rows)
     return rows

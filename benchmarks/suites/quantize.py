@@ -12,7 +12,7 @@ tables, remapped through a hash table (pruned_hashmap_lookup, load factor 0.5) o
 from dataclasses import dataclass
 
 import torch
-from harness import Row, measure_quietly, print_speedups
+from harness import Row, measure_case, print_speedups
 
 SUITE = "quantize"
 R = torch.ops.recops
@@ -108,14 +108,6 @@ def run(limits) -> list[Row]:
     rows = []
     for case in cases():
         verify(case)
-        times, load = measure_quietly(case.fns, min_seconds=0.3)
-        if load > 0.3:
-            print(f"  noisy: {case.name} measured while others used {load:.1f} cores; rerun it")
-        for name in case.fns:
-            extra = {
-                "compare_to": ["fbgemm"] if name == "recops" else [],
-                "others_load": round(load, 2),
-            }
-            rows.append(Row(SUITE, case.name, name, times[name], case.bytes_moved, extra=extra))
+        rows += measure_case(SUITE, case.name, case.fns, case.bytes_moved, IMPLS)
     print_speedups(SUITE, rows)
     return rows
