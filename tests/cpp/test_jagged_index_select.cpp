@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <random>
+#include <set>
 #include <vector>
 
 #include "recops/jagged/kernels/jagged_index_select.h"
@@ -183,10 +185,28 @@ TEST(JaggedSelection, UniqueIndices) {
   std::vector<int64_t> lengths(4, 0);
   unique_lengths(in, unique.data(), count, lengths.data());
   EXPECT_EQ(lengths, (std::vector<int64_t>{2, 1, 2, 1}));  // 3 distinct in feature 0, 3 in 1
-  // The sort path gives the same ranks.
+  // The radix sort (values spread past the dense table) gives the same ranks.
   std::vector<int64_t> spread = {5'000'000, 0, 5'000'000, 7}, rev2(4), uniq2(4);
   ASSERT_EQ(rank_unique(spread.data(), 4, rev2.data(), uniq2.data()), 3);
   EXPECT_EQ(rev2, (std::vector<int64_t>{2, 0, 2, 1}));
+  // Spreads of 32 bits or more take the comparison sort.
+  const int64_t far = int64_t{1} << 40;
+  std::vector<int64_t> wide = {far, 3, far, 0}, rev3(4), uniq3(4);
+  ASSERT_EQ(rank_unique(wide.data(), 4, rev3.data(), uniq3.data()), 3);
+  EXPECT_EQ(rev3, (std::vector<int64_t>{2, 1, 2, 0}));
+  uniq3.resize(3);
+  EXPECT_EQ(uniq3, (std::vector<int64_t>{0, 3, far}));
+  // Random values over 26 bits (several radix passes): ranks agree with an ordered set.
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> values(20'000), rev4(values.size()), uniq4(values.size());
+  for (int64_t& v : values) v = static_cast<int64_t>(rng() % (uint64_t{1} << 26));
+  const std::set<int64_t> distinct(values.begin(), values.end());
+  ASSERT_EQ(
+      rank_unique(values.data(), static_cast<int64_t>(values.size()), rev4.data(), uniq4.data()),
+      static_cast<int64_t>(distinct.size()));
+  uniq4.resize(distinct.size());
+  EXPECT_EQ(uniq4, std::vector<int64_t>(distinct.begin(), distinct.end()));
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(uniq4[rev4[i]], values[i]);
   // An index past its feature's hash size is reported.
   const std::vector<int64_t> bad = {2, 0, 3, 1, 3, 3, 0, 1, 3};
   in.indices = bad.data();

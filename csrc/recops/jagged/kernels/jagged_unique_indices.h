@@ -60,9 +60,27 @@ int64_t linearize_indices(const KeyedIndices<index_t>& in, int64_t* linear) {
   return bad == in.num_indices ? -1 : bad;
 }
 
+// Sorts values packed as (key << 32 | position) by their key, the top `key_bits` bits above bit
+// 32, with LSD radix passes: stable, so equal keys keep their positions in order.
+inline void radix_sort_packed_keys(std::vector<uint64_t>& packed, int key_bits) {
+  constexpr int kDigitBits = 11;
+  constexpr uint64_t kDigitMask = (uint64_t{1} << kDigitBits) - 1;
+  std::vector<uint64_t> scratch(packed.size());
+  std::vector<int64_t> start(kDigitMask + 1);
+  for (int shift = 32; shift < 32 + key_bits; shift += kDigitBits) {
+    std::fill(start.begin(), start.end(), 0);
+    for (const uint64_t x : packed) ++start[(x >> shift) & kDigitMask];
+    int64_t sum = 0;
+    for (int64_t& s : start) sum += std::exchange(s, sum);
+    for (const uint64_t x : packed) scratch[start[(x >> shift) & kDigitMask]++] = x;
+    packed.swap(scratch);
+  }
+}
+
 // The distinct values of linear[0, n) (all >= 0) in increasing order into unique (capacity n), and
 // reverse[i] = the position of linear[i] among them. Returns the number of distinct values. A
-// dense rank table when the values span little more than n, a sort otherwise.
+// dense rank table when the values span little more than n; else a radix sort of (value - min,
+// position) packed in 64 bits when both fit in 32, a comparison sort otherwise.
 inline int64_t rank_unique(const int64_t* linear, int64_t n, int64_t* reverse, int64_t* unique) {
   if (n == 0) return 0;
   const auto [lo_it, hi_it] = std::minmax_element(linear, linear + n);
@@ -82,6 +100,23 @@ inline int64_t rank_unique(const int64_t* linear, int64_t n, int64_t* reverse, i
     parallel_for(0, n, grain_for_bytes(24), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) reverse[i] = rank[linear[i] - lo];
     });
+    return count;
+  }
+  constexpr int64_t kFits32 = int64_t{1} << 32;
+  if (spread < kFits32 && n < kFits32) {
+    std::vector<uint64_t> packed(n);
+    for (int64_t i = 0; i < n; ++i) {
+      packed[i] = (static_cast<uint64_t>(linear[i] - lo) << 32) | static_cast<uint64_t>(i);
+    }
+    int key_bits = 1;
+    while (key_bits < 32 && (spread >> key_bits) != 0) ++key_bits;
+    radix_sort_packed_keys(packed, key_bits);
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const uint64_t key = packed[k] >> 32;
+      if (k == 0 || key != (packed[k - 1] >> 32)) unique[count++] = lo + static_cast<int64_t>(key);
+      reverse[packed[k] & 0xFFFFFFFFu] = count - 1;
+    }
     return count;
   }
   std::vector<std::pair<int64_t, int64_t>> sorted(n);
