@@ -29,8 +29,12 @@ def evaluating(model: torch.nn.Module):
 def catalogue_scores(model, batch: JaggedBatch) -> torch.Tensor:
     """``[M, num_items + 1]`` float32 dot products of each query state with every unit-norm
     item embedding (generative-recommenders' brute-force MIPS); item 0 (none) scores -inf."""
-    states = model.query_states(batch).float()
-    scores = states @ model.candidate_embeddings().float().T
+    return state_scores(model, model.query_states(batch))
+
+
+def state_scores(model, states: torch.Tensor) -> torch.Tensor:
+    """catalogue_scores of query states ``[M, d]`` already encoded."""
+    scores = states.float() @ model.candidate_embeddings().float().T
     scores[:, 0] = float("-inf")
     return scores
 

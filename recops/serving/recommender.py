@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from recops.inference import evaluating
+from recops.inference import evaluating, state_scores
 from recops.models.encoder import l2_normalize
 from recops.serving.delta_attention import delta_attention
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
@@ -130,8 +130,7 @@ class CachedRecommender:
                 raise ValueError(f"request_times must hold one time per user, got {len(times)}")
         states = self._encode(user_ids, request_times=times)
         with evaluating(self.model):
-            scores = states.float() @ self.model.candidate_embeddings().float().T
-        scores[:, 0] = float("-inf")
+            scores = state_scores(self.model, states)
         if exclude_seen_items:
             for b, user in enumerate(user_ids):
                 scores[b, self.history(user)[0]] = float("-inf")

@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "recops/gather/ops.h"
+
 namespace recops::gather {
 namespace {
 
@@ -48,12 +50,6 @@ variable_list table_grads(AutogradContext* ctx, const variable_list& output_grad
   const std::vector<c10::SymInt> shapes = ctx->saved_data["table_shapes"].toSymIntVector();
   std::vector<at::Tensor> result = backward.call(inputs, shapes);
   return variable_list(result.begin() + group_size, result.end());
-}
-
-// FBGEMM's CPU path returns its CUDA kernel's two extra tensors (arguments, saved data) empty.
-std::vector<at::Tensor> empty_saved_data() {
-  const auto options = at::TensorOptions().dtype(at::kLong);
-  return {at::empty({0}, options), at::empty({0}, options)};
 }
 
 struct GroupIndexSelect : public torch::autograd::Function<GroupIndexSelect> {

@@ -5,6 +5,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "recops/common/checks.h"
@@ -96,11 +97,13 @@ std::vector<at::Tensor> group_index_select_dim0_gpu_impl(at::TensorList inputs,
   std::vector<at::Tensor> outputs =
       select_groups(inputs.slice(group_size, group_size), inputs.slice(0, group_size),
                     "inputs[group_size:]", "inputs[:group_size]");
-  // FBGEMM's CUDA kernel returns two more tensors (its arguments and saved data); the CPU path
-  // returns them empty.
-  outputs.push_back(at::empty({0}, at::TensorOptions().dtype(at::kLong)));
-  outputs.push_back(at::empty({0}, at::TensorOptions().dtype(at::kLong)));
+  for (at::Tensor& saved : empty_saved_data()) outputs.push_back(std::move(saved));
   return outputs;
+}
+
+std::vector<at::Tensor> empty_saved_data() {
+  const auto options = at::TensorOptions().dtype(at::kLong);
+  return {at::empty({0}, options), at::empty({0}, options)};
 }
 
 std::vector<at::Tensor> group_index_select_dim0_gpu_backward(at::TensorList inputs,

@@ -16,6 +16,9 @@ at::Tensor index_select_for_rank1_backward(const at::Tensor& grad, const at::Ten
 std::vector<at::Tensor> group_index_select_dim0(at::TensorList input_group,
                                                 at::TensorList indices_group);
 std::vector<at::Tensor> group_index_select_dim0_gpu_impl(at::TensorList inputs, int64_t group_size);
+// What FBGEMM's CPU path returns for its CUDA kernel's two extra tensors (its arguments and saved
+// data): two empty int64 tensors.
+std::vector<at::Tensor> empty_saved_data();
 std::vector<at::Tensor> group_index_select_dim0_gpu_backward(at::TensorList inputs,
                                                              at::IntArrayRef output_shape_group);
 at::Tensor batch_index_select_dim0(const at::Tensor& inputs, const at::Tensor& indices,
