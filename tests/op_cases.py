@@ -2407,8 +2407,9 @@ def pruned_bags(a, table_offsets_name, table_rows):
     table_offsets = tensor(a, table_offsets_name, (I64,), (1,))
     num_tables = table_offsets.numel() - 1
     require(num_tables >= 1, "one slice per table")
-    bags = offsets.numel() - 1
-    require(bags >= num_tables and bags % num_tables == 0, "T * B bags")
+    batch = (offsets.numel() - 1) // num_tables
+    require(batch >= 1, "B >= 1 bags per table")
+    offsets = offsets[: num_tables * batch + 1]  # FBGEMM reads the first T * B bags only
     require(offsets_list(offsets, "offsets")[-1] <= indices.numel(), "offsets within indices")
     require(offsets_list(table_offsets, "table")[-1] <= table_rows, "slices within the table")
     return indices, offsets, table_offsets

@@ -369,6 +369,20 @@ def test_pruned_array_lookup(index_dtype, remap_dtype, fbgemm_or_none):
         assert torch.equal(got, fbgemm)
 
 
+def test_pruned_lookups_read_the_first_t_times_b_bags(fbgemm_or_none):
+    """FBGEMM takes B = floor(bags / T) and reads the first T * B bags; the indices of the bags past
+    them (FBGEMM leaves their outputs unwritten) come out -1."""
+    indices = torch.tensor([0, 1, 2, 0, 1], dtype=I32)
+    offsets = torch.tensor([0, 2, 3, 5], dtype=I32)  # three bags, two tables: B = 1
+    remappings = torch.arange(5, 11, dtype=I32)
+    remap_offsets = torch.tensor([0, 3, 6])
+    got = ops.pruned_array_lookup(indices, offsets, remappings, remap_offsets)
+    assert got.tolist() == [5, 6, 10, -1, -1]
+    if fbgemm_or_none is not None:
+        fbgemm = fbgemm_or_none.pruned_array_lookup(indices, offsets, remappings, remap_offsets)
+        assert torch.equal(got[:3], fbgemm[:3])
+
+
 PRUNED_BAD_INPUTS = [
     (
         lambda: ops.pruned_array_lookup(
@@ -386,7 +400,7 @@ PRUNED_BAD_INPUTS = [
         lambda: ops.pruned_array_lookup(
             torch.tensor([0]), torch.tensor([0, 1, 1]), torch.arange(3), torch.tensor([0, 1, 2, 3])
         ),
-        "offsets must hold T * B + 1",
+        "offsets must hold at least T + 1 = 4 entries",
     ),
     (
         lambda: ops.pruned_array_lookup(

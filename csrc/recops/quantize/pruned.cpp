@@ -11,7 +11,8 @@ namespace recops::quantize {
 namespace {
 
 // The bags of a call: indices and offsets (same dtype, 1-D), T = table_offsets' length - 1
-// tables, offsets covering T * B bags, and table_offsets slicing `table_rows` rows.
+// tables, the first T * B + 1 offsets (B = floor(bags / T), as FBGEMM) covering the bags read, and
+// table_offsets slicing `table_rows` rows.
 struct Checked {
   at::Tensor indices;
   at::Tensor offsets;
@@ -37,11 +38,13 @@ Checked check_bags(const at::Tensor& indices, const at::Tensor& offsets,
   TORCH_CHECK_VALUE(num_tables >= 1, table_offsets_name,
                     " must hold T + 1 >= 2 entries (one slice per table), got ",
                     table_offsets.numel());
-  const int64_t bags = offsets.numel() - 1;
-  TORCH_CHECK_VALUE(bags >= num_tables && bags % num_tables == 0, "offsets must hold T * B + 1 ",
-                    "entries with B >= 1 for T = ", num_tables, " tables, got ", offsets.numel());
-  Checked checked{indices.contiguous(), offsets.contiguous(), table_offsets.contiguous(),
-                  num_tables, bags / num_tables};
+  const int64_t batch = (offsets.numel() - 1) / num_tables;
+  TORCH_CHECK_VALUE(batch >= 1, "offsets must hold at least T + 1 = ", num_tables + 1,
+                    " entries (B >= 1 bags per table), got ", offsets.numel());
+  // As FBGEMM: B = floor(bags / T); the T * B bags are read, offsets past them are not.
+  const int64_t bags = num_tables * batch;
+  Checked checked{indices.contiguous(), offsets.narrow(0, 0, bags + 1).contiguous(),
+                  table_offsets.contiguous(), num_tables, batch};
   check_offsets_monotonic(checked.offsets, "offsets");
   const int64_t last = index_at(checked.offsets, bags);
   TORCH_CHECK_VALUE(last <= indices.numel(), "offsets must end within indices: offsets[", bags,
