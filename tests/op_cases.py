@@ -23,7 +23,7 @@ from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_time_buckets
 from test_segment_sum import segment_sum_reference
 
-from recops.embedding.optimizers import OPTIMIZERS as OPTIMIZER_TABLE
+from recops.embedding.optimizers import ALL_ROWS as OPTIMIZER_ROWS
 
 ops = torch.ops.recops
 I32, I64 = torch.int32, torch.int64
@@ -1623,9 +1623,9 @@ def make_tbe_forward(d):
     return args
 
 
-# The optimizer table's rows by op suffix, and values of their float hyper-parameters (passed
-# explicitly, so that the property run mutates them).
-TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_TABLE.values()}
+# The optimizer table's rows by op suffix, and values of their hyper-parameters but the step
+# (passed explicitly, so that the property run mutates them).
+TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_ROWS}
 TBE_HYPER_PARAMETERS = {
     "eps": 0.01,
     "beta1": 0.8,
@@ -1633,6 +1633,17 @@ TBE_HYPER_PARAMETERS = {
     "ar_alpha": 2.0,
     "ema_beta": 0.7,
     "min_shrinkage": 0.3,
+    # rowwise Adagrad with counter: a decaying count, the learning rate lowered for counts above 1
+    "counter_halflife": 3,
+    "adjustment_iter": -1,
+    "adjustment_ub": 0.5,
+    "learning_rate_mode": 1,
+    "max_counter": 4.0,
+    "tail_id_threshold": 1.0,
+    "is_tail_id_thresh_ratio": 0,
+    "regularization_mode": 3,
+    "weight_norm_coefficient": 0.0,
+    "lower_bound": 0.0,
 }
 
 

@@ -226,8 +226,8 @@ def assert_close(actual, expected, dtype, msg=""):
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, msg=msg)
 
 
-def check_against_reference(module, batches, psw_fn=None, steps_dtype=None):
-    ref = Reference(module)
+def check_against_reference(module, batches, psw_fn=None, steps_dtype=None, reference=None):
+    ref = reference or Reference(module)
     dtype = steps_dtype or module.weights_precision.as_dtype()
     for step, (indices, offsets) in enumerate(batches):
         psw = None if psw_fn is None else psw_fn(indices)
@@ -449,8 +449,8 @@ def fbgemm_module(fbgemm, module, **kwargs):
     return reference
 
 
-def run_side_by_side(fbgemm, module, batches, weighted=False):
-    theirs = fbgemm_module(fbgemm, module)
+def run_side_by_side(fbgemm, module, batches, weighted=False, fbgemm_kwargs=None):
+    theirs = fbgemm_module(fbgemm, module, **(fbgemm_kwargs or {}))
     dtype = module.weights_precision.as_dtype()
     gen = torch.Generator().manual_seed(11)
     for step, (indices, offsets) in enumerate(batches):
@@ -517,7 +517,7 @@ def test_rowwise_weight_decay_matches_fbgemm(fbgemm_ops, mode):
     run_side_by_side(fbgemm_ops, module, batches)
 
 
-@pytest.mark.parametrize("weight_decay_mode", list(WeightDecayMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("weight_decay_mode", list(WeightDecayMode)[:3], ids=lambda m: m.name)
 @pytest.mark.parametrize("precision", PRECISIONS[:2], ids=lambda p: p.name)
 def test_rowwise_rmsprop_ar_matches_fbgemm_over_20_steps(fbgemm_ops, precision, weight_decay_mode):
     """Rows touched at irregular intervals (small bags over many rows): the staleness shrink at
@@ -1029,7 +1029,13 @@ def test_enums_have_fbgemm_names_and_values():
         ("ROWWISE_RMSPROP_AR", "row_wise_rmsprop_ar"),
     ]
     assert recops.EmbOptimType is OptimType
-    assert [(m.name, m.value) for m in WeightDecayMode] == [("NONE", 0), ("L2", 1), ("DECOUPLE", 2)]
+    assert [(m.name, m.value) for m in WeightDecayMode] == [
+        ("NONE", 0),
+        ("L2", 1),
+        ("DECOUPLE", 2),
+        ("COUNTER", 3),
+        ("COWCLIP", 4),
+    ]
     assert [(m.name, m.value) for m in BoundsCheckMode] == [
         ("FATAL", 0),
         ("WARNING", 1),

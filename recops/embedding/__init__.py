@@ -6,6 +6,7 @@ bags and the features sharing a table) and applies the optimizer to it in place,
 dense gradient. Kernels live in csrc/recops/embedding. One job per file here:
 
 - ``config``: FBGEMM's enums and the constructor arguments recops accepts only at their defaults;
+- ``counter``: the settings of rowwise Adagrad with counter (FBGEMM's regularization objects);
 - ``optimizers``: the fused optimizers (and ``OptimType``), read from the C++ optimizer table;
 - ``layout``: the table layout arithmetic (flat buffers, per-feature offsets, per-table views);
 - ``ops``: the ops' fake kernels and the lookup ops' autograd;
@@ -21,18 +22,32 @@ from recops.embedding.config import (
     SparseType,
     WeightDecayMode,
 )
+from recops.embedding.counter import (
+    CounterBasedRegularizationDefinition,
+    CounterWeightDecayMode,
+    CowClipDefinition,
+    GradSumDecay,
+    LearningRateMode,
+    TailIdThreshold,
+)
 from recops.embedding.module import SplitTableBatchedEmbeddingBagsCodegen
 from recops.embedding.optimizers import EmbOptimType, OptimType
 
 __all__ = [
     "BoundsCheckMode",
     "ComputeDevice",
+    "CounterBasedRegularizationDefinition",
+    "CounterWeightDecayMode",
+    "CowClipDefinition",
     "EmbOptimType",
     "EmbeddingLocation",
+    "GradSumDecay",
+    "LearningRateMode",
     "OptimType",
     "PoolingMode",
     "SparseType",
     "SplitTableBatchedEmbeddingBagsCodegen",
+    "TailIdThreshold",
     "WeightDecayMode",
 ]
 

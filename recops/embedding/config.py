@@ -56,6 +56,8 @@ class WeightDecayMode(enum.IntEnum):
     NONE = 0
     L2 = 1
     DECOUPLE = 2
+    COUNTER = 3  # rowwise Adagrad with counter (see counter.py)
+    COWCLIP = 4  # rowwise Adagrad with counter, CowClip's gradient clipping
 
 
 class BoundsCheckMode(enum.IntEnum):
@@ -114,11 +116,8 @@ CONFIG_ARGS = frozenset(
         "tbe_input_multiplexer_config",
     }
 )
-# Features recops does not implement, with FBGEMM's default (the only value accepted). FBGEMM
-# itself refuses any regularization object without its weight_decay_mode (COUNTER, COWCLIP).
+# Features recops does not implement, with FBGEMM's default (the only value accepted).
 UNSUPPORTED_ARGS = {
-    "counter_based_regularization": None,
-    "cowclip_regularization": None,
     "optimizer_state_dtypes": None,
     "enable_raw_embedding_streaming": False,
 }

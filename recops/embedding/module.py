@@ -16,7 +16,8 @@ from recops.embedding.config import (
     coerce,
     writeback_settings,
 )
-from recops.embedding.optimizers import OPTIMIZERS, OptimType
+from recops.embedding.counter import COUNTER_MODES, CounterWeightDecayMode, counter_settings
+from recops.embedding.optimizers import OPTIMIZERS, WITH_COUNTER, OptimType
 from recops.embedding.writeback import writeback_hook
 
 ops = torch.ops.recops
@@ -43,8 +44,12 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
     ignores them; its configuration objects are accepted when None or all-default; any other
     setting recops does not implement raises ``NotImplementedError`` naming it.
     ``extra_optimizer_config`` may ask for SGD's writeback pre-hook (``use_writeback_bwd_prehook``,
-    ``writeback_first_feature_only``; see recops/embedding/writeback.py). ``momentum`` and ``eta``
-    belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the Adam
+    ``writeback_first_feature_only``; see recops/embedding/writeback.py).
+    ``OptimType.EXACT_ROWWISE_ADAGRAD`` with ``weight_decay_mode`` COUNTER (and
+    ``counter_based_regularization``) or COWCLIP (and ``cowclip_regularization``) is FBGEMM's
+    rowwise Adagrad with counter, with the states ``momentum1``, ``prev_iter`` and ``row_counter``
+    and the step-count buffer ``max_counter`` (see recops/embedding/counter.py). ``momentum`` and
+    ``eta`` belong to other optimizers and are ignored (``beta1`` and ``beta2`` too but for the Adam
     family, ``ar_alpha``, ``ema_beta`` and ``min_shrinkage`` but for rowwise RMSprop-AR), and
     ``stochastic_rounding`` too (fp16/bf16 weights round to nearest, as FBGEMM's CPU kernels do).
     """
@@ -81,6 +86,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         embedding_shard_info=None,
         res_params=None,
         extra_optimizer_config=None,
+        counter_based_regularization=None,
+        cowclip_regularization=None,
         **fbgemm_only,
     ):
         super().__init__()
@@ -103,7 +110,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             cache_precision,
             dims,
         )
-        state_layouts = OPTIMIZERS[self.optimizer].state_layouts
+        self._set_optimizer_spec(counter_based_regularization, cowclip_regularization)
+        state_layouts = self._optimizer_spec.state_layouts
         if fbgemm_only.get("uvm_non_rowwise_momentum") and "elementwise" in state_layouts:
             # It would place the elementwise state in UVM, which FBGEMM's CPU module refuses.
             raise NotImplementedError(
@@ -172,6 +180,36 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         if self.pooling_mode == PoolingMode.NONE and len(set(dims)) > 1:
             raise ValueError("PoolingMode.NONE needs one embedding dim for all tables")
 
+    def _set_optimizer_spec(self, counter_based_regularization, cowclip_regularization):
+        """The optimizer table's row for the optimizer and the weight_decay_mode its ops take: for
+        EXACT_ROWWISE_ADAGRAD under COUNTER or COWCLIP, rowwise Adagrad with counter and the
+        counter's own mode."""
+        spec = OPTIMIZERS[self.optimizer]
+        self._counter = None
+        if (
+            self.weight_decay_mode in COUNTER_MODES
+            or counter_based_regularization is not None
+            or cowclip_regularization is not None
+        ):
+            if self.optimizer != OptimType.EXACT_ROWWISE_ADAGRAD:
+                raise NotImplementedError(
+                    "rowwise Adagrad with counter (weight_decay_mode COUNTER or COWCLIP, "
+                    "counter_based_regularization, cowclip_regularization) needs "
+                    f"OptimType.EXACT_ROWWISE_ADAGRAD, got {self.optimizer.name} with "
+                    f"weight_decay_mode={self.weight_decay_mode.name}"
+                )
+            self._counter = counter_settings(
+                self.weight_decay_mode, counter_based_regularization, cowclip_regularization
+            )
+            spec = WITH_COUNTER
+        self._optimizer_spec = spec
+        if self._counter is not None:
+            self._op_weight_decay_mode = int(self._counter.weight_decay_mode)
+        elif spec.weight_decay_mode is not None:
+            self._op_weight_decay_mode = spec.weight_decay_mode
+        else:
+            self._op_weight_decay_mode = int(self.weight_decay_mode)
+
     def _register_layout(self, rows, dims):
         """FBGEMM's layout: tables back to back in one buffer, described per feature."""
         buffers = layout.feature_buffers(rows, dims, self.feature_table_map, self._row_widths(dims))
@@ -200,7 +238,6 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             ops.embedding_host_zeros(self._table_offsets[-1], dtype),
             requires_grad=dtype.is_floating_point,
         )
-        self._optimizer_spec = OPTIMIZERS[self.optimizer]
         spec = self._optimizer_spec
         for name, state_layout in zip(spec.state_buffers, spec.state_layouts, strict=True):
             state_offsets = layout.block_offsets(rows, layout.state_widths(state_layout, dims))
@@ -217,6 +254,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self.register_buffer(
             "iter", torch.zeros(1, dtype=torch.int64), persistent="iter" in spec.hyper_parameters
         )
+        if self._counter is not None:
+            # The largest count + 1, updated every max_counter_update_freq steps (FBGEMM's buffer).
+            self.register_buffer("max_counter", torch.ones(1, dtype=torch.float32))
         # FBGEMM's device and UVM buffers, empty on the host as in FBGEMM's CPU module.
         self.weights_dev = torch.empty(0, dtype=dtype)
         self.weights_uvm = torch.empty(0, dtype=dtype)
@@ -267,11 +307,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             state[name] = getattr(self, f"{name}_host")
             state[f"{name}_offsets"] = getattr(self, f"{name}_offsets")
         step = int(self.iter.item()) + 1
-        for name in spec.hyper_parameters:
-            state[name] = step if name == "iter" else getattr(self, name)
-        weight_decay_mode = (
-            self.weight_decay_mode if spec.weight_decay_mode is None else spec.weight_decay_mode
-        )
+        state.update(self._hyper_parameters(step))
         lookup = getattr(ops, f"split_embedding_codegen_lookup_{spec.name}_function")
         output = lookup(
             self.weights_host,
@@ -287,7 +323,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             feature_requires_grad,
             learning_rate_tensor=self.learning_rate_tensor,
             weight_decay=self.weight_decay,
-            weight_decay_mode=int(weight_decay_mode),
+            weight_decay_mode=self._op_weight_decay_mode,
             gradient_clipping=self.gradient_clipping,
             max_gradient=self.max_gradient,
             output_dtype=self.output_dtype.as_int(),
@@ -295,8 +331,37 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             vbe_output_size=vbe_output_size,
             **state,
         )
+        # The step is taken: its step count and max_counter are kept.
         self.iter.fill_(step)
+        if "max_counter" in state:
+            self.max_counter.fill_(state["max_counter"])
         return output
+
+    def _hyper_parameters(self, step):
+        """The optimizer's hyper-parameters for taking step ``step``: its module attributes of
+        those names, the counter's settings, and for COUNTER a max_counter that follows the
+        counts every max_counter_update_freq steps (as FBGEMM's GPU module does; its CPU module
+        reads the counts from its device buffer, empty on the host, so its max_counter stays 1)."""
+        values = {}
+        for name in self._optimizer_spec.hyper_parameters:
+            if name == "iter":
+                values[name] = step
+            elif name == "max_counter":
+                values[name] = self._max_counter(step)
+            elif self._counter is not None and name in self._counter.hyper_parameters:
+                values[name] = self._counter.hyper_parameters[name]
+            else:
+                values[name] = getattr(self, name)
+        return values
+
+    def _max_counter(self, step):
+        """max_counter for step ``step``: the largest count + 1 every max_counter_update_freq
+        steps, else the buffer's value."""
+        freq = self._counter.max_counter_update_freq
+        if freq > 0 and step % freq == 0:
+            counts = self.row_counter_host
+            return counts.max().item() + 1 if counts.numel() else 1.0
+        return self.max_counter.item()
 
     def _variable_batch(self, batch_size_per_feature_per_rank):
         """FBGEMM's batch_size_per_feature_per_rank as the ops take it, an int64 [T, R] tensor
@@ -353,7 +418,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         """Per table, the list of its optimizer-state views, FBGEMM's layout: ``momentum1``
         ``[rows, dim]`` for Adagrad, ``[rows]`` for rowwise Adagrad; ``momentum1`` and
         ``momentum2`` ``[rows, dim]`` for Adam, ``[rows, dim]`` and ``[rows]`` for partial rowwise
-        Adam; ``momentum1`` and ``prev_iter`` ``[rows]`` for rowwise RMSprop-AR; empty for SGD."""
+        Adam; ``momentum1`` and ``prev_iter`` ``[rows]`` for rowwise RMSprop-AR, and
+        ``row_counter`` too for rowwise Adagrad with counter; empty for SGD."""
         rows, dims = self._table_shapes()
         spec = self._optimizer_spec
         per_buffer = [
@@ -372,8 +438,15 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         ``{"exp_avg", "exp_avg_sq"}`` for the Adam family, ``{"sum", "prev_iter", "iter"}`` for
         rowwise RMSprop-AR; empty for SGD (FBGEMM's)."""
         names = self._optimizer_spec.state_names
-        # FBGEMM lists the step count beside the state that dates rows by it.
-        step = {"iter": self.iter} if "prev_iter" in names else {}
+        # FBGEMM lists the step count beside the state that dates rows by it, for the counter
+        # optimizer only where it decays lazily by it (COUNTER with ADAGRADW).
+        lists_step = "prev_iter" in names
+        if self._counter is not None:
+            lists_step = (
+                self.weight_decay_mode == WeightDecayMode.COUNTER
+                and self._counter.weight_decay_mode == CounterWeightDecayMode.ADAGRADW
+            )
+        step = {"iter": self.iter} if lists_step else {}
         return [
             dict(zip(names, states, strict=True)) | step for states in self.split_optimizer_states()
         ]

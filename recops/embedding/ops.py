@@ -9,7 +9,7 @@ from torch.library import register_autograd
 from recops._autograd import input_grads, named_arguments
 from recops._fake import register_fake
 from recops.embedding.config import PoolingMode
-from recops.embedding.optimizers import OPTIMIZERS
+from recops.embedding.optimizers import ALL_ROWS
 
 ops = torch.ops.recops
 
@@ -141,7 +141,7 @@ def _schema_args(op_name):
 
 _lookup_ops = {
     spec.name: getattr(ops, f"split_embedding_codegen_lookup_{spec.name}_function").default
-    for spec in OPTIMIZERS.values()
+    for spec in ALL_ROWS
 }
 
 
@@ -189,7 +189,7 @@ def _make_lookup_autograd(suffix):
     return setup_context, backward
 
 
-for _suffix in (spec.name for spec in OPTIMIZERS.values()):
+for _suffix in (spec.name for spec in ALL_ROWS):
     register_fake(f"recops::split_embedding_codegen_lookup_{_suffix}_function")(
         _make_lookup_fake(_lookup_ops[_suffix])
     )

@@ -26,7 +26,8 @@ class OptimizerSpec:
     hyper_parameters: tuple[str, ...]
     bias_corrected: bool  # by the step count (the Adam family): the module saves its step count
     weight_decay_mode: int | None  # the WeightDecayMode the module passes; None: its own
-    decays_in_update: bool  # weight decay is part of the update direction (LAMB)
+    decays_in_update: bool  # decays its own way, not by the shared weight_decay_mode rule
+    max_weight_decay_mode: int  # the largest weight_decay_mode its ops accept
     fbgemm_cpu: bool  # FBGEMM's CPU module implements it too
 
 
@@ -54,13 +55,23 @@ class _OptimTypeBase(enum.Enum):
 
 
 _TABLE = _read_table()
+# A row repeating an optim_type is that optimizer under a weight_decay_mode of its own: rowwise
+# Adagrad with counter is EXACT_ROWWISE_ADAGRAD under WeightDecayMode COUNTER or COWCLIP.
+_PLAIN = {}
+for _row in _TABLE:
+    _PLAIN.setdefault(_row.optim_type, _row)
 OptimType = _OptimTypeBase(
     "OptimType",
-    [(row.optim_type, row.optim_type_value) for row in _TABLE],
+    [(row.optim_type, row.optim_type_value) for row in _PLAIN.values()],
     module="recops.embedding",
     qualname="OptimType",
 )
 EmbOptimType = OptimType
 
 # OptimType -> its row, in the table's order.
-OPTIMIZERS = {OptimType[row.optim_type]: row for row in _TABLE}
+OPTIMIZERS = {OptimType[row.optim_type]: row for row in _PLAIN.values()}
+# Rowwise Adagrad with counter: the row the module uses for EXACT_ROWWISE_ADAGRAD under
+# WeightDecayMode COUNTER or COWCLIP.
+WITH_COUNTER = next(row for row in _TABLE if row.name == "rowwise_adagrad_with_counter")
+# Every row (the lookup and update ops of each), in the table's order.
+ALL_ROWS = tuple(_TABLE)

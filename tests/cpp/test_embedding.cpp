@@ -307,16 +307,75 @@ struct State {
   }
 };
 
+// Rowwise Adagrad with counter (FBGEMM's formulas, docs/embedding.md): m1 the rowwise sum, m2 the
+// step the row was last updated at (0: never), m3 its count.
+void counter_step(const OptimizerParams& p, float* w, float* m1, float* m2, float* m3,
+                  const std::vector<float>& g, int64_t D) {
+  const OptimizerParams::Counter& c = p.counter;
+  const float gap = m2[0] == 0 ? 1.0f : p.iter - m2[0];
+  if (c.halflife > 0) {
+    m3[0] = 1 + std::exp2(-gap / c.halflife) * m3[0];
+  } else {
+    m3[0] = c.halflife == 0 ? 1 : m3[0] + 1;
+  }
+  const float n = m3[0];
+  double g_square = 0, w_square = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    const float gd = p.weight_decay_mode == WeightDecay::kL2 ? g[d] + p.weight_decay * w[d] : g[d];
+    g_square += static_cast<double>(gd) * gd;
+    w_square += static_cast<double>(w[d]) * w[d];
+  }
+  m1[0] += static_cast<float>(g_square / static_cast<double>(D));
+  const float base = p.learning_rate / (std::sqrt(m1[0]) + p.eps);
+  const bool adjusting = c.adjustment_iter <= 0 || p.iter > c.adjustment_iter;
+  float rate = base, keep = 1;
+  const float lr_wd = p.learning_rate * p.weight_decay;
+  if (c.regularization == CounterRegularization::kCowClip) {
+    const float clip =
+        n * std::max(c.weight_norm_coefficient * static_cast<float>(std::sqrt(w_square)),
+                     c.lower_bound);
+    rate = std::min(1.0f, clip / static_cast<float>(std::sqrt(g_square))) * base;
+    if (p.weight_decay_mode == WeightDecay::kDecouple) keep = 1 - lr_wd;
+    if (p.weight_decay_mode == WeightDecay::kL2) keep = 1 - p.weight_decay * rate;
+  } else {
+    if (adjusting && n > c.tail_id_threshold) {
+      if (c.learning_rate_mode == 0) {
+        rate = base * std::clamp(std::pow(c.max_counter / (n + 1), c.adjustment_ub), 1.0f, 10.0f);
+      } else if (c.learning_rate_mode == 1) {
+        rate = base * std::clamp(std::pow((n + 1) / c.max_counter, c.adjustment_ub), 0.1f, 1.0f);
+      } else if (c.learning_rate_mode == 2) {
+        rate = p.learning_rate / (std::sqrt(c.adjustment_ub * n) + p.eps);
+      }
+    }
+    if (adjusting && p.weight_decay_mode == WeightDecay::kAdagradW) {
+      if (c.halflife == -1) rate = base * std::sqrt(n);
+      if (c.halflife == -2) {
+        rate = std::min(p.learning_rate * n, c.adjustment_ub) / (std::sqrt(m1[0]) + p.eps);
+      }
+      const float lazy = std::pow(1 - lr_wd, std::min(gap, p.iter - c.adjustment_iter) - 1);
+      rate *= lazy;
+      keep = (1 - lr_wd) * lazy;
+    } else if (adjusting && p.weight_decay_mode == WeightDecay::kDecouple) {
+      keep = 1 - c.halflife / n * lr_wd;
+    } else if (adjusting && p.weight_decay_mode == WeightDecay::kL2) {
+      keep = 1 - c.halflife / n * p.weight_decay * base;
+    }
+  }
+  m2[0] = p.iter;
+  for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - rate * g[d];
+}
+
 // One step of `optimizer` on row w (D floats) with its summed gradient g, as documented for the
 // TBE optimizers (docs/ops.md section 7).
-void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::vector<float> g,
-                 int64_t D) {
+void scalar_step(const Problem& problem, float* w, float* m1, float* m2, float* m3,
+                 std::vector<float> g, int64_t D) {
   const OptimizerParams& p = problem.params;
   // LAMB decays in its update; RMSprop-AR's module passes weight_decay_mode NONE, and its step
-  // ignores the mode.
+  // ignores the mode; the counter optimizer reads the mode its own way.
   const bool lamb = problem.optimizer == Optimizer::kLamb ||
                     problem.optimizer == Optimizer::kPartialRowwiseLamb ||
-                    problem.optimizer == Optimizer::kRowwiseRmspropAr;
+                    problem.optimizer == Optimizer::kRowwiseRmspropAr ||
+                    problem.optimizer == Optimizer::kRowwiseAdagradWithCounter;
   if (!lamb && p.weight_decay_mode == WeightDecay::kL2) {
     for (int64_t d = 0; d < D; ++d) g[d] += p.weight_decay * w[d];
   }
@@ -387,6 +446,9 @@ void scalar_step(const Problem& problem, float* w, float* m1, float* m2, std::ve
       }
       break;
     }
+    case Optimizer::kRowwiseAdagradWithCounter:
+      counter_step(p, w, m1, m2, m3, g, D);
+      break;
   }
 }
 
@@ -423,7 +485,7 @@ void scalar_update(const Batch& batch, const Problem& problem, std::vector<float
              r.row * optimizer_state_size(problem.optimizer, k, D);
     }
     scalar_step(problem, weights.data() + batch.weights_offsets[r.table_feature] + r.row * D, m[0],
-                m[1], r.g, D);
+                m[1], m[2], r.g, D);
   }
 }
 
@@ -463,6 +525,12 @@ Problem make_problem(Optimizer optimizer, WeightDecay decay = WeightDecay::kNone
   problem.params.ema_beta = 0.7f;
   problem.params.ar_alpha = 3;
   problem.params.min_shrinkage = 0.3f;
+  // The counter optimizer: decaying counts, the learning rate of rows counted above 0.5 lowered.
+  problem.params.counter.halflife = 3;
+  problem.params.counter.learning_rate_mode = 1;
+  problem.params.counter.adjustment_ub = 0.5f;
+  problem.params.counter.max_counter = 4;
+  problem.params.counter.tail_id_threshold = 0.5f;
   return problem;
 }
 
@@ -506,6 +574,39 @@ TEST(TbeUpdate, WeightDecayAndClipping) {
     check_update<float>(Batch(Pooling::kSum, false), make_problem(optimizer, WeightDecay::kL2));
     check_update<float>(Batch(Pooling::kMean, true),
                         make_problem(optimizer, WeightDecay::kDecouple, 0.3f));
+  }
+}
+
+// The counter optimizer's other branches: its lazy AdagradW decay (rates from the count and
+// capped), the other learning-rate modes, the adjustment delay, and CowClip.
+TEST(TbeUpdate, CounterRegularizations) {
+  const auto counter_problem = [](WeightDecay decay, auto&& configure) {
+    Problem problem = make_problem(Optimizer::kRowwiseAdagradWithCounter, decay);
+    configure(problem.params.counter);
+    return problem;
+  };
+  using Counter = OptimizerParams::Counter;
+  const Problem problems[] = {
+      counter_problem(WeightDecay::kAdagradW, [](Counter& c) { c.halflife = -1; }),
+      counter_problem(WeightDecay::kAdagradW,
+                      [](Counter& c) { c.halflife = -2, c.adjustment_iter = 5; }),
+      counter_problem(WeightDecay::kNone, [](Counter& c) { c.learning_rate_mode = 0; }),
+      counter_problem(WeightDecay::kL2, [](Counter& c) { c.learning_rate_mode = 2; }),
+      counter_problem(WeightDecay::kDecouple, [](Counter& c) { c.adjustment_iter = 7; }),
+      counter_problem(WeightDecay::kL2,
+                      [](Counter& c) {
+                        c.regularization = CounterRegularization::kCowClip;
+                        c.weight_norm_coefficient = 0.2f, c.lower_bound = 0.01f;
+                      }),
+      counter_problem(WeightDecay::kDecouple,
+                      [](Counter& c) {
+                        c.regularization = CounterRegularization::kCowClip;
+                        c.halflife = 0, c.lower_bound = 0.05f;
+                      }),
+  };
+  for (const Problem& problem : problems) {
+    check_update<float>(Batch(Pooling::kSum, true), problem);
+    check_update<Bf16>(Batch(Pooling::kMean, false), problem);
   }
 }
 

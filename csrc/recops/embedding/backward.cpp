@@ -66,6 +66,45 @@ float bias_correction(double beta, const char* name, int64_t iter) {
   return static_cast<float>(1.0 - std::pow(beta, static_cast<double>(iter)));
 }
 
+// The counter optimizer's arguments, checked (kernels/tbe.h OptimizerParams::Counter). FBGEMM's
+// tail threshold may be a ratio of max_counter: it becomes a count here.
+kernels::OptimizerParams::Counter checked_counter(const OptimizerState& state) {
+  TORCH_CHECK_VALUE(state.regularization_mode == 3 || state.regularization_mode == 4,
+                    "regularization_mode must be 3 (COUNTER) or 4 (COWCLIP), got ",
+                    state.regularization_mode);
+  TORCH_CHECK_VALUE(state.learning_rate_mode >= -1 && state.learning_rate_mode <= 2,
+                    "learning_rate_mode must be -1 (EQUAL) to 2 (COUNTER_SGD), got ",
+                    state.learning_rate_mode);
+  constexpr int64_t kExactInFloat = int64_t{1} << 24;
+  for (const auto& [name, value] : {std::pair{"counter_halflife", state.counter_halflife},
+                                    {"adjustment_iter", state.adjustment_iter}}) {
+    TORCH_CHECK_VALUE(value >= -kExactInFloat && value <= kExactInFloat, name,
+                      " must be within +-2^24 (exact in float32), got ", value);
+  }
+  for (const auto& [name, value] : {std::pair{"adjustment_ub", state.adjustment_ub},
+                                    {"max_counter", state.max_counter},
+                                    {"tail_id_threshold", state.tail_id_threshold},
+                                    {"weight_norm_coefficient", state.weight_norm_coefficient},
+                                    {"lower_bound", state.lower_bound}}) {
+    check_finite(value, name, at::kFloat);
+  }
+  TORCH_CHECK_VALUE(state.max_counter != 0, "max_counter must not be 0 (rates divide by it)");
+  kernels::OptimizerParams::Counter counter;
+  counter.regularization = static_cast<kernels::CounterRegularization>(state.regularization_mode);
+  counter.halflife = static_cast<float>(state.counter_halflife);
+  counter.adjustment_iter = static_cast<float>(state.adjustment_iter);
+  counter.adjustment_ub = static_cast<float>(state.adjustment_ub);
+  counter.learning_rate_mode = state.learning_rate_mode;
+  counter.max_counter = static_cast<float>(state.max_counter);
+  counter.tail_id_threshold =
+      state.is_tail_id_thresh_ratio != 0
+          ? std::floor(static_cast<float>(state.tail_id_threshold) * counter.max_counter)
+          : static_cast<float>(state.tail_id_threshold);
+  counter.weight_norm_coefficient = static_cast<float>(state.weight_norm_coefficient);
+  counter.lower_bound = static_cast<float>(state.lower_bound);
+  return counter;
+}
+
 }  // namespace
 
 void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
@@ -82,13 +121,14 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
                   pooling_mode, indice_weights, batch_size_per_feature_per_rank);
   TORCH_CHECK(weights.is_contiguous(), "weights must be contiguous: they are updated in place");
   const at::Tensor grad = checked_grad_output(grad_output, batch);
-  TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= 2,
-              "weight_decay_mode must be 0 (NONE), 1 (L2) or 2 (DECOUPLE), got ",
-              weight_decay_mode);
   const kernels::OptimizerRow& row = kernels::optimizer_row(optimizer);
-  TORCH_CHECK(!row.decays_in_update || weight_decay_mode == 0, row.optim_type,
+  TORCH_CHECK(row.max_weight_decay_mode > 0 || weight_decay_mode == 0, row.optim_type,
               " applies its own decay in its update: weight_decay_mode must be 0 (NONE), got ",
               weight_decay_mode);
+  constexpr const char* kModeNames[] = {"0 (NONE)", "1 (L2)", "2 (DECOUPLE)", "3 (ADAGRADW)"};
+  TORCH_CHECK(weight_decay_mode >= 0 && weight_decay_mode <= row.max_weight_decay_mode, row.name,
+              "'s weight_decay_mode must be 0 (NONE) to ", kModeNames[row.max_weight_decay_mode],
+              ", got ", weight_decay_mode);
   check_cpu(learning_rate_tensor, "learning_rate_tensor");
   TORCH_CHECK(learning_rate_tensor.scalar_type() == at::kFloat && learning_rate_tensor.numel() == 1,
               "learning_rate_tensor must be a float32 tensor of one value, got ",
@@ -103,6 +143,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
     check_finite(value, name, at::kFloat);  // 0 where the optimizer reads none
   }
   TORCH_CHECK_VALUE(state.iter >= 1, "iter must be >= 1 (the step being taken), got ", state.iter);
+  const kernels::OptimizerParams::Counter counter = checked_counter(state);
   float bias_correction1 = 1, bias_correction2 = 1;
   if (row.bias_corrected) {
     bias_correction1 = bias_correction(state.beta1, "beta1", state.iter);
@@ -133,13 +174,15 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
     args.state_offsets[k] = state_offsets[k].const_data_ptr<int64_t>();
   }
   // The buffers updated together must not share memory: their rows are updated concurrently.
-  const char* names[] = {"weights", row.buffers[0], row.buffers[1]};
-  const at::Tensor* updated[] = {&weights, nullptr, nullptr};
+  constexpr int kUpdated = 1 + kernels::kMaxStates;
+  const char* names[kUpdated] = {"weights"};
+  const at::Tensor* updated[kUpdated] = {&weights};
   for (int k = 0; k < kernels::kMaxStates; ++k) {
+    names[k + 1] = row.buffers[k];
     if (args.state[k] != nullptr) updated[k + 1] = &*state.buffers[k];
   }
-  for (int i = 0; i < 3; ++i) {
-    for (int j = i + 1; j < 3; ++j) {
+  for (int i = 0; i < kUpdated; ++i) {
+    for (int j = i + 1; j < kUpdated; ++j) {
       TORCH_CHECK(updated[i] == nullptr || updated[j] == nullptr ||
                       at::get_overlap_status(*updated[i], *updated[j]) == at::MemOverlapStatus::No,
                   names[i], " and ", names[j],
@@ -159,6 +202,7 @@ void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,
   args.params.ar_alpha = static_cast<float>(state.ar_alpha);
   args.params.ema_beta = static_cast<float>(state.ema_beta);
   args.params.min_shrinkage = static_cast<float>(state.min_shrinkage);
+  args.params.counter = counter;
   const int64_t bad = kernels::tbe_kernels(cpu_isa()).exact_update(args);
   if (bad >= 0) raise_out_of_range(batch, bad);
 }

@@ -111,6 +111,7 @@ std::string tbe_optimizer_table() {
             "], \"bias_corrected\": " + (row.bias_corrected ? "true" : "false") +
             ", \"weight_decay_mode\": " + std::to_string(row.weight_decay_mode) +
             ", \"decays_in_update\": " + (row.decays_in_update ? "true" : "false") +
+            ", \"max_weight_decay_mode\": " + std::to_string(row.max_weight_decay_mode) +
             ", \"fbgemm_cpu\": " + (row.fbgemm_cpu ? "true" : "false") + "}";
   }
   return json + "]";
@@ -130,10 +131,22 @@ OptimizerState read_optimizer_state(const NamedArgs& args, const kernels::Optimi
                              {"beta2", &state.beta2},
                              {"ar_alpha", &state.ar_alpha},
                              {"ema_beta", &state.ema_beta},
-                             {"min_shrinkage", &state.min_shrinkage}}) {
+                             {"min_shrinkage", &state.min_shrinkage},
+                             {"adjustment_ub", &state.adjustment_ub},
+                             {"max_counter", &state.max_counter},
+                             {"tail_id_threshold", &state.tail_id_threshold},
+                             {"weight_norm_coefficient", &state.weight_norm_coefficient},
+                             {"lower_bound", &state.lower_bound}}) {
     if (args.has(name)) *field = args.real(name);
   }
-  if (args.has("iter")) state.iter = args.integer("iter");
+  for (auto [name, field] : {std::pair{"iter", &state.iter},
+                             {"counter_halflife", &state.counter_halflife},
+                             {"adjustment_iter", &state.adjustment_iter},
+                             {"learning_rate_mode", &state.learning_rate_mode},
+                             {"is_tail_id_thresh_ratio", &state.is_tail_id_thresh_ratio},
+                             {"regularization_mode", &state.regularization_mode}}) {
+    if (args.has(name)) *field = args.integer(name);
+  }
   return state;
 }
 

@@ -51,7 +51,9 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
 // place. Each optimizer reads the hyper-parameters its row of kernels/optimizer_table.h declares:
 // the Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`;
 // rowwise RMSprop-AR's second moment decays by ema_beta and a row untouched since prev_iter
-// shrinks by max(min_shrinkage, 1 - lr * ar_alpha * (iter - prev_iter)).
+// shrinks by max(min_shrinkage, 1 - lr * ar_alpha * (iter - prev_iter)); rowwise Adagrad with
+// counter reads the counter arguments of FBGEMM's rowwise_adagrad_with_counter (their meaning:
+// kernels/tbe.h OptimizerParams::Counter).
 struct OptimizerState {
   std::optional<at::Tensor> buffers[kernels::kMaxStates];  // the row's buffers, e.g. momentum1
   std::optional<at::Tensor> offsets[kernels::kMaxStates];  // <buffer>_offsets
@@ -62,6 +64,16 @@ struct OptimizerState {
   double ar_alpha = 0;
   double ema_beta = 0;
   double min_shrinkage = 0;
+  int64_t counter_halflife = -1;
+  int64_t adjustment_iter = -1;
+  double adjustment_ub = 1;
+  int64_t learning_rate_mode = -1;
+  double max_counter = 1;
+  double tail_id_threshold = 0;
+  int64_t is_tail_id_thresh_ratio = 0;
+  int64_t regularization_mode = 3;
+  double weight_norm_coefficient = 0;
+  double lower_bound = 0;
 };
 
 void backward_exact(kernels::Optimizer optimizer, const at::Tensor& grad_output,

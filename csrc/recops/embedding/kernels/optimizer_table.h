@@ -21,9 +21,11 @@ enum class Optimizer {
   kPartialRowwiseAdam,
   kLamb,
   kPartialRowwiseLamb,
-  kRowwiseRmspropAr
+  kRowwiseRmspropAr,
+  kRowwiseAdagradWithCounter
 };
-constexpr int kMaxStates = 2;  // optimizer-state buffers (momentum1, and momentum2 or prev_iter)
+// Optimizer-state buffers: momentum1, then momentum2 or prev_iter, then row_counter.
+constexpr int kMaxStates = 3;
 
 // Values per table row in an optimizer-state buffer: none (unused), D, or one.
 enum class StateWidth { kUnused, kElementwise, kRowwise };
@@ -48,9 +50,14 @@ struct OptimizerRow {
   bool bias_corrected;
   // The weight_decay_mode the module passes (WeightDecayMode's value), or -1 for the module's own.
   int weight_decay_mode;
-  // Decays in its own update, so the shared weight_decay_mode must be NONE: LAMB adds
-  // weight_decay * w to its direction, RMSprop-AR shrinks stale rows by ar_alpha instead.
+  // Decays in its own update rather than by the shared rule of optimizers.h update_row: LAMB adds
+  // weight_decay * w to its direction, RMSprop-AR shrinks stale rows by ar_alpha instead, and the
+  // counter optimizer reads weight_decay_mode its own way.
   bool decays_in_update;
+  // The largest weight_decay_mode it accepts: 2 (DECOUPLE) under the shared rule, 0 (NONE) where
+  // it decays in its update, 3 for the counter optimizer (FBGEMM's CounterWeightDecayMode, whose
+  // 3 is ADAGRADW).
+  int max_weight_decay_mode;
   // FBGEMM's CPU module implements it too (agreement tests and benchmarks run beside it).
   bool fbgemm_cpu;
 };
@@ -61,33 +68,42 @@ constexpr const char* kAdamHyperParameters =
 // clang-format off
 inline constexpr OptimizerRow kOptimizerTable[] = {
     {Optimizer::kSgd, "sgd", "EXACT_SGD", "exact_sgd",
-     {StateWidth::kUnused, StateWidth::kUnused}, {nullptr, nullptr}, {nullptr, nullptr},
-     "", false, -1, false, true},
+     {StateWidth::kUnused, StateWidth::kUnused, StateWidth::kUnused}, {}, {},
+     "", false, -1, false, 2, true},
     {Optimizer::kAdagrad, "adagrad", "EXACT_ADAGRAD", "exact_adagrad",
-     {StateWidth::kElementwise, StateWidth::kUnused}, {"momentum1", nullptr}, {"sum", nullptr},
-     "float eps=0.0", false, -1, false, true},
+     {StateWidth::kElementwise, StateWidth::kUnused, StateWidth::kUnused}, {"momentum1"}, {"sum"},
+     "float eps=0.0", false, -1, false, 2, true},
     {Optimizer::kRowwiseAdagrad, "rowwise_adagrad", "EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad",
-     {StateWidth::kRowwise, StateWidth::kUnused}, {"momentum1", nullptr}, {"sum", nullptr},
-     "float eps=0.0", false, -1, false, true},
+     {StateWidth::kRowwise, StateWidth::kUnused, StateWidth::kUnused}, {"momentum1"}, {"sum"},
+     "float eps=0.0", false, -1, false, 2, true},
     // FBGEMM's Adam decays decoupled, whatever the module's weight_decay_mode.
     {Optimizer::kAdam, "adam", "ADAM", "adam",
-     {StateWidth::kElementwise, StateWidth::kElementwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
-     kAdamHyperParameters, true, 2, false, false},
+     {StateWidth::kElementwise, StateWidth::kElementwise, StateWidth::kUnused}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
+     kAdamHyperParameters, true, 2, false, 2, false},
     {Optimizer::kPartialRowwiseAdam, "partial_rowwise_adam", "PARTIAL_ROWWISE_ADAM", "partial_row_wise_adam",
-     {StateWidth::kElementwise, StateWidth::kRowwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
-     kAdamHyperParameters, true, 2, false, false},
+     {StateWidth::kElementwise, StateWidth::kRowwise, StateWidth::kUnused}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
+     kAdamHyperParameters, true, 2, false, 2, false},
     {Optimizer::kLamb, "lamb", "LAMB", "lamb",
-     {StateWidth::kElementwise, StateWidth::kElementwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
-     kAdamHyperParameters, true, 0, true, false},
+     {StateWidth::kElementwise, StateWidth::kElementwise, StateWidth::kUnused}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
+     kAdamHyperParameters, true, 0, true, 0, false},
     {Optimizer::kPartialRowwiseLamb, "partial_rowwise_lamb", "PARTIAL_ROWWISE_LAMB", "partial_row_wise_lamb",
-     {StateWidth::kElementwise, StateWidth::kRowwise}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
-     kAdamHyperParameters, true, 0, true, false},
+     {StateWidth::kElementwise, StateWidth::kRowwise, StateWidth::kUnused}, {"momentum1", "momentum2"}, {"exp_avg", "exp_avg_sq"},
+     kAdamHyperParameters, true, 0, true, 0, false},
     // FBGEMM's rowwise RMSprop with adaptive regularization: weight_decay does not apply (its
     // decay is the staleness-scaled shrink of ar_alpha; FBGEMM's op has no weight_decay).
     {Optimizer::kRowwiseRmspropAr, "rowwise_rmsprop_ar", "ROWWISE_RMSPROP_AR", "row_wise_rmsprop_ar",
-     {StateWidth::kRowwise, StateWidth::kRowwise}, {"momentum1", "prev_iter"}, {"sum", "prev_iter"},
+     {StateWidth::kRowwise, StateWidth::kRowwise, StateWidth::kUnused}, {"momentum1", "prev_iter"}, {"sum", "prev_iter"},
      "float eps=0.0, float ar_alpha=0.0, int iter=1, float ema_beta=0.99, float min_shrinkage=0.1",
-     false, 0, true, true},
+     false, 0, true, 0, true},
+    // EXACT_ROWWISE_ADAGRAD under FBGEMM's weight_decay_mode COUNTER or COWCLIP (the one row that
+    // repeats an optim_type: the module picks it by weight_decay_mode). weight_decay_mode is the
+    // counter's own (CounterWeightDecayMode), regularization_mode the module's (3 or 4).
+    {Optimizer::kRowwiseAdagradWithCounter, "rowwise_adagrad_with_counter", "EXACT_ROWWISE_ADAGRAD", "exact_row_wise_adagrad",
+     {StateWidth::kRowwise, StateWidth::kRowwise, StateWidth::kRowwise}, {"momentum1", "prev_iter", "row_counter"}, {"sum", "prev_iter", "row_counter"},
+     "float eps=0.0, int iter=1, int counter_halflife=-1, int adjustment_iter=-1, float adjustment_ub=1.0, "
+     "int learning_rate_mode=-1, float max_counter=1.0, float tail_id_threshold=0.0, int is_tail_id_thresh_ratio=0, "
+     "int regularization_mode=3, float weight_norm_coefficient=0.0, float lower_bound=0.0",
+     false, -1, true, 3, true},
 };
 // clang-format on
 constexpr int kNumOptimizers = static_cast<int>(std::size(kOptimizerTable));

@@ -153,6 +153,114 @@ struct Step<Optimizer::kRowwiseRmspropAr> {
   }
 };
 
+// Rowwise Adagrad with counter (FBGEMM's rowwise_adagrad_with_counter), the states being the sum
+// m, the step prev_iter the row was last updated at (0: never) and its occurrence count c. With
+// gap = iter - prev_iter (1 on the first update):
+//   c = 1 + 2^(-gap / halflife) c (halflife > 0), 1 (halflife = 0), c + 1 (halflife < 0);
+//   m += mean_d(g'^2), g' = g + wd * w under L2 decay (only there: the step uses g);
+//   base = lr / (sqrt(m) + eps); w = keep * w - rate * g, where rate and keep depend on the
+//   regularization, as counter_rate() and counter_keep() say.
+struct CounterRow {
+  float sum;  // m after this step
+  float count;
+  float gap;
+  float base;  // lr / (sqrt(m) + eps)
+};
+
+// The learning rate of a row under the counter regularization (COUNTER) or CowClip (COWCLIP).
+inline float counter_rate(const CounterRow& row, float g_square_sum, float w_square_sum,
+                          bool adjusting, const OptimizerParams& p) {
+  const OptimizerParams::Counter& c = p.counter;
+  if (c.regularization == CounterRegularization::kCowClip) {
+    // The gradient's norm clipped to count * max(coefficient * ||w||, lower_bound).
+    const float clip =
+        row.count * std::max(c.weight_norm_coefficient * std::sqrt(w_square_sum), c.lower_bound);
+    return std::fmin(1.0f, clip / std::sqrt(g_square_sum)) * row.base;
+  }
+  if (c.learning_rate_mode < 0 || !adjusting || row.count <= c.tail_id_threshold) return row.base;
+  switch (c.learning_rate_mode) {
+    case 0:  // TAIL_ID_LR_INCREASE
+      return row.base *
+             std::fmax(std::fmin(std::pow(c.max_counter / (row.count + 1), c.adjustment_ub), 10.0f),
+                       1.0f);
+    case 1:  // TAIL_ID_LR_DECREASE
+      return row.base *
+             std::fmin(std::fmax(std::pow((row.count + 1) / c.max_counter, c.adjustment_ub), 0.1f),
+                       1.0f);
+    default:  // 2, COUNTER_SGD
+      return p.learning_rate / (std::sqrt(c.adjustment_ub * row.count) + p.eps);
+  }
+}
+
+// The weight's scale (1: none) by the counter's weight_decay_mode, and for ADAGRADW the rate it
+// rescales: AdagradW decays lazily, paying on update the decay of the gap steps the row missed.
+inline float counter_keep(const CounterRow& row, float& rate, bool adjusting,
+                          const OptimizerParams& p) {
+  const OptimizerParams::Counter& c = p.counter;
+  const float lr_decay = p.learning_rate * p.weight_decay;
+  if (c.regularization == CounterRegularization::kCowClip) {
+    if (p.weight_decay_mode == WeightDecay::kDecouple) return 1.0f - lr_decay;
+    if (p.weight_decay_mode == WeightDecay::kL2) return 1.0f - p.weight_decay * rate;
+    return 1.0f;
+  }
+  if (!adjusting) return 1.0f;
+  // FBGEMM's frequency factor: halflife / count (negative for a counter without decay).
+  const float frequency = c.halflife / row.count;
+  switch (p.weight_decay_mode) {
+    case WeightDecay::kAdagradW: {
+      if (c.halflife == -1) rate = row.base * std::sqrt(row.count);
+      if (c.halflife == -2) {
+        rate =
+            std::fmin(p.learning_rate * row.count, c.adjustment_ub) / (std::sqrt(row.sum) + p.eps);
+      }
+      const float missed = std::fmin(row.gap, p.iter - c.adjustment_iter) - 1;
+      const float lazy = std::pow(1.0f - lr_decay, missed);
+      rate *= lazy;
+      return (1.0f - lr_decay) * lazy;
+    }
+    case WeightDecay::kDecouple:
+      return 1.0f - frequency * lr_decay;
+    case WeightDecay::kL2:
+      return 1.0f - frequency * p.weight_decay * row.base;
+    default:
+      return 1.0f;
+  }
+}
+
+template <>
+struct Step<Optimizer::kRowwiseAdagradWithCounter> {
+  static void step(float* __restrict w, float* const* s, const float* __restrict g, int64_t D,
+                   const OptimizerParams& p, float /*keep*/) {
+    const OptimizerParams::Counter& c = p.counter;
+    float& prev_iter = s[1][0];
+    float& count = s[2][0];
+    const float gap = prev_iter == 0 ? 1.0f : p.iter - prev_iter;
+    if (c.halflife > 0) {
+      count = 1.0f + std::exp(-gap * (std::log(2.0f) / c.halflife)) * count;
+    } else if (c.halflife == 0) {
+      count = 1.0f;
+    } else {
+      count += 1.0f;
+    }
+    const bool l2 = p.weight_decay_mode == WeightDecay::kL2;
+    float g_square_sum = 0, w_square_sum = 0;
+#pragma omp simd reduction(+ : g_square_sum, w_square_sum)
+    for (int64_t d = 0; d < D; ++d) {
+      const float decayed = l2 ? g[d] + p.weight_decay * w[d] : g[d];
+      g_square_sum += decayed * decayed;
+      w_square_sum += w[d] * w[d];
+    }
+    const float sum = s[0][0] + g_square_sum / static_cast<float>(D);
+    s[0][0] = sum;
+    const CounterRow row{sum, count, gap, p.learning_rate / (std::sqrt(sum) + p.eps)};
+    const bool adjusting = c.adjustment_iter <= 0 || p.iter > c.adjustment_iter;
+    float rate = counter_rate(row, g_square_sum, w_square_sum, adjusting, p);
+    const float keep = counter_keep(row, rate, adjusting, p);
+    prev_iter = p.iter;
+    for (int64_t d = 0; d < D; ++d) w[d] = keep * w[d] - rate * g[d];
+  }
+};
+
 // Applies optimizer kOptimizer to one stored row, computing in fp32 and rounding once on the store.
 // `g` is clobbered (L2 decay); `scratch` holds D floats for rows stored in fp16 / bf16.
 template <Optimizer kOptimizer, typename weight_t>

@@ -30,7 +30,11 @@
 namespace recops::embedding::kernels {
 
 enum class Pooling : int64_t { kSum = 0, kMean = 1, kNone = 2 };  // FBGEMM's PoolingMode values
-enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2 };  // FBGEMM's WeightDecayMode
+// FBGEMM's WeightDecayMode values; 3 is its CounterWeightDecayMode ADAGRADW, which only the counter
+// optimizer reads (its weight_decay_mode is CounterWeightDecayMode, whose 0-2 are these).
+enum class WeightDecay : int64_t { kNone = 0, kL2 = 1, kDecouple = 2, kAdagradW = 3 };
+// FBGEMM's WeightDecayMode of the counter optimizer's regularization.
+enum class CounterRegularization : int64_t { kCounter = 3, kCowClip = 4 };
 // FBGEMM's INT8 rows ("fused 8-bit rowwise"): D uint8 codes, then a float32 scale and a float32
 // bias (kInt8RowTail bytes), element d being scale * code[d] + bias. Looked up only: FBGEMM's CPU
 // module has no INT8 backward either.
@@ -127,6 +131,22 @@ struct OptimizerParams {
   float ema_beta = 0;
   float ar_alpha = 0;
   float min_shrinkage = 0;
+  // Rowwise Adagrad with counter (FBGEMM's rowwise_adagrad_with_counter; the formulas are at its
+  // Step<> in optimizers.h): the regularization, the counter's half-life, the step after which
+  // adjustments start (<= 0: from the first), the learning-rate mode (FBGEMM's LearningRateMode,
+  // -1 to 2) with its exponent adjustment_ub, the largest count max_counter, the count a row must
+  // exceed for its learning rate to be adjusted, and CowClip's weight-norm coefficient and floor.
+  struct Counter {
+    CounterRegularization regularization = CounterRegularization::kCounter;
+    float halflife = -1;
+    float adjustment_iter = -1;
+    float adjustment_ub = 1;
+    int64_t learning_rate_mode = -1;
+    float max_counter = 1;
+    float tail_id_threshold = 0;
+    float weight_norm_coefficient = 0;
+    float lower_bound = 0;
+  } counter;
 };
 
 // The fused backward: sums the gradient of every occurrence of each (table, row) over all bags

@@ -98,7 +98,8 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       sum_gradients(args.grad_output, runs.source.get(), runs.scale.get(), table_runs.begin[j],
                     table_runs.begin[j + 1], occurrences, args.max_gradient, D, g);
       const int64_t row = table_runs.row[j];
-      float* const state[kMaxStates] = {state_row(0, row), state_row(1, row)};
+      float* state[kMaxStates];
+      for (int k = 0; k < kMaxStates; ++k) state[k] = state_row(k, row);
       update_row<kOptimizer>(weights + table.weights_offset + row * D, state, g, D, args.params,
                              converted);
     }
