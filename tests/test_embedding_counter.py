@@ -27,6 +27,9 @@ from test_embedding import (
     shared_table_map,
     state_snapshot,
 )
+from test_embedding_vbe import FTM as VBE_FTM
+from test_embedding_vbe import SHAPES as VBE_SHAPES
+from test_embedding_vbe import compare_steps, vbe_steps
 
 from recops import BoundsCheckMode, OptimType, PoolingMode, SparseType, WeightDecayMode
 from recops.embedding import (
@@ -179,6 +182,24 @@ def test_fp16_and_weighted_match_fbgemm(fbgemm_ops, config, weighted):
     rows = [rows for rows, _ in shapes]
     theirs = definition_kwargs(mode, fields, fbgemm=True)
     run_side_by_side(fbgemm_ops, module, irregular_batches(gen, rows, 8), weighted, theirs)
+
+
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[3], CONFIGS[6]], ids=lambda c: c[0])
+def test_variable_batch_matches_fbgemm(fbgemm_ops, config):
+    """FBGEMM's variable batch size per feature (its CPU module has it for this optimizer)."""
+    _, mode, fields = config
+    ours = counter_module(VBE_SHAPES, VBE_FTM, mode, fields)
+    theirs = fbgemm_module(fbgemm_ops, ours, **definition_kwargs(mode, fields, fbgemm=True))
+    steps = []
+    for indices, offsets, sizes, _ in vbe_steps(22, 20):
+
+        def call(_, indices=indices, offsets=offsets, sizes=sizes):
+            out = theirs(indices, offsets, batch_size_per_feature_per_rank=sizes)
+            return out, out
+
+        kwargs = dict(batch_size_per_feature_per_rank=sizes)
+        steps.append((indices, offsets, kwargs, None, call, lambda grad: grad))
+    compare_steps(ours, theirs, steps, torch.float32)
 
 
 def test_optimizer_state_matches_fbgemm(fbgemm_ops):

@@ -1,7 +1,8 @@
 """Table-batched embedding bags with fused optimizer (docs/ops.md section 7), side by side with
 FBGEMM's CPU SplitTableBatchedEmbeddingBagsCodegen (SGD, Adagrad, rowwise Adagrad: it has no CPU
 Adam or LAMB) and with nn.EmbeddingBag + torch.optim (sparse SGD / Adagrad / SparseAdam, which
-updates only the rows in the batch, as the fused Adam does).
+updates only the rows in the batch, as the fused Adam does). Rowwise Adagrad with counter runs
+twice (COUNTER_CASES: counter-based regularization and CowClip), beside FBGEMM only.
 
 Workload: FBGEMM's TBE benchmark scaled to a small machine: T = 8 tables of 1e5 rows, D = 128,
 B = 512, bags of L = 20, fp32, indices uniform or Zipf(1.15) (FBGEMM's generator: distinct
@@ -54,16 +55,63 @@ def make_batch(distribution, rng):
     return indices, offsets
 
 
-def recops_module(optimizer):
+# Rowwise Adagrad with counter, two ways: counter-based regularization (decaying counts, decoupled
+# decay scaled by them, the learning rate of frequent rows lowered) and CowClip (L2 decay).
+COUNTER_CASES = {
+    "rowwise_adagrad_counter": (
+        "COUNTER",
+        "counter_based_regularization",
+        "CounterBasedRegularizationDefinition",
+        dict(
+            counter_weight_decay_mode="DECOUPLE",
+            counter_halflife=100,
+            learning_rate_mode="TAIL_ID_LR_DECREASE",
+            adjustment_ub=0.5,
+        ),
+    ),
+    "rowwise_adagrad_cowclip": (
+        "COWCLIP",
+        "cowclip_regularization",
+        "CowClipDefinition",
+        dict(counter_weight_decay_mode="L2", weight_norm_coefficient=0.1, lower_bound=1e-3),
+    ),
+}
+WEIGHT_DECAY = 1e-4  # read by the counter cases only
+
+
+def counter_kwargs(case, config):
+    """The constructor arguments of a COUNTER_CASES entry, built from `config`, the module holding
+    the enums and definition classes (recops.embedding, or FBGEMM's optimizer_config)."""
+    mode, argument, definition, fields = COUNTER_CASES[case]
+    fields = dict(fields)
+    for name, enum in (
+        ("counter_weight_decay_mode", "CounterWeightDecayMode"),
+        ("learning_rate_mode", "LearningRateMode"),
+    ):
+        if name in fields:
+            fields[name] = getattr(config, enum)[fields[name]]
+    return {
+        "optimizer_name": "EXACT_ROWWISE_ADAGRAD",
+        "weight_decay": WEIGHT_DECAY,
+        "weight_decay_mode": config.WeightDecayMode[mode],
+        argument: getattr(config, definition)(**fields),
+    }
+
+
+def recops_module(optimizer_name, **kwargs):
     host = (recops.EmbeddingLocation.HOST, recops.ComputeDevice.CPU)
     module = recops.SplitTableBatchedEmbeddingBagsCodegen(
-        [(ROWS, D, *host)] * T, optimizer=optimizer, learning_rate=LEARNING_RATE, ar_alpha=AR_ALPHA
+        [(ROWS, D, *host)] * T,
+        optimizer=recops.OptimType[optimizer_name],
+        learning_rate=LEARNING_RATE,
+        ar_alpha=AR_ALPHA,
+        **kwargs,
     )
     module.init_embedding_weights_uniform(-0.01, 0.01)
     return module
 
 
-def fbgemm_module(optimizer, weights):
+def fbgemm_module(weights, optimizer_name, **kwargs):
     """FBGEMM's CPU module with the same tables and the same initial weights."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
@@ -74,9 +122,10 @@ def fbgemm_module(optimizer, weights):
 
     module = SplitTableBatchedEmbeddingBagsCodegen(
         [(ROWS, D, EmbeddingLocation.HOST, ComputeDevice.CPU)] * T,
-        optimizer=EmbOptimType[optimizer.name],
+        optimizer=EmbOptimType[optimizer_name],
         learning_rate=LEARNING_RATE,
         ar_alpha=AR_ALPHA,
+        **kwargs,
     )
     with torch.no_grad():
         module.weights_host.copy_(weights)
@@ -155,14 +204,23 @@ def run(limits):
             }
             rows.append(Row(SUITE, case, impl, seconds, bytes_moved=bytes_moved, extra=extra))
 
-    for optimizer in recops.OptimType:
-        impls = {"recops": recops_module(optimizer)}
+    cases = [
+        (optimizer.name.removeprefix("EXACT_").lower(), {"optimizer_name": optimizer.name})
+        for optimizer in recops.OptimType
+    ]
+    cases += [(case, counter_kwargs(case, recops.embedding)) for case in COUNTER_CASES]
+    for short, kwargs in cases:
+        optimizer = recops.OptimType[kwargs["optimizer_name"]]
+        impls = {"recops": recops_module(**kwargs)}
         if recops.fbgemm_loaded and OPTIMIZERS[optimizer].fbgemm_cpu:
-            impls["fbgemm"] = fbgemm_module(optimizer, impls["recops"].weights_host)
-        torch_bags = TorchBags(optimizer)
-        short = optimizer.name.removeprefix("EXACT_").lower()
+            if short in COUNTER_CASES:
+                import fbgemm_gpu.tbe.config.optimizer_config as fbgemm_config
+
+                kwargs = counter_kwargs(short, fbgemm_config)
+            impls["fbgemm"] = fbgemm_module(impls["recops"].weights_host, **kwargs)
+        torch_bags = TorchBags(optimizer if short not in COUNTER_CASES else None)
         for dist, (indices, offsets) in batches.items():
-            if optimizer == recops.OptimType.EXACT_SGD:  # the forward, once
+            if short == "sgd":  # the forward, once
                 check_forward(impls, indices, offsets)
                 with torch.no_grad():
                     fns = forward_fns(impls, torch_bags, indices, offsets)
