@@ -93,6 +93,8 @@ FBGEMM_OPS = (
     "pruned_hashmap_lookup",
     "pruned_hashmap_insert",
     "pruned_array_lookup",
+    # embedding: the TBE modules' index and offset check
+    "bounds_check_indices",
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")

@@ -1680,13 +1680,20 @@ def make_tbe_lookup(optimizer):
 
 def make_bounds_check(d):
     args = make_tbe_layout(d)
-    return {
-        "rows_per_table": args["rows_per_table"],
-        "indices": args["indices"],
-        "offsets": args["offsets"],
+    indices, offsets, rows = args["indices"], args["offsets"], args["rows_per_table"]
+    call = {
+        "rows_per_table": rows,
+        "indices": indices,
+        "offsets": offsets,
         "bounds_check_mode": d.int(0, 2),
         "warning": torch.zeros(1, dtype=I64),
+        "weights": torch.rand(indices.numel(), generator=d.generator()),
     }
+    if d.int(0, 1):  # FBGEMM's variable batch size, here every feature's B bags
+        B = (offsets.numel() - 1) // rows.numel()
+        call["B_offsets"] = torch.arange(rows.numel() + 1, dtype=I32) * B
+        call["max_B"] = B
+    return call
 
 
 def make_grad_indice_weights(d):

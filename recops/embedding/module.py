@@ -297,7 +297,8 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 offsets,
                 int(self.bounds_check_mode),
                 self.bounds_check_warning,
-                batch_sizes,
+                None,  # FBGEMM passes per_sample_weights for a size check; the lookup checks them
+                *self._batch_offsets(batch_sizes),
             )
         if self.use_writeback_bwd_prehook:
             self._writeback_batch = (indices, offsets)
@@ -381,6 +382,11 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 "batch_size_per_feature_per_rank must be a list of T lists of R batch sizes "
                 f"(T = {len(self.feature_table_map)} features): {e}"
             ) from None
+        if batch_sizes.dim() != 2 or batch_sizes.shape[0] != len(self.feature_table_map):
+            raise ValueError(
+                "batch_size_per_feature_per_rank must be int64 [T, R] for T = "
+                f"{len(self.feature_table_map)} features, got {list(batch_sizes.shape)}"
+            )
         output_size = sum(
             dim * sum(sizes)
             for dim, sizes in zip(
@@ -388,6 +394,16 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
             )
         )
         return batch_sizes, output_size
+
+    @staticmethod
+    def _batch_offsets(batch_sizes):
+        """FBGEMM's (B_offsets, max_B) of a variable batch size (feature t's bags are
+        B_offsets[t]:B_offsets[t + 1]), or (None, -1)."""
+        if batch_sizes is None:
+            return None, -1
+        per_feature = batch_sizes.sum(dim=1)
+        B_offsets = torch.cat([per_feature.new_zeros(1), per_feature.cumsum(0)])
+        return B_offsets, int(per_feature.max()) if per_feature.numel() else 0
 
     def _index_tensors(self, indices, offsets):
         """indices and offsets in one dtype, as FBGEMM's forward casts them: indices to

@@ -100,14 +100,7 @@ def _index_to_int32_fake(t, name):
 
 
 @register_fake("recops::bounds_check_indices")
-def _bounds_check_indices_fake(
-    rows_per_table,
-    indices,
-    offsets,
-    bounds_check_mode,
-    warning,
-    batch_size_per_feature_per_rank=None,
-):
+def _bounds_check_indices_fake(rows_per_table, indices, offsets, bounds_check_mode, warning, *rest):
     return None
 
 

@@ -109,11 +109,27 @@ TEST_P(TbeLayouts, Int8RowsAreScaledCodesPlusBias) {
 TEST(TbeBoundsCheck, VariableBatchChecksEachIndexAgainstItsFeature) {
   const std::vector<int64_t> rows = {6, 4}, bag_offsets = {0, 2, 3};
   std::vector<int64_t> indices = {5, 5, 5}, offsets = {0, 1, 2, 3};
-  const BoundsReport report = check_bounds<int64_t>(
-      rows.data(), 2, bag_offsets.data(), indices.data(), offsets.data(), 3, /*repair=*/true);
+  const BoundsReport report = check_bounds<int64_t>(rows.data(), 2, bag_offsets.data(), 3,
+                                                    indices.data(), offsets.data(), 3,
+                                                    /*repair=*/true);
   EXPECT_EQ(report.bad_indices, 1);
   EXPECT_EQ(report.first_bad_index, 2);
   EXPECT_EQ(indices, (std::vector<int64_t>{5, 5, 0}));
+}
+
+// FBGEMM's rules: -1 marks a pruned row and is left alone; bags past the last feature's (a
+// variable batch size covering fewer bags than offsets has) are not checked, but the last offset
+// is still set to the number of indices.
+TEST(TbeBoundsCheck, PrunedRowsAndUncoveredBags) {
+  const std::vector<int64_t> rows = {6}, bag_offsets = {0, 1};
+  std::vector<int64_t> indices = {-1, 9, -2}, offsets = {0, 1, 7, 5};
+  const BoundsReport report = check_bounds<int64_t>(rows.data(), 1, bag_offsets.data(), 3,
+                                                    indices.data(), offsets.data(), 3,
+                                                    /*repair=*/true);
+  EXPECT_EQ(report.bad_bags, 0);
+  EXPECT_EQ(report.bad_indices, 0);
+  EXPECT_EQ(indices, (std::vector<int64_t>{-1, 9, -2}));
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1, 7, 3}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, TbeLayouts,

@@ -211,8 +211,9 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   m.def("index_to_int32(Tensor t, str name) -> Tensor", pt2);
   m.def(
       "bounds_check_indices(Tensor rows_per_table, Tensor(a!) indices, Tensor(b!) offsets, "
-      "int bounds_check_mode, Tensor(c!) warning, "
-      "Tensor? batch_size_per_feature_per_rank=None) -> ()",
+      "int bounds_check_mode, Tensor(c!) warning, Tensor(d!)? weights=None, "
+      "Tensor? B_offsets=None, SymInt max_B=-1, Tensor? b_t_map=None, int info_B_num_bits=-1, "
+      "int info_B_mask=-1, int bounds_check_version=1, bool prefetch_pipeline=False) -> ()",
       pt2);
   m.def(
       "split_embedding_codegen_forward(Tensor weights, Tensor weights_offsets, Tensor D_offsets, "

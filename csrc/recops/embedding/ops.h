@@ -19,15 +19,21 @@ namespace recops::embedding {
 // nearly every row costs a TLB miss.
 at::Tensor embedding_host_zeros(int64_t numel, at::ScalarType dtype);
 
-// BoundsCheckMode: FATAL 0 raises (IndexError for an index outside its table, ValueError for
-// malformed offsets, including a last offset other than the number of indices, FBGEMM's rule)
-// and writes nothing; WARNING 1 and IGNORE 2 repair in place (index -> 0, offsets clamped into
-// range, the last one set to the number of indices) and count repaired batches in `warning`;
-// WARNING also warns when it repairs while the count is 0 (once per module); NONE 3 does nothing.
+// FBGEMM's bounds_check_indices (its schema and CPU semantics). BoundsCheckMode: FATAL 0 raises
+// (IndexError for an index outside its table, ValueError for malformed offsets, including a last
+// offset other than the number of indices, FBGEMM's rule) and writes nothing; WARNING 1 and
+// IGNORE 2 repair in place (index -> 0, offsets clamped into range, the last one set to the number
+// of indices); WARNING also zeroes `warning`, counts the batch's repairs in it and warns; NONE 3
+// does nothing. Index -1 (a pruned row) is left as it is. B_offsets [T + 1] gives a variable batch
+// size per feature; weights only has its size checked; b_t_map, info_B_*, bounds_check_version
+// and prefetch_pipeline are ignored, as FBGEMM's CPU kernel ignores them.
 void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& indices,
                           const at::Tensor& offsets, int64_t bounds_check_mode,
-                          const at::Tensor& warning,
-                          const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
+                          const at::Tensor& warning, const std::optional<at::Tensor>& weights,
+                          const std::optional<at::Tensor>& B_offsets, int64_t max_B,
+                          const std::optional<at::Tensor>& b_t_map, int64_t info_B_num_bits,
+                          int64_t info_B_mask, int64_t bounds_check_version,
+                          bool prefetch_pipeline);
 
 // An int64 index tensor (indices or offsets, named `name` in errors) narrowed to int32 for
 // embedding_table_index_type=torch.int32: an IndexError where a value does not fit.

@@ -1,7 +1,8 @@
 // Validation (and, when asked, repair) of a TBE batch's offsets and indices, FBGEMM's
 // bounds_check_indices: a bag whose offsets are out of order or outside the indices is clamped
 // into range (start = clamp(start, 0, N), end = clamp(end, start, N), bags in order), and an index
-// outside its table's rows becomes 0. Without repair nothing is written.
+// outside its table's rows becomes 0, except -1, FBGEMM's mark of a pruned row, which is left for
+// the lookup (inference skips it; training refuses it). Without repair nothing is written.
 #pragma once
 
 #include <algorithm>
@@ -32,15 +33,17 @@ inline IndexErrors combine(const IndexErrors& a, const IndexErrors& b) {
 // FBGEMM's rule first: the last bag ends at the last index, so a repair moves the last offset
 // there (the caller raises instead when not repairing). Then offsets (bags in order, so a
 // repaired end is the next bag's start); indices are only checked once every bag lies inside
-// [0, N) in order, i.e. never after unrepaired bad offsets. Feature t has the bags
-// [bag_offsets[t], bag_offsets[t + 1]).
+// [0, N) in order, i.e. never after unrepaired bad offsets. offsets has num_bags + 1 entries;
+// feature t has the bags [bag_offsets[t], bag_offsets[t + 1]), and bags past bag_offsets[T] (a
+// variable batch size may leave some) are not checked, as in FBGEMM.
 template <typename index_t>
 BoundsReport check_bounds(const int64_t* rows, int64_t T, const int64_t* bag_offsets,
-                          index_t* indices, index_t* offsets, int64_t num_indices, bool repair) {
+                          int64_t num_bags, index_t* indices, index_t* offsets, int64_t num_indices,
+                          bool repair) {
   BoundsReport report;
   const int64_t bags = bag_offsets[T];
   const auto n = static_cast<index_t>(num_indices);  // fits: the adapter checked
-  if (repair && offsets[bags] != n) offsets[bags] = n;
+  if (repair && offsets[num_bags] != n) offsets[num_bags] = n;
   for (int64_t k = 0; k < bags; ++k) {
     const index_t start = offsets[k];
     const index_t end = offsets[k + 1];
@@ -62,7 +65,7 @@ BoundsReport check_bounds(const int64_t* rows, int64_t T, const int64_t* bag_off
         for (int64_t p = p_begin; p < p_end; ++p) {
           while (p >= offsets[bag_offsets[t + 1]]) ++t;
           const int64_t index = indices[p];
-          if (index >= 0 && index < rows[t]) continue;
+          if ((index >= 0 && index < rows[t]) || index == -1) continue;
           if (acc.count++ == 0) acc.first = p;
           if (repair) indices[p] = 0;
         }
