@@ -37,8 +37,7 @@ import torch  # noqa: E402
 from harness import measure_limits  # noqa: E402
 
 from recops.inference import recommend  # noqa: E402
-from recops.models.config import ModelConfig  # noqa: E402
-from recops.models.recommender import SequentialRecommender  # noqa: E402
+from recops.models import ModelConfig, SequentialRecommender  # noqa: E402
 from recops.serving import CachedRecommender  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")

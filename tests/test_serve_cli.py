@@ -9,8 +9,7 @@ import torch
 
 from recops import serve
 from recops.inference import recommend
-from recops.models.config import ModelConfig
-from recops.models.recommender import SequentialRecommender
+from recops.models import ModelConfig, SequentialRecommender
 
 
 def test_serves_a_checkpoint_from_json_lines(tmp_path):

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from recops.inference import recommend
-from recops.models.config import ModelConfig
-from recops.models.recommender import SequentialRecommender
+from recops.models import ModelConfig, SequentialRecommender
 from recops.serving import CachedRecommender, CacheFull, CacheLayout
 
 MAX_SEQ_LEN = 24

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recops.models.config import ModelConfig
+from recops.models.model_config import ModelConfig
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias
 
 RMS_NORM_EPS = 1e-6
