@@ -1,6 +1,6 @@
 """A served recommender under MLPerf LoadGen (the harness MLPerf's DLRMv3 reference uses):
 recops' cached path (recops.serving.CachedRecommender) against the full recompute of every
-request on recops' ops and on the plain-PyTorch backend (recops.inference.recommend), on a
+request on recops' ops and on the plain-PyTorch backend (recops.models.recommend.recommend), on a
 synthetic stream of returning users.
 
 Workload: `--users` users with histories log-uniform in [--min-history, --max-history] events; each
@@ -36,9 +36,8 @@ import mlperf_loadgen as lg  # noqa: E402
 import torch  # noqa: E402
 from harness import measure_limits  # noqa: E402
 
-from recops.inference import recommend  # noqa: E402
-from recops.models.config import ModelConfig  # noqa: E402
-from recops.models.recommender import SequentialRecommender  # noqa: E402
+from recops.models import ModelConfig, SequentialRecommender  # noqa: E402
+from recops.models.recommend import recommend  # noqa: E402
 from recops.serving import CachedRecommender  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
@@ -75,7 +74,7 @@ class Users:
 
 
 class Recompute:
-    """Every request re-encodes the user's whole history (recops.inference.recommend)."""
+    """Every request re-encodes the user's whole history (recops.models.recommend.recommend)."""
 
     def __init__(self, model, users: Users):
         self.model, self.users = model, users

@@ -104,10 +104,10 @@ def build_model(args, world: int, pg):
 
 def train(rank: int, world: int, kernels: str, args, pg) -> float:
     """Trains args.steps steps; returns steps/s after args.warmup steps (rank 0 reports)."""
-    import recops.torchrec
+    import recops.operators.torchrec
 
     if kernels == "recops":
-        recops.torchrec.enable()
+        recops.operators.torchrec.enable()
     try:
         model, optimizer = build_model(args, world, pg)
         loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -132,7 +132,7 @@ def train(rank: int, world: int, kernels: str, args, pg) -> float:
         torch.distributed.barrier(pg)
         rate = args.steps / (time.perf_counter() - start)
     finally:
-        recops.torchrec.disable()
+        recops.operators.torchrec.disable()
     if rank == 0:
         print(
             f"{kernels} kernels, {world} process(es): {rate:.2f} steps/s, "

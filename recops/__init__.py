@@ -12,21 +12,7 @@ from recops._version import __version__
 fbgemm_loaded = _fbgemm.import_fbgemm()
 library_path = _library.load()
 
-from recops import (  # noqa: E402  (registers fake kernels and autograd)
-    deberta,
-    embedding,
-    fuxi,
-    gather,
-    hashing,
-    hstu,
-    jagged,
-    keyed,
-    quantize,
-    relative_bias,
-    sparse,
-    utility,
-)
-from recops.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
+from recops import embedding  # noqa: E402  (registers fake kernels and autograd)
 from recops.embedding import (  # noqa: E402
     BoundsCheckMode,
     ComputeDevice,
@@ -38,10 +24,24 @@ from recops.embedding import (  # noqa: E402
     SplitTableBatchedEmbeddingBagsCodegen,
     WeightDecayMode,
 )
-from recops.fuxi import fuxi_attention  # noqa: E402
-from recops.hstu import hstu_attention  # noqa: E402
-from recops.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
-from recops.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
+from recops.operators import (  # noqa: E402  (registers fake kernels and autograd)
+    deberta,
+    fuxi,
+    gather,
+    hashing,
+    hstu,
+    jagged,
+    keyed,
+    quantize,
+    relative_bias,
+    sparse,
+    utility,
+)
+from recops.operators.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
+from recops.operators.fuxi import fuxi_attention  # noqa: E402
+from recops.operators.hstu import hstu_attention  # noqa: E402
+from recops.operators.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
+from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
 use_for_fbgemm = _fbgemm.use_for_fbgemm

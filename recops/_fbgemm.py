@@ -54,7 +54,7 @@ FBGEMM_OPS = (
     "permute_2D_sparse_data_input1D",
     "permute_2D_sparse_preallocated_out",
     "expand_into_jagged_permute",
-    # keyed: pooled embeddings of several features side by side (recops/keyed.py)
+    # keyed: pooled embeddings of several features side by side (recops/operators/keyed.py)
     "merge_pooled_embeddings",
     "permute_multi_embedding_function",
     "permute_multi_embedding",

@@ -23,8 +23,7 @@ from typing import TextIO
 
 import torch
 
-from recops.models.config import ModelConfig
-from recops.models.recommender import SequentialRecommender
+from recops.models import ModelConfig, SequentialRecommender
 from recops.serving import CachedRecommender
 
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

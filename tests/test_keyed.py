@@ -13,7 +13,7 @@ from torch.autograd import gradcheck
 from torch.library import opcheck
 
 import recops
-from recops.keyed import KEYED_OPS
+from recops.operators.keyed import KEYED_OPS
 
 ops = torch.ops.recops
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ from op_cases import permute_column_blocks
 from torch.autograd import gradcheck
 
 import recops  # noqa: F401
-from recops.sparse import PERMUTE_POOLED_EMBS
+from recops.operators.sparse import PERMUTE_POOLED_EMBS
 
 ops = torch.ops.recops
 AUTOGRAD = ("permute_pooled_embs_auto_grad", "permute_pooled_embs_auto_grad_split")

@@ -1,5 +1,5 @@
 """python -m recops.serve: a recops.train checkpoint served from JSON lines, answers equal to
-recops.inference.recommend on the whole history; bad requests answered with an error."""
+recops.models.recommend.recommend on the whole history; bad requests answered with an error."""
 
 import dataclasses
 import io
@@ -8,9 +8,8 @@ import json
 import torch
 
 from recops import serve
-from recops.inference import recommend
-from recops.models.config import ModelConfig
-from recops.models.recommender import SequentialRecommender
+from recops.models import ModelConfig, SequentialRecommender
+from recops.models.recommend import recommend
 
 
 def test_serves_a_checkpoint_from_json_lines(tmp_path):

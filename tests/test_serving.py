@@ -1,15 +1,15 @@
 """recops.serving.CachedRecommender: the cached path equals the full recompute
-(recops.inference.recommend on the whole history) after any interleaving of observe, recommend and
-eviction, for HSTU and FuXi-alpha, within and past the encoded window, from several threads."""
+(recops.models.recommend.recommend on the whole history) after any interleaving of observe,
+recommend and eviction, for HSTU and FuXi-alpha, within and past the encoded window, from several
+threads."""
 
 import threading
 
 import pytest
 import torch
 
-from recops.inference import recommend
-from recops.models.config import ModelConfig
-from recops.models.recommender import SequentialRecommender
+from recops.models import ModelConfig, SequentialRecommender
+from recops.models.recommend import recommend
 from recops.serving import CachedRecommender, CacheFull, CacheLayout
 
 MAX_SEQ_LEN = 24

@@ -1,6 +1,6 @@
-"""recops.torchrec: torchrec's fused embedding kernels on recops' TBE, and its KJT / KeyedTensor
-ops on recops' kernels. Skipped where torchrec is not installed (`make setup-torchrec`); the
-sharded runs are tests/test_torchrec_sharded.py."""
+"""recops.operators.torchrec: torchrec's fused embedding kernels on recops' TBE, and its KJT /
+KeyedTensor ops on recops' kernels. Skipped where torchrec is not installed (`make
+setup-torchrec`); the sharded runs are tests/test_torchrec_sharded.py."""
 
 import importlib
 
@@ -17,7 +17,7 @@ from torchrec.optim import RowWiseAdagrad  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 import recops  # noqa: E402
-import recops.torchrec  # noqa: E402
+import recops.operators.torchrec  # noqa: E402
 
 TABLES = [("t0", 40, 8, ["f0", "f1"]), ("t1", 25, 4, ["f2"])]
 
@@ -25,12 +25,12 @@ TABLES = [("t0", 40, 8, ["f0", "f1"]), ("t1", 25, 4, ["f2"])]
 @pytest.fixture(autouse=True)
 def _disabled_after():
     yield
-    recops.torchrec.disable()
+    recops.operators.torchrec.disable()
 
 
 def test_patch_sites_hold_fbgemm_class():
-    """Fails when a torchrec upgrade moves the name recops.torchrec replaces."""
-    for module_name, name in recops.torchrec.PATCH_SITES:
+    """Fails when a torchrec upgrade moves the name recops.operators.torchrec replaces."""
+    for module_name, name in recops.operators.torchrec.PATCH_SITES:
         module = importlib.import_module(module_name)
         assert getattr(module, name, None) is FbgemmTBE, f"{module_name}.{name} moved"
 
@@ -39,24 +39,24 @@ def test_enable_disable_is_reversible():
     bound_before = {
         k: list(v) if isinstance(v, list) else v for k, v in recops.fbgemm_bindings.items()
     }
-    with recops.torchrec.enabled():
-        assert recops.torchrec.is_enabled()
-        for module_name, name in recops.torchrec.PATCH_SITES:
+    with recops.operators.torchrec.enabled():
+        assert recops.operators.torchrec.is_enabled()
+        for module_name, name in recops.operators.torchrec.PATCH_SITES:
             module = importlib.import_module(module_name)
             assert getattr(module, name) is recops.SplitTableBatchedEmbeddingBagsCodegen
         assert "CPU" in recops.fbgemm_bindings["permute_2D_sparse_data"]
-        recops.torchrec.enable()  # idempotent
-    assert not recops.torchrec.is_enabled()
+        recops.operators.torchrec.enable()  # idempotent
+    assert not recops.operators.torchrec.is_enabled()
     test_patch_sites_hold_fbgemm_class()
     assert recops.fbgemm_bindings == bound_before
 
 
 def test_enable_refuses_a_foreign_class(monkeypatch):
-    module = importlib.import_module(recops.torchrec.PATCH_SITES[0][0])
-    monkeypatch.setattr(module, recops.torchrec.PATCH_SITES[0][1], object)
+    module = importlib.import_module(recops.operators.torchrec.PATCH_SITES[0][0])
+    monkeypatch.setattr(module, recops.operators.torchrec.PATCH_SITES[0][1], object)
     with pytest.raises(RuntimeError, match="not FBGEMM's class"):
-        recops.torchrec.enable()
-    assert not recops.torchrec.is_enabled()
+        recops.operators.torchrec.enable()
+    assert not recops.operators.torchrec.is_enabled()
 
 
 def _configs():
@@ -109,7 +109,7 @@ def _fused_ebc(optimizer_type, **kwargs):
 )
 def test_fused_embedding_bag_collection_matches_fbgemm(optimizer_type, kwargs):
     fbgemm = _fused_ebc(optimizer_type, **kwargs)
-    with recops.torchrec.enabled():
+    with recops.operators.torchrec.enabled():
         ours = _fused_ebc(optimizer_type, **kwargs)
     tbe = ours._emb_modules[0]._emb_module
     assert isinstance(tbe, recops.SplitTableBatchedEmbeddingBagsCodegen)
@@ -127,7 +127,7 @@ def test_fused_embedding_bag_collection_matches_fbgemm(optimizer_type, kwargs):
 
 
 def test_the_kernels_that_run_are_recops():
-    with recops.torchrec.enabled():
+    with recops.operators.torchrec.enabled():
         module = _fused_ebc(RowWiseAdagrad, lr=0.1)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             _train(module, 1)
@@ -143,7 +143,7 @@ def test_adam_runs_on_recops_and_matches_torch():
     rows a batch touches, bias-corrected by the step count). SparseAdam adds eps before the
     second-moment correction (eps / sqrt(1 - beta2^t) in FBGEMM's terms): a small eps makes that
     immaterial."""
-    with recops.torchrec.enabled():
+    with recops.operators.torchrec.enabled():
         fused = _fused_ebc(torch.optim.Adam, lr=0.05, eps=1e-6)
     reference = torchrec.EmbeddingBagCollection(tables=_configs())
     reference.load_state_dict(fused.state_dict())
@@ -189,10 +189,10 @@ def _route_of(name: str, key: str) -> bool:
 def test_torchrec_cpu_path_runs_fbgemm_ops_on_recops(path):
     """Each CPU path of tests/torchrec_trace.py (KJT permute / split / to_dict / concat, VBE,
     KeyedTensor.regroup, EBC with and without inverse indices, EC, fused EBC, managed collision,
-    the quantized EBC / EC) with recops.torchrec enabled: every FBGEMM op it calls that recops
-    implements (recops._fbgemm.FBGEMM_OPS) ran on recops' kernel, the others are the known ones,
-    and no FBGEMM TBE training op runs."""
-    with recops.torchrec.enabled():
+    the quantized EBC / EC) with recops.operators.torchrec enabled: every FBGEMM op it calls that
+    recops implements (recops._fbgemm.FBGEMM_OPS) ran on recops' kernel, the others are the known
+    ones, and no FBGEMM TBE training op runs."""
+    with recops.operators.torchrec.enabled():
         called, error = trace._profiled(trace.PATHS[path])
         assert error is None, error
         # A composite (jagged_to_padded_dense) runs its _forward op, checked in its place.
@@ -223,7 +223,7 @@ def test_hash_zch_module_in_eval_runs_on_recops():
         return module.remap({"f": jt})["f"].values()
 
     expected = remap()
-    with recops.torchrec.enabled():
+    with recops.operators.torchrec.enabled():
         assert _route_of("zero_collision_hash", "CPU")
         actual = remap()
     torch.testing.assert_close(actual, expected)
@@ -252,7 +252,7 @@ def test_kjt_and_keyed_tensor_ops_match_fbgemm():
         return tensors
 
     expected = run()
-    with recops.torchrec.enabled():
+    with recops.operators.torchrec.enabled():
         actual = run()
     for a, e in zip(actual, expected, strict=True):
         torch.testing.assert_close(a, e, rtol=0, atol=0)

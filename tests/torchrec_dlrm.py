@@ -35,7 +35,7 @@ OPTIMIZERS = ("exact_adagrad", "adam", "partial_rowwise_adam", "lamb")
 
 @dataclass(frozen=True)
 class Run:
-    """One training: tables sharded `sharding`-wise; `kernels` "recops" (recops.torchrec
+    """One training: tables sharded `sharding`-wise; `kernels` "recops" (recops.operators.torchrec
     enabled) or "fbgemm"; the tables' fused `optimizer` one of OPTIMIZERS."""
 
     sharding: str
@@ -215,11 +215,13 @@ def _submodules(model):
 def train(run: Run, rank: int, world: int, pg) -> dict:
     """Trains `run` for STEPS steps; returns this rank's tables and dense parameters, the losses,
     the FBGEMM / recops ops of the last step and the modules the TBEs came from."""
-    import recops.torchrec
+    import recops.operators.torchrec
 
     loss_fn = torch.nn.BCEWithLogitsLoss()
     losses = []
-    with recops.torchrec.enabled() if run.kernels == "recops" else contextlib.nullcontext():
+    with (
+        recops.operators.torchrec.enabled() if run.kernels == "recops" else contextlib.nullcontext()
+    ):
         model, optimizer = build(run, world, pg)
         for step in range(STEPS):
             dense, kjt, labels = local_batch(step, rank, world)

@@ -2,7 +2,7 @@
 sharded EmbeddingBagCollection with fused rowwise Adagrad (table-wise) fed KeyedJaggedTensors
 whose batch size varies per feature (stride_per_key_per_rank, with the inverse indices torchrec
 needs to expand the pooled output back to the batch). torchrec's fused kernel then passes
-batch_size_per_feature_per_rank to the TBE module: FBGEMM's, or recops' (recops.torchrec
+batch_size_per_feature_per_rank to the TBE module: FBGEMM's, or recops' (recops.operators.torchrec
 enabled for the whole run: torchrec recognises the TBE class at every forward)."""
 
 import os
@@ -99,10 +99,10 @@ def worker(rank, world, port, out_dir, kernels):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     import recops
-    import recops.torchrec
+    import recops.operators.torchrec
 
     if kernels == "recops":
-        recops.torchrec.enable()
+        recops.operators.torchrec.enable()
     model = build(world, dist.group.WORLD)
     from torchrec_dlrm import _submodules
 

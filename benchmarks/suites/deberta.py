@@ -25,7 +25,7 @@ import torch
 from harness import measure_fwd_bwd
 
 import recops
-from recops.deberta import build_relative_position
+from recops.operators.deberta import build_relative_position
 
 SHAPES = [(2, 512), (1, 2048)]  # (B, S); H = 12, d = 64
 HEADS, HEAD_DIM = 12, 64

@@ -1,5 +1,5 @@
 """Sharded training under torchrec (issue 18): steps/s of the same DLRM on torchrec with FBGEMM's
-CPU kernels vs torchrec with recops' (`recops.torchrec.enable()`), sharded by
+CPU kernels vs torchrec with recops' (`recops.operators.torchrec.enable()`), sharded by
 DistributedModelParallel over 2 gloo processes, and on one process (every table local).
 
 The model, data and training loop are examples/torchrec_dlrm.py's (docs/torchrec.md): 26 tables of

@@ -14,8 +14,8 @@ from harness import Row, measure_quietly
 from memory import peak_extra_bytes
 
 from recops.data import load_dataset, synthetic_sequences
-from recops.inference import recommend
 from recops.models import MODELS, ModelConfig
+from recops.models.recommend import recommend
 from recops.training import TrainConfig, Trainer, build_model
 from recops.training.throughput import recommend_histories
 

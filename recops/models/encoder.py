@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from recops.data.batches import JaggedBatch
-from recops.models.config import ModelConfig
-from recops.models.fuxi import FuXiBlock
-from recops.models.hstu import HSTUBlock
-from recops.models.sasrec import SASRecBlock
+from recops.models.fuxi_block import FuXiBlock
+from recops.models.hstu_block import HSTUBlock
+from recops.models.model_config import ModelConfig
+from recops.models.sasrec_block import SASRecBlock
 
 BLOCKS = {"hstu": HSTUBlock, "fuxi": FuXiBlock, "sasrec": SASRecBlock}
 L2_NORM_EPS = 1e-6

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from recops.data.batches import JaggedBatch
-from recops.models.config import ModelConfig
 from recops.models.encoder import SequenceEncoder, l2_normalize
 from recops.models.loss import sampled_softmax_loss
+from recops.models.model_config import ModelConfig
 from recops.models.recops_backend import RecopsBackend
 from recops.models.torch_backend import TorchBackend
 

@@ -16,8 +16,8 @@ import time
 import torch
 
 from recops.data.sequences import UserSequences
-from recops.inference import recommend_all
 from recops.models import BACKENDS, ModelConfig
+from recops.models.recommend import recommend_all
 from recops.training.trainer import TrainConfig, Trainer, build_model
 
 RECOMMEND_PASSES = 3

@@ -14,8 +14,8 @@ import torch
 
 from recops.data.batches import eval_batches, train_batches
 from recops.data.sequences import UserSequences
-from recops.inference import catalogue_scores, evaluating, exclude_seen
 from recops.models import ModelConfig, SequentialRecommender, sample_negatives
+from recops.models.recommend import catalogue_scores, evaluating, exclude_seen
 from recops.training.metrics import RankingMetrics, target_ranks
 
 DTYPES = ("fp32", "bf16")

@@ -1,7 +1,7 @@
 // Schemas and kernel registrations of DeBERTa in torch.ops.recops: disentangled attention (its
 // options declared once, in options.h; the kernels read arguments by name) and the one copy of
 // HF's make_log_bucket_position (kernels/deberta_positions.h). Fake kernels, autograd, the Python
-// entry and the module live in recops/deberta.py.
+// entry and the module live in recops/operators/deberta.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -52,7 +52,8 @@ void disentangled_backward_kernel(const c10::OperatorHandle& op, torch::jit::Sta
 }  // namespace recops::attention
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.deberta");  // where the fake kernels and autograd are registered
+  // The module where the fake kernels and autograd are registered.
+  m.set_python_module("recops.operators.deberta");
   using namespace recops::attention;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(forward_schema("disentangled_attention").c_str(), pt2);

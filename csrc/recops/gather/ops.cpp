@@ -1,11 +1,12 @@
 // Schemas and kernel registrations of the gather family in torch.ops.recops. Fake kernels and
-// autograd formulas are registered from Python (recops/gather.py).
+// autograd formulas are registered from Python (recops/operators/gather.py).
 #include <torch/library.h>
 
 #include "recops/gather/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.gather");  // where the fake kernels and autograd are registered
+  // The module where the fake kernels and autograd are registered.
+  m.set_python_module("recops.operators.gather");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("gather_for_rank1(Tensor x, Tensor index) -> Tensor", pt2);
   m.def("index_select_for_rank1_backward(Tensor grad, Tensor x, Tensor index) -> Tensor", pt2);

@@ -1,11 +1,12 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the hashing family in torch.ops.recops.
-// Fake kernels are registered from Python (recops/hashing.py).
+// Fake kernels are registered from Python (recops/operators/hashing.py).
 #include <torch/library.h>
 
 #include "recops/hashing/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.hashing");  // where the fake kernels are registered
+  // The module where the fake kernels are registered.
+  m.set_python_module("recops.operators.hashing");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(
       "create_zch_buffer(int size, bool support_evict=False, Device? device=None, "

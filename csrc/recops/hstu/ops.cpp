@@ -1,7 +1,7 @@
 // Schemas and kernel registrations of the HSTU family in torch.ops.recops: the relative attention
 // bias, HSTU and FuXi-alpha attention. The attention ops' arguments are declared once, in
 // options.h; their kernels read them by name. Fake kernels, autograd and the Python entry points
-// live in recops/relative_bias.py, recops/hstu.py and recops/fuxi.py.
+// live in recops/operators/relative_bias.py, recops/operators/hstu.py and recops/operators/fuxi.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -96,7 +96,7 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   using namespace recops::attention;
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   // Each group names the Python module that registers its fake kernels and autograd.
-  m.set_python_module("recops.relative_bias");
+  m.set_python_module("recops.operators.relative_bias");
   m.def(
       "relative_attn_bias_time(Tensor timestamps, Tensor ts_w, Tensor? pos_w=None, "
       "Tensor? seq_offsets=None, SymInt? max_seq_len=None, float bucket_divisor=0.301, "
@@ -125,14 +125,14 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   m.impl("relative_attn_bias_time_with_index", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(recops::attention::relative_attn_bias_time_with_index));
 
-  m.set_python_module("recops.hstu");
+  m.set_python_module("recops.operators.hstu");
   m.def((std::string("hstu_dense_forward(") + kHstuArguments + ") -> Tensor").c_str(), pt2);
   m.def(backward_schema("hstu_dense_backward", kHstuArguments,
                         "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_attn_bias, "
                         "Tensor? grad_ts_w, Tensor? grad_pos_w)")
             .c_str(),
         pt2);
-  m.set_python_module("recops.fuxi");
+  m.set_python_module("recops.operators.fuxi");
   m.def((std::string("hstu_dense_forward_fuxi(") + kFuxiArguments + ") -> Tensor").c_str(), pt2);
   m.def(backward_schema("hstu_dense_backward_fuxi", kFuxiArguments,
                         "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_ts_bias, "

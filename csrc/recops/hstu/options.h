@@ -2,7 +2,8 @@
 // types, defaults; the forward's and the backward's schemas are both built from it), the struct
 // the adapters take, and the one function that fills the struct from a call's arguments by name.
 // Adding an option: its schema entry and struct field here, its use in the adapter / kernel; the
-// Python entry points pass options through by name (recops/hstu.py, recops/fuxi.py).
+// Python entry points pass options through by name (recops/operators/hstu.py,
+// recops/operators/fuxi.py).
 #pragma once
 
 #include <ATen/core/Tensor.h>

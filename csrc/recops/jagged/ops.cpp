@@ -1,5 +1,5 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the jagged family in torch.ops.recops.
-// Fake kernels and autograd formulas are registered from Python (recops/jagged.py).
+// Fake kernels and autograd formulas are registered from Python (recops/operators/jagged.py).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -38,7 +38,8 @@ template std::tuple<at::Tensor, std::vector<at::Tensor>> dense_to_jagged<kFbgemm
 }  // namespace recops::jagged
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.jagged");  // where the fake kernels and autograd are registered
+  // The module where the fake kernels and autograd are registered.
+  m.set_python_module("recops.operators.jagged");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("asynchronous_complete_cumsum(Tensor t_in) -> Tensor", pt2);
   m.def("asynchronous_exclusive_cumsum(Tensor t_in) -> Tensor", pt2);

@@ -1,11 +1,12 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the keyed family in torch.ops.recops.
-// Fake kernels and autograd formulas are registered from Python (recops/keyed.py).
+// Fake kernels and autograd formulas are registered from Python (recops/operators/keyed.py).
 #include <torch/library.h>
 
 #include "recops/keyed/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.keyed");  // where the fake kernels and autograd are registered
+  // The module where the fake kernels and autograd are registered.
+  m.set_python_module("recops.operators.keyed");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(
       "merge_pooled_embeddings(Tensor[] pooled_embeddings, SymInt uncat_dim_size, "

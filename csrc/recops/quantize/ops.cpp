@@ -1,13 +1,14 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the quantize family in
 // torch.ops.recops: row-wise quantization of embedding tables and the index remapping of pruned
 // tables, as quantized inference uses them. Fake kernels are registered from Python
-// (recops/quantize.py).
+// (recops/operators/quantize.py).
 #include <torch/library.h>
 
 #include "recops/quantize/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.quantize");  // where the fake kernels are registered
+  // The module where the fake kernels are registered.
+  m.set_python_module("recops.operators.quantize");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("FloatToFused8BitRowwiseQuantized(Tensor t) -> Tensor", pt2);
   m.def("HalfToFused8BitRowwiseQuantized(Tensor t) -> Tensor", pt2);

@@ -1,5 +1,5 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the sparse family in torch.ops.recops.
-// Fake kernels and autograd formulas are registered from Python (recops/sparse.py).
+// Fake kernels and autograd formulas are registered from Python (recops/operators/sparse.py).
 #include <torch/library.h>
 
 #include <string>
@@ -7,7 +7,8 @@
 #include "recops/sparse/ops.h"
 
 namespace {
-// One schema and kernel; the _auto_grad ones get their autograd formula in recops/sparse.py.
+// One schema and kernel; the _auto_grad ones get their autograd formula in
+// recops/operators/sparse.py.
 constexpr const char* kPermutePooledEmbs[] = {
     "permute_pooled_embs",
     "permute_pooled_embs_split",
@@ -17,7 +18,8 @@ constexpr const char* kPermutePooledEmbs[] = {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.sparse");  // where the fake kernels and autograd are registered
+  // The module where the fake kernels and autograd are registered.
+  m.set_python_module("recops.operators.sparse");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def(
       "permute_2D_sparse_data(Tensor permute, Tensor lengths, Tensor values, "

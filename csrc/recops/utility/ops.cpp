@@ -1,11 +1,12 @@
 // Schemas (FBGEMM's, verbatim) and kernel registrations of the utility family in torch.ops.recops.
-// Fake kernels are registered from Python (recops/utility.py).
+// Fake kernels are registered from Python (recops/operators/utility.py).
 #include <torch/library.h>
 
 #include "recops/utility/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
-  m.set_python_module("recops.utility");  // where the fake kernels are registered
+  // The module where the fake kernels are registered.
+  m.set_python_module("recops.operators.utility");
   const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
   m.def("check_feature_gate_key(str key) -> bool", pt2);
   m.def("is_uvm_tensor(Tensor t) -> bool", pt2);

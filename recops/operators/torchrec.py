@@ -51,7 +51,7 @@ def _site_module(module_name: str, name: str):
     if not hasattr(module, name):
         raise RuntimeError(
             f"{module_name} no longer has {name}: this torchrec builds its fused embedding kernels "
-            "elsewhere, and recops.torchrec must be updated for it"
+            "elsewhere, and recops.operators.torchrec must be updated for it"
         )
     return module
 
@@ -72,7 +72,7 @@ def enable() -> None:
         if current is not fbgemm_tbe:
             raise RuntimeError(
                 f"{module_name}.{name} is {current!r}, not FBGEMM's class: something else "
-                "replaced it, and recops.torchrec will not replace it again"
+                "replaced it, and recops.operators.torchrec will not replace it again"
             )
     for module, site in modules:
         _saved[site] = getattr(module, site[1])
@@ -95,8 +95,8 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def enabled() -> Iterator[None]:
-    """``with recops.torchrec.enabled():`` — :func:`enable` for the block, then :func:`disable`
-    (unless it was enabled before the block)."""
+    """``with recops.operators.torchrec.enabled():`` — :func:`enable` for the block, then
+    :func:`disable` (unless it was enabled before the block)."""
     was_enabled = is_enabled()
     enable()
     try:

@@ -9,7 +9,7 @@ from torch.library import register_autograd
 
 from recops._autograd import named_arguments
 from recops._fake import register_fake
-from recops.hstu import (
+from recops.operators.hstu import (
     SequenceLayout,
     attention_backward,
     contiguous_like,

@@ -1,13 +1,13 @@
-"""recops.inference.recommend: the top-k unseen items of the whole catalogue, by brute force,
+"""recops.models.recommend.recommend: the top-k unseen items of the whole catalogue, by brute force,
 the same on both op backends."""
 
 import pytest
 import torch
 
 from recops.data import JaggedBatch, synthetic_sequences
-from recops.inference import evaluating, recommend, recommend_throughput
 from recops.models import ModelConfig, SequentialRecommender
 from recops.models.encoder import l2_normalize
+from recops.models.recommend import evaluating, recommend, recommend_throughput
 
 NUM_ITEMS = 40
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recops.models.config import ModelConfig
-from recops.models.relative_bias import RelativeBiasTables
+from recops.models.model_config import ModelConfig
+from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias
 
 RMS_NORM_EPS = 1e-6
 
@@ -33,7 +33,10 @@ class FuXiBlock(nn.Module):
         self.head_shapes = [(h, dqk), (h, dqk), (h, dv)]  # q, k, v
         self.dropout = config.dropout
         self.uvqk = nn.Parameter(torch.empty(d, sum(self.split_sizes)).normal_(mean=0, std=0.02))
-        self.relative_bias = RelativeBiasTables(config.max_seq_len, config.num_buckets)
+        # Its tables (ts_w, pos_w) only: the backend's attention adds the bias itself.
+        self.relative_bias = RelativeBucketedTimeAndPositionBasedBias(
+            config.max_seq_len, config.num_buckets
+        )
         self.ams_output = nn.Linear(3 * h * dv, d)
         self.ffn_gate = nn.Linear(d, hidden, bias=False)
         self.ffn_up = nn.Linear(d, hidden, bias=False)

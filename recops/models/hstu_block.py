@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recops.models.config import ModelConfig
-from recops.models.relative_bias import RelativeBiasTables
+from recops.models.model_config import ModelConfig
+from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias
 
 LAYER_NORM_EPS = 1e-6
 
@@ -28,7 +28,10 @@ class HSTUBlock(nn.Module):
         self.head_shapes = [(h, dqk), (h, dqk), (h, dv)]  # q, k, v
         self.dropout = config.dropout
         self.uvqk = nn.Parameter(torch.empty(d, sum(self.split_sizes)).normal_(mean=0, std=0.02))
-        self.relative_bias = RelativeBiasTables(config.max_seq_len, config.num_buckets)
+        # Its tables (ts_w, pos_w) only: the backend's attention adds the bias itself.
+        self.relative_bias = RelativeBucketedTimeAndPositionBasedBias(
+            config.max_seq_len, config.num_buckets
+        )
         self.output = nn.Linear(h * dv, d)
         nn.init.xavier_uniform_(self.output.weight)
 

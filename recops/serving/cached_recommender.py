@@ -9,7 +9,7 @@ is known: the cache holds every row of a user's history but the last. A request 
 uncached rows (at least the last history row) and the request token, whose timestamp is the
 request time, against the cached ones; the last history row's state is the query. Its keys and
 values are written to the pages for the request and dropped after it. The result is the full
-recompute's (``recops.inference.recommend``) to float rounding.
+recompute's (``recops.models.recommend.recommend``) to float rounding.
 
 Positions are absolute within the encoded window of ``max_seq_len - 1`` history items. A history
 longer than that slides the window with every event, which changes every row's position: such a
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
-from recops.inference import evaluating, state_scores
 from recops.models.encoder import l2_normalize
+from recops.models.recommend import evaluating, state_scores
 from recops.serving.delta_attention import delta_attention
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
 
@@ -120,7 +120,7 @@ class CachedRecommender:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k items ``[U, k]`` and scores for each user from its observed history, asked at
         ``request_times[u]`` (default: its last event's time); what
-        ``recops.inference.recommend`` returns for the same histories."""
+        ``recops.models.recommend.recommend`` returns for the same histories."""
         user_ids = [int(u) for u in user_ids]
         if request_times is None:
             times = [int(self.history(u)[1][-1]) for u in user_ids]

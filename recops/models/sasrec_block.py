@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recops.models.config import ModelConfig
+from recops.models.model_config import ModelConfig
 
 LAYER_NORM_EPS = 1e-8
 
