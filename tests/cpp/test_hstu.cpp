@@ -1,5 +1,5 @@
-// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h, on the
-// fp32 precision policy) on small jagged batches against scalar loops in double written here from
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, on the fp32 precision
+// policy) on small jagged batches against scalar loops in double written here from
 // docs/ops.md sections 3-5:
 // causal and two-sided masks, with and without the relative time + position bias, forward and
 // backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence; and the block
@@ -18,7 +18,6 @@
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fp32_products.h"
-#include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "test_util.h"
 
@@ -318,7 +317,9 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   const BiasSource<double> bias =
       c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   std::vector<double> got(out.size(), 0.0);
-  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, bias, chunks, got.data());
+  const ChannelLayout layout = ChannelLayout::heads(H, dv);
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, {bias}, chunks, layout,
+               got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -327,12 +328,13 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   HstuGrads<double> grads;
   grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
   if (c.relative_bias) {
-    grads.bias.ts_w = gts.data();
-    grads.bias.ts_thread_stride = static_cast<int64_t>(ts_w.size());
-    grads.bias.pos_w = gpos.data();
-    grads.bias.pos_thread_stride = static_cast<int64_t>(pos_w.size());
+    grads.bias[kSemantic].ts_w = gts.data();
+    grads.bias[kSemantic].ts_thread_stride = static_cast<int64_t>(ts_w.size());
+    grads.bias[kSemantic].pos_w = gpos.data();
+    grads.bias[kSemantic].pos_thread_stride = static_cast<int64_t>(pos_w.size());
   }
-  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, bias, chunks, grads);
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, {bias}, chunks,
+                layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
@@ -355,7 +357,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   const HstuTensors<float> in_f{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}};
   hstu_forward(Fp32Precision<float>(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
                                     in_f, false),
-               mask_f, bias_f, chunks, got_f.data());
+               mask_f, {bias_f}, chunks, layout, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
 }
 
@@ -378,7 +380,8 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
       c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
   std::vector<double> full(batch.rows * H * dv, 0.0);
-  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, bias, 1,
+  const ChannelLayout layout = ChannelLayout::heads(H, dv);
+  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, {bias}, 1, layout,
                full.data());
 
   // The last 1, 5 (all) and 67 positions of the three sequences, packed in rows of their own.
@@ -396,7 +399,8 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
   delta.q_length = q_length.data();
   const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
   std::vector<double> got(q_new.size() / dqk * dv, 0.0);
-  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, bias, 2, got.data());
+  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, {bias}, 2, layout,
+               got.data());
   std::vector<double> want;
   for (int64_t b = 0; b < 3; ++b) {
     const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
@@ -424,7 +428,7 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
              k = random_values(batch.rows * H * dqk, 12);
   const auto v = random_values(batch.rows * H * dv, 13);
   const auto ts_w = random_values(batch.num_buckets + 1, 15), pos_w = random_values(2 * N - 1, 16);
-  FuxiLayout layout;
+  ChannelLayout layout;
   layout.row_stride = 3 * H * dv;
   layout.head_stride = dv;
   layout.channel_offset[0] = 0;
@@ -486,21 +490,21 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   position.pos_w = pos_w.data();
   std::vector<double> got(out.size(), 0.0);
   const Sequences seqs = batch.sequences();
-  fuxi_forward(Fp32Precision<double>(seqs, shape, in, false), mask, time, position, chunks, layout,
-               got.data());
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, {{{}, time, position}}, chunks,
+               layout, got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
       gdv(chunks * dv_ref.size(), 0.0), gts(threads * ts_w.size(), 0.0),
       gpos(threads * pos_w.size(), 0.0);
-  FuxiGrads<double> grads;
+  HstuGrads<double> grads;
   grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
-  grads.time.ts_w = gts.data();
-  grads.time.ts_thread_stride = static_cast<int64_t>(ts_w.size());
-  grads.position.pos_w = gpos.data();
-  grads.position.pos_thread_stride = static_cast<int64_t>(pos_w.size());
-  fuxi_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, time, position,
-                chunks, layout, grads);
+  grads.bias[kTime].ts_w = gts.data();
+  grads.bias[kTime].ts_thread_stride = static_cast<int64_t>(ts_w.size());
+  grads.bias[kPosition].pos_w = gpos.data();
+  grads.bias[kPosition].pos_thread_stride = static_cast<int64_t>(pos_w.size());
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask,
+                {{{}, time, position}}, chunks, layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");

@@ -1,5 +1,5 @@
-// The bf16 precision of the HSTU-family kernels: Bf16Precision, the policy hstu_attention.h and
-// fuxi_attention.h run on for bf16 inputs where the CPU multiplies bf16 (bf16_tiles_available):
+// The bf16 precision of the HSTU-family kernels: Bf16Precision, the policy hstu_attention.h's
+// bodies run on for bf16 inputs where the CPU multiplies bf16 (bf16_tiles_available):
 // every tile product on the bf16 micro-kernel with fp32 accumulation, on bf16_operands.h's
 // per-call operands and on the block's Q, dO, A, dS rounded to bf16 once as the next product's
 // operand; the SiLU, mask and bias arithmetic stays in fp32 on the fp32 score tiles (tile_ops.h).

@@ -1,5 +1,5 @@
 // The fp32 precision of the HSTU-family kernels (fp32 and float64 inputs): Fp32Precision, the
-// policy hstu_attention.h and fuxi_attention.h run on, with its tile products on fp32_operands.h's
+// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's
 // K^T and V^T and what each thread needs for them. gemm_nn takes untransposed operands only, so
 // the kernels' dK = dS^T Q and dV = A^T dO are accumulated transposed: TransposedGradients holds,
 // per thread, the current work item's dK^T [H, Dqk, N] and dV^T [H, Dv, N], added into the item's
