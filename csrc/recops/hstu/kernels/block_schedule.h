@@ -93,8 +93,10 @@ class KeyGradients {
     }
   }
 
- private:
+ protected:  // the shape, for the block operands a precision adds
   int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
+
+ private:
   std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
 };
 

@@ -1,10 +1,6 @@
 // The fp32 precision of the HSTU-family kernels (fp32 and float64 inputs): Fp32Precision, the
-// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's
-// K^T and V^T and what each thread needs for them. gemm_nn takes untransposed operands only, so
-// the kernels' dK = dS^T Q and dV = A^T dO are accumulated transposed: TransposedGradients holds,
-// per thread, the current work item's dK^T [H, Dqk, N] and dV^T [H, Dv, N], added into the item's
-// dK / dV partial when it ends, and the transposed (scaled) Q and dO of the current block and
-// head.
+// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's K^T and
+// V^T, and what each thread needs for them (TransposedGradients).
 #pragma once
 
 #include <algorithm>
@@ -20,30 +16,27 @@
 
 namespace recops::attention::kernels {
 
-// The fp32 backward's gradient accumulators (over N keys) and the transposed (scaled) Q and dO
-// of the current block and head.
+// The fp32 backward's gradient accumulators (over N keys) and, as gemm_nn takes untransposed
+// operands only, the transposed (scaled) Q and dO of the current block and head for them.
 template <typename T>
 class TransposedGradients : public KeyGradients<T> {
  public:
   TransposedGradients(const HstuShape<T>& s, int64_t max_len)
       : KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, max_len, 1),
-        dqk_(s.dqk),
-        dv_(s.dv),
         q_t_(new T[s.dqk * kQueryBlock]),
         go_t_(new T[s.dv * kQueryBlock]) {}
 
   // scale Q^T [Dqk, rows] and dO^T [Dv, rows] of a block (leading dimension kQueryBlock).
   const T* q_t(const T* q, int64_t rows, int64_t ld_q, T scale) {
-    transpose(rows, dqk_, q, ld_q, q_t_.get(), kQueryBlock, scale);
+    transpose(rows, this->dqk_, q, ld_q, q_t_.get(), kQueryBlock, scale);
     return q_t_.get();
   }
   const T* go_t(const T* go, int64_t rows, int64_t ld_go) {
-    transpose(rows, dv_, go, ld_go, go_t_.get(), kQueryBlock);
+    transpose(rows, this->dv_, go, ld_go, go_t_.get(), kQueryBlock);
     return go_t_.get();
   }
 
  private:
-  int64_t dqk_, dv_;
   std::unique_ptr<T[]> q_t_, go_t_;
 };
 

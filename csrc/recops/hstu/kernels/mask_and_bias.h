@@ -264,15 +264,18 @@ inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r,
   return runs;
 }
 
-// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
-// every key of the block under a custom mask (whose tile then gives the multipliers).
-template <typename T>
-int row_runs(const MaskSource<T>& mask, const StructuredMask& structured, const Block& blk,
-             int64_t r, int64_t begin[4], int64_t end[4]) {
-  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
-  begin[0] = 0;
-  end[0] = blk.keys;
-  return blk.keys > 0 ? 1 : 0;
+// fn(r, begin, end, runs) for each query row r of a block, with the `runs` runs of tile columns
+// [begin[k], end[k]) it sees: a structured mask's visible_runs, or every key of the block under a
+// custom mask (whose tile then gives the multipliers).
+template <typename T, typename Fn>
+void for_each_row_runs(const MaskSource<T>& mask, const Block& blk, Fn&& fn) {
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4] = {0}, end[4] = {blk.keys};
+    const int runs = mask.kind == MaskKind::kCustom ? (blk.keys > 0 ? 1 : 0)
+                                                    : visible_runs(structured, blk, r, begin, end);
+    fn(r, static_cast<const int64_t*>(begin), static_cast<const int64_t*>(end), runs);
+  }
 }
 
 // Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
@@ -282,10 +285,7 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
                      uint32_t* visible) {
   const int64_t words = blk.ld / 32;
   std::fill(visible, visible + rows_pad * words, 0u);
-  const StructuredMask structured = mask.structured(blk.b, blk.length);
-  for (int64_t r = 0; r < blk.rows; ++r) {
-    int64_t begin[4], end[4];
-    const int runs = row_runs(mask, structured, blk, r, begin, end);
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     uint32_t* row = visible + r * words;
     for (int k = 0; k < runs; ++k) {
       for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
@@ -294,7 +294,7 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
         row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
       }
     }
-  }
+  });
 }
 
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward).
