@@ -26,37 +26,32 @@ namespace recops::attention::kernels {
 
 // The bf16 backward's fp32 gradient accumulators (over n_pad keys) and the block's bf16 Q, Q^T,
 // dO and dO^T, zero padded.
-class Bf16Gradients : public KeyGradients<float> {
+class Bf16Gradients : public KeyGradients<float, uint16_t> {
  public:
   Bf16Gradients(const HstuShape<float>& s, const PackedOperands& ops)
-      : KeyGradients<float>(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(),
-                            kBf16Granule),
+      : KeyGradients(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(), kBf16Granule),
         kernels_(tile_kernels(cpu_isa())),
         q_(new uint16_t[kQueryBlock * dqk_pad_]),
-        q_t_(new uint16_t[kQueryBlock * dqk_pad_]),
-        go_(new uint16_t[kQueryBlock * dv_pad_]),
-        go_t_(new uint16_t[kQueryBlock * dv_pad_]) {}
+        go_(new uint16_t[kQueryBlock * dv_pad_]) {}
 
   // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T (load_go: dO and
   // dO^T only).
   void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
                   int64_t rows_pad) {
     copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
-    transpose_padded(kernels_, q_.get(), rows_pad, dqk_pad_, q_t_.get());
+    transpose_padded(kernels_, q_.get(), rows_pad, dqk_pad_, q_t());
     load_go(go, ld_go, rows, rows_pad);
   }
   void load_go(const uint16_t* go, int64_t ld_go, int64_t rows, int64_t rows_pad) {
     copy_padded(go, rows, dv_, ld_go, go_.get(), rows_pad, dv_pad_);
-    transpose_padded(kernels_, go_.get(), rows_pad, dv_pad_, go_t_.get());
+    transpose_padded(kernels_, go_.get(), rows_pad, dv_pad_, go_t());
   }
   const uint16_t* q() const { return q_.get(); }
-  const uint16_t* q_t() const { return q_t_.get(); }
   const uint16_t* go() const { return go_.get(); }
-  const uint16_t* go_t() const { return go_t_.get(); }
 
  private:
   const TileKernels& kernels_;
-  std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
+  std::unique_ptr<uint16_t[]> q_, go_;
 };
 
 // Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, rows of up to n_pad),

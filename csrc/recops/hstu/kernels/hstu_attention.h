@@ -74,7 +74,6 @@ struct ChannelTiles {
       if (bias[c] >= 0 && !biases[c].per_head()) grad_sum[c] = count++;
     }
   }
-  bool weight_channels() const { return bias[kTime] >= 0 || bias[kPosition] >= 0; }
   template <typename Arena>
   auto* bias_tile(Arena& t, int c) const {
     return bias[c] < 0 ? nullptr : t.tile(bias[c]);
@@ -112,7 +111,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
   const ChannelTiles tiles(biases, false);
   // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool silu_mask = prec.forward_mask_tile(mask);
-  const bool with_mask = silu_mask || tiles.weight_channels();
+  const bool with_mask = silu_mask || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
   for_each_block_in_parallel(
       seqs, mask, chunks,
       [&](int64_t slot) { return prec.scratch(tiles.count, tiles.buckets, slot); },
