@@ -204,9 +204,9 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   EXPECT_EQ(got, expected);
 }
 
-// The bf16 forward's visible runs say what the mask tile's rows say: ones inside, zeros outside,
-// for every structured mask option, on blocks whose key range starts past key 0 (windows) and
-// on padded blocks (key0 rounded down).
+// The bf16 forward's visible runs and the fused forward's visibility bits say what the mask
+// tile's rows say: ones inside, zeros outside, for every structured mask option, on blocks whose
+// key range starts past key 0 (windows) and on padded blocks (key0 rounded down).
 TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
   const int64_t length = 150;
   const int64_t num_targets[] = {7};
@@ -251,8 +251,32 @@ TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
           ASSERT_EQ(from_runs, want) << "row " << row0 + r << " mask kind "
                                      << static_cast<int>(o.kind) << " window " << o.max_attn_len;
         }
+        // The fused forward's visibility bits say the same (tile rows of ld, a multiple of 32,
+        // and two padded query rows that see nothing).
+        blk.ld = (blk.keys + 31) / 32 * 32;
+        const int64_t words = blk.ld / 32, rows_pad = blk.rows + 2;
+        std::vector<uint32_t> bits(rows_pad * words, ~0u);
+        fill_visibility(mask, blk, rows_pad, bits.data());
+        for (int64_t r = 0; r < rows_pad; ++r) {
+          for (int64_t j = 0; j < blk.ld; ++j) {
+            const bool seen = (bits[r * words + j / 32] >> (j % 32)) & 1u;
+            const bool want = r < blk.rows && j < blk.keys && tile[r * blk.keys + j] != 0.0f;
+            ASSERT_EQ(seen, want) << "row " << row0 + r << " key " << blk.key0 + j;
+          }
+        }
       }
     }
+  }
+  // A custom mask's tile gives the multipliers: every key of the block is visible.
+  MaskSource<float> custom;
+  custom.kind = MaskKind::kCustom;
+  Block blk = custom.block(0, 40, 0, 20);
+  blk.ld = 64;
+  std::vector<uint32_t> bits(32 * 2, ~0u);
+  fill_visibility(custom, blk, 32, bits.data());
+  for (int64_t r = 0; r < 32; ++r) {
+    EXPECT_EQ(bits[2 * r], r < 20 ? ~0u : 0u) << "row " << r;
+    EXPECT_EQ(bits[2 * r + 1], r < 20 ? 0xffu : 0u) << "row " << r;
   }
 }
 
