@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/bf16_operands.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fp32_products.h"
 #include "recops/hstu/kernels/hstu_attention.h"
@@ -277,6 +278,40 @@ TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
   for (int64_t r = 0; r < 32; ++r) {
     EXPECT_EQ(bits[2 * r], r < 20 ? ~0u : 0u) << "row " << r;
     EXPECT_EQ(bits[2 * r + 1], r < 20 ? 0xffu : 0u) << "row " << r;
+  }
+}
+
+// bf16 K^T stored in blocks of 32 keys (the fused forward's layout) holds what the one-block
+// layout holds: per sequence and head K^T in VNNI pairs, zero past the sequence and past Dqk (odd
+// here), read from k_t() at each block's first key.
+TEST(HstuBf16Operands, BlockedKeyTransposeMatchesOneBlock) {
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = 7, dv = 6, granule = 32;
+  std::vector<uint16_t> k(batch.rows * H * dqk), v(batch.rows * H * dv);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint16_t>(i * 7 + 1);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(i * 3 + 1);
+  const Sequences seqs = batch.sequences();
+  const Rows<uint16_t> k_rows{k.data(), H * dqk}, v_rows{v.data(), H * dv};
+  const PackedOperands::Which k_t_only{true, false, false, false};
+  const PackedOperands one(seqs, H, dqk, dv, k_rows, v_rows, k_t_only, granule);
+  const PackedOperands blocked(seqs, H, dqk, dv, k_rows, v_rows, k_t_only, granule, granule);
+  ASSERT_EQ(one.k_t_ld(), one.n_pad());
+  ASSERT_EQ(blocked.k_t_ld(), granule);
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t key = 0; key < one.n_pad(); ++key) {
+        const int64_t key0 = key / granule * granule;
+        for (int64_t d = 0; d < one.dqk_pad(); ++d) {
+          const uint16_t want = key < seqs.keys.length[b] && d < dqk
+                                    ? k[(seqs.keys.row(b, key) * H + h) * dqk + d]
+                                    : uint16_t{0};
+          // Element (d, j) of a VNNI [Dqk, ld] K^T is at ((d / 2) * ld + j) * 2 + d % 2.
+          ASSERT_EQ(one.k_t(b, h, 0)[((d / 2) * one.k_t_ld() + key) * 2 + d % 2], want);
+          ASSERT_EQ(blocked.k_t(b, h, key0)[((d / 2) * granule + key - key0) * 2 + d % 2], want)
+              << "sequence " << b << " head " << h << " key " << key << " dim " << d;
+        }
+      }
+    }
   }
 }
 
