@@ -333,8 +333,8 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
   }
 }
 
-// A bias tile of a block: its bias (kind kNone: none) and the tile that holds the bias (HSTU's,
-// added to the scores) or, `masked`, M * bias (FuXi-alpha's weight channels).
+// A bias tile of a block: its bias and the tile (null: none) that holds the bias (HSTU's, added
+// to the scores) or, `masked`, M * bias (FuXi-alpha's weight channels).
 template <typename T>
 struct BiasTile {
   const BiasSource<T>& bias;
