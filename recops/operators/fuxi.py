@@ -1,5 +1,5 @@
 """FuXi-alpha attention: Python entry point, fake kernels and autograd
-(kernels: csrc/recops/hstu/kernels/fuxi_attention.h). The op's arguments are declared once,
+(kernels: csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once,
 in its schema (csrc/recops/hstu/options.h): the code here reads them by name."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, fuxi_attention.h, on the
-// fp32 precision policy) on small jagged batches against scalar loops in double written here from
+// HSTU and FuXi-alpha attention kernels (hstu/kernels/hstu_attention.h, on the fp32 precision
+// policy) on small jagged batches against scalar loops in double written here from
 // docs/ops.md sections 3-5:
 // causal and two-sided masks, with and without the relative time + position bias, forward and
 // backward (dQ, dK, dV and the bias tables' gradients), on two chunks per sequence; and the block
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "recops/common/parallel.h"
+#include "recops/hstu/kernels/bf16_operands.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fp32_products.h"
-#include "recops/hstu/kernels/fuxi_attention.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "test_util.h"
 
@@ -205,9 +205,9 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   EXPECT_EQ(got, expected);
 }
 
-// The bf16 forward's visible runs say what the mask tile's rows say: ones inside, zeros outside,
-// for every structured mask option, on blocks whose key range starts past key 0 (windows) and
-// on padded blocks (key0 rounded down).
+// The bf16 forward's visible runs and the fused forward's visibility bits say what the mask
+// tile's rows say: ones inside, zeros outside, for every structured mask option, on blocks whose
+// key range starts past key 0 (windows) and on padded blocks (key0 rounded down).
 TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
   const int64_t length = 150;
   const int64_t num_targets[] = {7};
@@ -251,6 +251,64 @@ TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
                                         tile.begin() + (r + 1) * blk.keys);
           ASSERT_EQ(from_runs, want) << "row " << row0 + r << " mask kind "
                                      << static_cast<int>(o.kind) << " window " << o.max_attn_len;
+        }
+        // The fused forward's visibility bits say the same (tile rows of ld, a multiple of 32,
+        // and two padded query rows that see nothing).
+        blk.ld = (blk.keys + 31) / 32 * 32;
+        const int64_t words = blk.ld / 32, rows_pad = blk.rows + 2;
+        std::vector<uint32_t> bits(rows_pad * words, ~0u);
+        fill_visibility(mask, blk, rows_pad, bits.data());
+        for (int64_t r = 0; r < rows_pad; ++r) {
+          for (int64_t j = 0; j < blk.ld; ++j) {
+            const bool seen = (bits[r * words + j / 32] >> (j % 32)) & 1u;
+            const bool want = r < blk.rows && j < blk.keys && tile[r * blk.keys + j] != 0.0f;
+            ASSERT_EQ(seen, want) << "row " << row0 + r << " key " << blk.key0 + j;
+          }
+        }
+      }
+    }
+  }
+  // A custom mask's tile gives the multipliers: every key of the block is visible.
+  MaskSource<float> custom;
+  custom.kind = MaskKind::kCustom;
+  Block blk = custom.block(0, 40, 0, 20);
+  blk.ld = 64;
+  std::vector<uint32_t> bits(32 * 2, ~0u);
+  fill_visibility(custom, blk, 32, bits.data());
+  for (int64_t r = 0; r < 32; ++r) {
+    EXPECT_EQ(bits[2 * r], r < 20 ? ~0u : 0u) << "row " << r;
+    EXPECT_EQ(bits[2 * r + 1], r < 20 ? 0xffu : 0u) << "row " << r;
+  }
+}
+
+// bf16 K^T stored in blocks of 32 keys (the fused forward's layout) holds what the one-block
+// layout holds: per sequence and head K^T in VNNI pairs, zero past the sequence and past Dqk (odd
+// here), read from k_t() at each block's first key.
+TEST(HstuBf16Operands, BlockedKeyTransposeMatchesOneBlock) {
+  const Batch batch;
+  const int64_t H = batch.heads, dqk = 7, dv = 6, granule = 32;
+  std::vector<uint16_t> k(batch.rows * H * dqk), v(batch.rows * H * dv);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint16_t>(i * 7 + 1);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(i * 3 + 1);
+  const Sequences seqs = batch.sequences();
+  const Rows<uint16_t> k_rows{k.data(), H * dqk}, v_rows{v.data(), H * dv};
+  const PackedOperands::Which k_t_only{true, false, false, false};
+  const PackedOperands one(seqs, H, dqk, dv, k_rows, v_rows, k_t_only, granule);
+  const PackedOperands blocked(seqs, H, dqk, dv, k_rows, v_rows, k_t_only, granule, granule);
+  ASSERT_EQ(one.k_t_ld(), one.n_pad());
+  ASSERT_EQ(blocked.k_t_ld(), granule);
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t key = 0; key < one.n_pad(); ++key) {
+        const int64_t key0 = key / granule * granule;
+        for (int64_t d = 0; d < one.dqk_pad(); ++d) {
+          const uint16_t want = key < seqs.keys.length[b] && d < dqk
+                                    ? k[(seqs.keys.row(b, key) * H + h) * dqk + d]
+                                    : uint16_t{0};
+          // Element (d, j) of a VNNI [Dqk, ld] K^T is at ((d / 2) * ld + j) * 2 + d % 2.
+          ASSERT_EQ(one.k_t(b, h, 0)[((d / 2) * one.k_t_ld() + key) * 2 + d % 2], want);
+          ASSERT_EQ(blocked.k_t(b, h, key0)[((d / 2) * granule + key - key0) * 2 + d % 2], want)
+              << "sequence " << b << " head " << h << " key " << key << " dim " << d;
         }
       }
     }
@@ -318,7 +376,9 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   const BiasSource<double> bias =
       c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   std::vector<double> got(out.size(), 0.0);
-  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, bias, chunks, got.data());
+  const ChannelLayout layout = ChannelLayout::heads(H, dv);
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, {bias}, chunks, layout,
+               got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
@@ -327,12 +387,13 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   HstuGrads<double> grads;
   grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
   if (c.relative_bias) {
-    grads.bias.ts_w = gts.data();
-    grads.bias.ts_thread_stride = static_cast<int64_t>(ts_w.size());
-    grads.bias.pos_w = gpos.data();
-    grads.bias.pos_thread_stride = static_cast<int64_t>(pos_w.size());
+    grads.bias[kSemantic].ts_w = gts.data();
+    grads.bias[kSemantic].ts_thread_stride = static_cast<int64_t>(ts_w.size());
+    grads.bias[kSemantic].pos_w = gpos.data();
+    grads.bias[kSemantic].pos_thread_stride = static_cast<int64_t>(pos_w.size());
   }
-  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, bias, chunks, grads);
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, {bias}, chunks,
+                layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");
@@ -355,7 +416,7 @@ TEST_P(HstuKernel, ForwardAndBackwardMatchScalarLoops) {
   const HstuTensors<float> in_f{{qf.data(), H * dqk}, {kf.data(), H * dqk}, {vf.data(), H * dv}};
   hstu_forward(Fp32Precision<float>(seqs, HstuShape<float>{H, dqk, dv, float(alpha), float(scale)},
                                     in_f, false),
-               mask_f, bias_f, chunks, got_f.data());
+               mask_f, {bias_f}, chunks, layout, got_f.data());
   expect_near_all(std::vector<double>(got_f.begin(), got_f.end()), out, 2e-5, "fp32 out");
 }
 
@@ -378,7 +439,8 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
       c.relative_bias ? batch.relative_bias(ts_w, pos_w, bucketizer) : BiasSource<double>{};
   const HstuTensors<double> in{{q.data(), H * dqk}, {k.data(), H * dqk}, {v.data(), H * dv}};
   std::vector<double> full(batch.rows * H * dv, 0.0);
-  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, bias, 1,
+  const ChannelLayout layout = ChannelLayout::heads(H, dv);
+  hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, {bias}, 1, layout,
                full.data());
 
   // The last 1, 5 (all) and 67 positions of the three sequences, packed in rows of their own.
@@ -396,7 +458,8 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
   delta.q_length = q_length.data();
   const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
   std::vector<double> got(q_new.size() / dqk * dv, 0.0);
-  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, bias, 2, got.data());
+  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, {bias}, 2, layout,
+               got.data());
   std::vector<double> want;
   for (int64_t b = 0; b < 3; ++b) {
     const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
@@ -424,7 +487,7 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
              k = random_values(batch.rows * H * dqk, 12);
   const auto v = random_values(batch.rows * H * dv, 13);
   const auto ts_w = random_values(batch.num_buckets + 1, 15), pos_w = random_values(2 * N - 1, 16);
-  FuxiLayout layout;
+  ChannelLayout layout;
   layout.row_stride = 3 * H * dv;
   layout.head_stride = dv;
   layout.channel_offset[0] = 0;
@@ -486,21 +549,21 @@ TEST_P(FuxiKernel, ForwardAndBackwardMatchScalarLoops) {
   position.pos_w = pos_w.data();
   std::vector<double> got(out.size(), 0.0);
   const Sequences seqs = batch.sequences();
-  fuxi_forward(Fp32Precision<double>(seqs, shape, in, false), mask, time, position, chunks, layout,
-               got.data());
+  hstu_forward(Fp32Precision<double>(seqs, shape, in, false), mask, {{{}, time, position}}, chunks,
+               layout, got.data());
   expect_near_all(got, out, 1e-10, "out");
 
   std::vector<double> gdq(dq.size(), 0.0), gdk(chunks * dk.size(), 0.0),
       gdv(chunks * dv_ref.size(), 0.0), gts(threads * ts_w.size(), 0.0),
       gpos(threads * pos_w.size(), 0.0);
-  FuxiGrads<double> grads;
+  HstuGrads<double> grads;
   grads.qkv = {gdq.data(), gdk.data(), gdv.data(), batch.rows, H, dqk, dv};
-  grads.time.ts_w = gts.data();
-  grads.time.ts_thread_stride = static_cast<int64_t>(ts_w.size());
-  grads.position.pos_w = gpos.data();
-  grads.position.pos_thread_stride = static_cast<int64_t>(pos_w.size());
-  fuxi_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask, time, position,
-                chunks, layout, grads);
+  grads.bias[kTime].ts_w = gts.data();
+  grads.bias[kTime].ts_thread_stride = static_cast<int64_t>(ts_w.size());
+  grads.bias[kPosition].pos_w = gpos.data();
+  grads.bias[kPosition].pos_thread_stride = static_cast<int64_t>(pos_w.size());
+  hstu_backward(Fp32Precision<double>(seqs, shape, in, true), go.data(), mask,
+                {{{}, time, position}}, chunks, layout, grads);
   expect_near_all(gdq, dq, 1e-10, "dq");
   expect_near_all(sum_parts(gdk, dk.size()), dk, 1e-10, "dk");
   expect_near_all(sum_parts(gdv, dv_ref.size()), dv_ref, 1e-10, "dv");

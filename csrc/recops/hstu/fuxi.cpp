@@ -5,7 +5,7 @@
 
 #include "recops/common/checks.h"
 #include "recops/hstu/inputs.h"
-#include "recops/hstu/kernels/fuxi_attention.h"
+#include "recops/hstu/kernels/hstu_attention.h"
 #include "recops/hstu/ops.h"
 
 namespace recops::attention {
@@ -59,11 +59,11 @@ FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& se
 
 // Channel-major [semantic | time | position] (each H * Dv), or per head [position, time,
 // semantic] (the FuXi-alpha reference); absent channels take no space.
-FuxiLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, bool reference) {
+ChannelLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, bool reference) {
   const bool present[3] = {true, biases.time.kind != BiasKind::kNone,
                            biases.position.kind != BiasKind::kNone};
   const int64_t channels = present[0] + present[1] + present[2];
-  FuxiLayout layout;
+  ChannelLayout layout;
   layout.row_stride = channels * heads * dv;
   layout.head_stride = reference ? channels * dv : dv;
   const int order[3] = {2, 1, 0};  // reference order: position, time, semantic
@@ -80,7 +80,7 @@ FuxiLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, bool
 struct PreparedFuxi {
   PreparedAttention attention;
   FuxiBiases biases;
-  FuxiLayout layout;
+  ChannelLayout layout;
 
   PreparedFuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                const at::Tensor& seq_offsets, const std::optional<at::Tensor>& seq_lengths,
@@ -99,7 +99,7 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
   const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;
-  const FuxiLayout& layout = prepared.layout;
+  const ChannelLayout& layout = prepared.layout;
   const int64_t rows = a.rows;
   const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
   return with_precision(
@@ -107,8 +107,9 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
         using P = std::decay_t<decltype(prec)>;
         using C = typename P::Compute;
         at::Tensor out = at::zeros({rows, layout.row_stride}, q.options().dtype(dtype));
-        fuxi_forward(prec, a.mask.source<C>(), biases.time.source<C>(), biases.position.source<C>(),
-                     chunks, layout, elements_of<typename P::Element>(out));
+        hstu_forward(prec, a.mask.source<C>(),
+                     {{{}, biases.time.source<C>(), biases.position.source<C>()}}, chunks, layout,
+                     elements_of<typename P::Element>(out));
         return out.to(q.scalar_type());
       });
 }
@@ -123,7 +124,7 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
   const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;
-  const FuxiLayout& layout = prepared.layout;
+  const ChannelLayout& layout = prepared.layout;
   const int64_t rows = a.rows;
   TORCH_CHECK(grad_output.dim() == 2 && grad_output.size(0) == rows &&
                   grad_output.size(1) == layout.row_stride,
@@ -138,12 +139,13 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
         using P = std::decay_t<decltype(prec)>;
         using C = typename P::Compute;
         const at::Tensor grad_out = grad_output.to(dtype).contiguous();
-        FuxiGrads<C> grads;
+        HstuGrads<C> grads;
         grads.qkv = qkv_grads.view<C>();
-        grads.time = time_grads.sinks<C>();
-        grads.position = position_grads.sinks<C>();
-        fuxi_backward(prec, elements_of<typename P::Element>(grad_out), a.mask.source<C>(),
-                      biases.time.source<C>(), biases.position.source<C>(), chunks, layout, grads);
+        grads.bias[kTime] = time_grads.sinks<C>();
+        grads.bias[kPosition] = position_grads.sinks<C>();
+        hstu_backward(prec, elements_of<typename P::Element>(grad_out), a.mask.source<C>(),
+                      {{{}, biases.time.source<C>(), biases.position.source<C>()}}, chunks, layout,
+                      grads);
       });
   auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
   std::optional<at::Tensor> d_ts_bias, d_pos_bias, d_ts_w, d_pos_w;

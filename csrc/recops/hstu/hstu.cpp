@@ -46,8 +46,8 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
         using P = std::decay_t<decltype(prec)>;
         using C = typename P::Compute;
         at::Tensor out = at::zeros({rows, heads, v.size(2)}, q.options().dtype(dtype));
-        hstu_forward(prec, mask.source<C>(), bias.source<C>(), chunks,
-                     elements_of<typename P::Element>(out));
+        hstu_forward(prec, mask.source<C>(), {bias.source<C>()}, chunks,
+                     ChannelLayout::heads(heads, v.size(2)), elements_of<typename P::Element>(out));
         return out.to(q.scalar_type());
       });
 }
@@ -77,9 +77,9 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
     const at::Tensor grad_out = grad_output.to(dtype).contiguous();
     HstuGrads<C> grads;
     grads.qkv = qkv_grads.view<C>();
-    grads.bias = bias_grads.sinks<C>();
+    grads.bias[kSemantic] = bias_grads.sinks<C>();
     hstu_backward(prec, elements_of<typename P::Element>(grad_out), mask.source<C>(),
-                  bias.source<C>(), chunks, grads);
+                  {bias.source<C>()}, chunks, ChannelLayout::heads(a.heads, v.size(2)), grads);
   });
   auto [dq, dk, dv] = qkv_grads.reduce(q, k, v);
   std::optional<at::Tensor> grad_bias, grad_ts_w, grad_pos_w;

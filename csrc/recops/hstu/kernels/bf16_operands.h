@@ -26,8 +26,8 @@ class PackedOperands {
   };
 
   // k [rows, H, dqk] and v [rows, H, dv] (bf16 bits); head dims and keys padded to `granule`.
-  // key_block > 0 (a multiple of granule) stores K^T in blocks of that many keys, each block
-  // [Dqk / 2, key_block, 2] contiguous, so that a tile of it is one contiguous read.
+  // K^T is stored in blocks of key_block keys (a multiple of granule; 0: one block of n_pad), each
+  // block [Dqk / 2, key_block, 2] contiguous, so that a tile of it is one contiguous read.
   PackedOperands(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
                  const Rows<uint16_t>& k, const Rows<uint16_t>& v, Which which,
                  int64_t granule = kBf16Granule, int64_t key_block = 0)
@@ -35,7 +35,7 @@ class PackedOperands {
         dqk_pad_(round_up(dqk, granule)),
         dv_pad_(round_up(dv, granule)),
         n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), granule)),
-        key_block_(key_block) {
+        key_block_(key_block > 0 ? key_block : n_pad_) {
     const int64_t per_head_k = dqk_pad_ * n_pad_, per_head_v = dv_pad_ * n_pad_;
     const int64_t units = seqs.count * heads;
     const TileKernels& kernels = tile_kernels(cpu_isa());
@@ -46,14 +46,10 @@ class PackedOperands {
     parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / heads, h = u % heads, len = seqs.keys.length[b];
-        uint16_t* k_t = k_t_ ? k_t_.get() + u * per_head_k : nullptr;
         // Run by run of key rows (each starting at an even key: VNNI rows pair keys).
         seqs.keys.for_each_run(b, 0, len, [&](int64_t row, int64_t key, int64_t n) {
           const uint16_t* kh = k.at(row, h, dqk);
           const uint16_t* vh = v.at(row, h, dv);
-          if (k_t_ && key_block_ == 0) {
-            pack_vnni_transposed(kernels, kh, n, dqk, k.stride, dqk_pad_, n_pad_, k_t, key);
-          }
           if (k_) {
             pack_vnni_rows(kh, n, dqk, k.stride, n_pad_ - key, dqk_pad_,
                            k_.get() + u * per_head_k + key * dqk_pad_);
@@ -67,9 +63,9 @@ class PackedOperands {
                            v_.get() + u * per_head_v + key * dv_pad_);
           }
         });
-        if (!k_t_ || key_block_ == 0) continue;
+        if (!k_t_) continue;
         for (int64_t block = 0; block < n_pad_; block += key_block_) {
-          uint16_t* dst = k_t + block * dqk_pad_;
+          uint16_t* dst = k_t_.get() + u * per_head_k + block * dqk_pad_;
           const int64_t keys = std::clamp<int64_t>(len - block, 0, key_block_);
           if (keys == 0) {  // blocks past len: zeros
             pack_vnni_transposed(kernels, k.data, 0, dqk, k.stride, dqk_pad_, key_block_, dst);
@@ -83,16 +79,16 @@ class PackedOperands {
     });
   }
 
-  // The operands from key key0 (a multiple of kBf16Granule) of sequence b, head h; the leading
-  // dimension of K^T / V^T is n_pad(), of K / V dqk_pad() / dv_pad().
+  // The operands from key key0 (a multiple of kBf16Granule; of key_block, or in the first block,
+  // for K^T) of sequence b, head h; the leading dimension of V^T is n_pad(), of K / V dqk_pad() /
+  // dv_pad().
   const uint16_t* k_t(int64_t b, int64_t h, int64_t key0) const {
-    const int64_t offset = key_block_ == 0 ? 2 * key0 : key0 * dqk_pad_;  // key0 % key_block == 0
-    return k_t_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + offset;
+    return k_t_.get() + (b * heads_ + h) * dqk_pad_ * n_pad_ + key0 / key_block_ * k_t_step() +
+           key0 % key_block_ * 2;
   }
-  // Keys per row of K^T (n_pad, or key_block), and the step from one block of `keys` keys to the
-  // next (keys a multiple of key_block when blocked).
-  int64_t k_t_ld() const { return key_block_ == 0 ? n_pad_ : key_block_; }
-  int64_t k_t_step(int64_t keys) const { return key_block_ == 0 ? 2 * keys : keys * dqk_pad_; }
+  // Keys per row of K^T (n_pad, or key_block), and the step from one block of keys to the next.
+  int64_t k_t_ld() const { return key_block_; }
+  int64_t k_t_step() const { return key_block_ * dqk_pad_; }
   const uint16_t* v_t(int64_t b, int64_t h, int64_t key0) const {
     return v_t_.get() + (b * heads_ + h) * dv_pad_ * n_pad_ + 2 * key0;
   }

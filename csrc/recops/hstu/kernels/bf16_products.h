@@ -1,15 +1,12 @@
-// The bf16 precision of the HSTU-family kernels: Bf16Precision, the policy hstu_attention.h and
-// fuxi_attention.h run on for bf16 inputs where the CPU multiplies bf16 (bf16_tiles_available):
+// The bf16 precision of the HSTU-family kernels: Bf16Precision, the policy hstu_attention.h's
+// bodies run on for bf16 inputs where the CPU multiplies bf16 (bf16_tiles_available):
 // every tile product on the bf16 micro-kernel with fp32 accumulation, on bf16_operands.h's
 // per-call operands and on the block's Q, dO, A, dS rounded to bf16 once as the next product's
 // operand; the SiLU, mask and bias arithmetic stays in fp32 on the fp32 score tiles (tile_ops.h).
-// Outputs are stored as bf16 from the fp32 product tiles; dQ, dK, dV leave as fp32 (dK / dV as
-// per-chunk partials, summed and rounded by the adapter). What each thread needs:
-//  * Bf16Gradients: the current work item's fp32 dK^T [H, Dqk, N] and dV^T [H, Dv, N]
-//    (accumulated by dK^T += Q^T dS, dV^T += dO^T A) and the block's bf16 Q, Q^T, dO, dO^T;
-//  * Bf16Scratch: the fp32 tiles, bf16 operand tiles and an fp32 product tile, whose rows
-//    store_rows writes out as bf16 or fp32.
-// The forward runs fused on AMX tiles where it can (HSTU; fused_forward_available).
+// Outputs are stored as bf16 from the fp32 product tiles (store_rows); dQ, dK, dV leave as fp32
+// (dK / dV as per-chunk partials, summed and rounded by the adapter). What each thread needs:
+// Bf16Gradients and Bf16Scratch. The forward runs fused on AMX tiles where it can (HSTU;
+// fused_forward_available).
 #pragma once
 
 #include <algorithm>
@@ -29,42 +26,32 @@ namespace recops::attention::kernels {
 
 // The bf16 backward's fp32 gradient accumulators (over n_pad keys) and the block's bf16 Q, Q^T,
 // dO and dO^T, zero padded.
-class Bf16Gradients : public KeyGradients<float> {
+class Bf16Gradients : public KeyGradients<float, uint16_t> {
  public:
   Bf16Gradients(const HstuShape<float>& s, const PackedOperands& ops)
-      : KeyGradients<float>(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(),
-                            kBf16Granule),
+      : KeyGradients(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(), kBf16Granule),
         kernels_(tile_kernels(cpu_isa())),
-        dqk_(s.dqk),
-        dv_(s.dv),
-        dqk_pad_(ops.dqk_pad()),
-        dv_pad_(ops.dv_pad()),
         q_(new uint16_t[kQueryBlock * dqk_pad_]),
-        q_t_(new uint16_t[kQueryBlock * dqk_pad_]),
-        go_(new uint16_t[kQueryBlock * dv_pad_]),
-        go_t_(new uint16_t[kQueryBlock * dv_pad_]) {}
+        go_(new uint16_t[kQueryBlock * dv_pad_]) {}
 
   // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T (load_go: dO and
   // dO^T only).
   void load_block(const uint16_t* q, int64_t ld_q, const uint16_t* go, int64_t ld_go, int64_t rows,
                   int64_t rows_pad) {
     copy_padded(q, rows, dqk_, ld_q, q_.get(), rows_pad, dqk_pad_);
-    transpose_padded(kernels_, q_.get(), rows_pad, dqk_pad_, q_t_.get());
+    transpose_padded(kernels_, q_.get(), rows_pad, dqk_pad_, q_t());
     load_go(go, ld_go, rows, rows_pad);
   }
   void load_go(const uint16_t* go, int64_t ld_go, int64_t rows, int64_t rows_pad) {
     copy_padded(go, rows, dv_, ld_go, go_.get(), rows_pad, dv_pad_);
-    transpose_padded(kernels_, go_.get(), rows_pad, dv_pad_, go_t_.get());
+    transpose_padded(kernels_, go_.get(), rows_pad, dv_pad_, go_t());
   }
   const uint16_t* q() const { return q_.get(); }
-  const uint16_t* q_t() const { return q_t_.get(); }
   const uint16_t* go() const { return go_.get(); }
-  const uint16_t* go_t() const { return go_t_.get(); }
 
  private:
   const TileKernels& kernels_;
-  int64_t dqk_, dv_, dqk_pad_, dv_pad_;
-  std::unique_ptr<uint16_t[]> q_, q_t_, go_, go_t_;
+  std::unique_ptr<uint16_t[]> q_, go_;
 };
 
 // Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, rows of up to n_pad),
@@ -105,11 +92,8 @@ inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float
                                const float* bias, const float* mask_tile,
                                const HstuShape<float>& shape, uint16_t* a) {
   const int64_t ld = blk.ld;
-  const StructuredMask structured = mask.structured(blk.b, blk.length);
   std::fill(a + blk.rows * ld, a + rows_pad * ld, uint16_t(0));
-  for (int64_t r = 0; r < blk.rows; ++r) {
-    int64_t begin[4], end[4];
-    const int runs = row_runs(mask, structured, blk, r, begin, end);
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     uint16_t* row = a + r * ld;
     int64_t done = 0;
     for (int k = 0; k < runs; ++k) {
@@ -121,7 +105,7 @@ inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float
       done = end[k];
     }
     std::fill(row + done, row + ld, uint16_t(0));
-  }
+  });
 }
 
 // Whether the bf16 forward runs fused on AMX tiles (native_bf16::silu_attention_tile).
@@ -207,8 +191,8 @@ class Bf16Precision {
     copy_padded(in_.q.at(query_row(blk), h, shape_.dqk), blk.rows, shape_.dqk, in_.q.stride, q,
                 pb.rows_pad, dqk_pad);
     if (!fused_) {
-      gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops_.k_t(blk.b, h, blk.key0), ops_.n_pad(), s,
-                ld, false);
+      gemm_bf16(pb.rows_pad, ld, dqk_pad, q, dqk_pad, ops_.k_t(blk.b, h, blk.key0), ops_.k_t_ld(),
+                s, ld, false);
       silu_block_to_bf16(passes_, mask, blk, pb.rows_pad, s, bias, mask_tile, shape_,
                          t.bf16_tile(kA));
       weighted_values(t, pb, h, t.bf16_tile(kA), out, ld_out);
@@ -216,12 +200,12 @@ class Bf16Precision {
     }
     const int64_t words = ld / native_bf16::kFusedGranule;
     for (int64_t r = 0; r < blk.rows; r += 16) {
-      native_bf16::silu_attention_tile(
-          {q + r * dqk_pad, ops_.k_t(blk.b, h, blk.key0), ops_.k_t_ld(), ops_.k_t_step(granule_),
-           ops_.v(blk.b, h, blk.key0), dqk_pad, dv_pad, ld, visibility(t) + r * words,
-           bias == nullptr ? nullptr : bias + r * ld,
-           mask_tile == nullptr ? nullptr : mask_tile + r * ld, ld, shape_.alpha, shape_.silu_scale,
-           t.product.get()});
+      native_bf16::silu_attention_tile({q + r * dqk_pad, ops_.k_t(blk.b, h, blk.key0),
+                                        ops_.k_t_ld(), ops_.k_t_step(), ops_.v(blk.b, h, blk.key0),
+                                        dqk_pad, dv_pad, ld, visibility(t) + r * words,
+                                        bias == nullptr ? nullptr : bias + r * ld,
+                                        mask_tile == nullptr ? nullptr : mask_tile + r * ld, ld,
+                                        shape_.alpha, shape_.silu_scale, t.product.get()});
       store_rows(passes_, t.product.get(), std::min<int64_t>(16, blk.rows - r), shape_.dv, dv_pad,
                  out + r * ld_out, ld_out);
     }
@@ -241,8 +225,8 @@ class Bf16Precision {
     const int64_t dqk_pad = ops_.dqk_pad(), dv_pad = ops_.dv_pad();
     tg.load_block(in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride, go, ld_go, blk.rows,
                   rows_pad);
-    gemm_bf16(rows_pad, ld, dqk_pad, tg.q(), dqk_pad, ops_.k_t(blk.b, h, blk.key0), ops_.n_pad(), s,
-              ld, false);
+    gemm_bf16(rows_pad, ld, dqk_pad, tg.q(), dqk_pad, ops_.k_t(blk.b, h, blk.key0), ops_.k_t_ld(),
+              s, ld, false);
     gemm_bf16(rows_pad, ld, dv_pad, tg.go(), dv_pad, ops_.v_t(blk.b, h, blk.key0), ops_.n_pad(), ds,
               ld, false);
     passes_.fp32.silu_score_grads(s, ds, bias, mask, rows_pad * ld, shape_.alpha,

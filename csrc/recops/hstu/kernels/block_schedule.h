@@ -57,9 +57,10 @@ struct QkvGrads {
 
 // The current work item's key-side gradients, per thread: dK^T [H, dqk_pad, ld] and
 // dV^T [H, dv_pad, ld] (gemm_nn and gemm_bf16 take untransposed operands only, so dK = dS^T Q and
-// dV = A^T dO accumulate transposed), zeroed as the item begins (`granule`: how far past its
-// keys a padded block accumulates) and added into the item's dK / dV partial as it ends.
-template <typename T>
+// dV = A^T dO accumulate transposed, from the block's Q^T and dO^T, which a precision lays out
+// in q_t() and go_t() in its operand type E), zeroed as the item begins (`granule`: how far past
+// its keys a padded block accumulates) and added into the item's dK / dV partial as it ends.
+template <typename T, typename E = T>
 class KeyGradients {
  public:
   KeyGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t dqk_pad, int64_t dv_pad, int64_t ld,
@@ -72,7 +73,9 @@ class KeyGradients {
         ld_(ld),
         granule_(granule),
         dk_t_(new T[heads * dqk_pad * ld]),
-        dv_t_(new T[heads * dv_pad * ld]) {}
+        dv_t_(new T[heads * dv_pad * ld]),
+        q_t_(new E[dqk_pad * kQueryBlock]),
+        go_t_(new E[dv_pad * kQueryBlock]) {}
 
   void begin_item(int64_t length) {
     const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
@@ -83,6 +86,9 @@ class KeyGradients {
   T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * ld_ + key0; }
   T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * ld_ + key0; }
   int64_t ld() const { return ld_; }
+  // The block's Q^T [dqk_pad, kQueryBlock] and dO^T [dv_pad, kQueryBlock].
+  E* q_t() { return q_t_.get(); }
+  E* go_t() { return go_t_.get(); }
 
   // Adds dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
   // dV [rows, H, Dv] (pointers at key0's row).
@@ -93,9 +99,12 @@ class KeyGradients {
     }
   }
 
- private:
+ protected:  // the shape, for the block operands a precision adds
   int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
+
+ private:
   std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
+  std::unique_ptr<E[]> q_t_, go_t_;
 };
 
 // Per-thread scratch of a backward kernel: its tiles and its gradient accumulators (a
@@ -132,7 +141,7 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
 }
 
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient
-// accumulators in scratch.grads (fp32 TransposedGradients or bf16 Bf16Gradients) zeroed as an item
+// accumulators in scratch.grads (a KeyGradients, bf16's Bf16Gradients) zeroed as an item
 // begins and added into its chunk's dK, dV partial, run by run of key rows, as it ends.
 template <typename T, typename G, typename MakeScratch, typename Fn>
 void for_each_backward_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,

@@ -1,15 +1,9 @@
 // The fp32 precision of the HSTU-family kernels (fp32 and float64 inputs): Fp32Precision, the
-// policy hstu_attention.h and fuxi_attention.h run on, with its tile products on fp32_operands.h's
-// K^T and V^T and what each thread needs for them. gemm_nn takes untransposed operands only, so
-// the kernels' dK = dS^T Q and dV = A^T dO are accumulated transposed: TransposedGradients holds,
-// per thread, the current work item's dK^T [H, Dqk, N] and dV^T [H, Dv, N], added into the item's
-// dK / dV partial when it ends, and the transposed (scaled) Q and dO of the current block and
-// head.
+// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's K^T and
+// V^T.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <memory>
 
 #include "recops/attention/kernels/tile_variants.h"
 #include "recops/common/blas.h"
@@ -19,33 +13,6 @@
 #include "recops/hstu/kernels/mask_and_bias.h"
 
 namespace recops::attention::kernels {
-
-// The fp32 backward's gradient accumulators (over N keys) and the transposed (scaled) Q and dO
-// of the current block and head.
-template <typename T>
-class TransposedGradients : public KeyGradients<T> {
- public:
-  TransposedGradients(const HstuShape<T>& s, int64_t max_len)
-      : KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, max_len, 1),
-        dqk_(s.dqk),
-        dv_(s.dv),
-        q_t_(new T[s.dqk * kQueryBlock]),
-        go_t_(new T[s.dv * kQueryBlock]) {}
-
-  // scale Q^T [Dqk, rows] and dO^T [Dv, rows] of a block (leading dimension kQueryBlock).
-  const T* q_t(const T* q, int64_t rows, int64_t ld_q, T scale) {
-    transpose(rows, dqk_, q, ld_q, q_t_.get(), kQueryBlock, scale);
-    return q_t_.get();
-  }
-  const T* go_t(const T* go, int64_t rows, int64_t ld_go) {
-    transpose(rows, dv_, go, ld_go, go_t_.get(), kQueryBlock);
-    return go_t_.get();
-  }
-
- private:
-  int64_t dqk_, dv_;
-  std::unique_ptr<T[]> q_t_, go_t_;
-};
 
 // Scales `rows` rows of `cols` values (row stride ld) by alpha.
 template <typename T>
@@ -64,7 +31,7 @@ class Fp32Precision {
   using Element = T;  // of q, k, v, the output and its gradient
   using Compute = T;  // of the tiles and the gradients
   using Scratch = TileArena<T>;
-  using BackwardScratch = kernels::BackwardScratch<TileArena<T>, TransposedGradients<T>>;
+  using BackwardScratch = kernels::BackwardScratch<TileArena<T>, KeyGradients<T>>;
   using Weights = const T*;  // a tile of weights for weighted_values
 
   Fp32Precision(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
@@ -81,7 +48,9 @@ class Fp32Precision {
     return Scratch(tiles, seqs_.max_len, with_buckets, slot);
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return {scratch(tiles, with_buckets, slot), TransposedGradients<T>(shape_, seqs_.max_len)};
+    const HstuShape<T>& s = shape_;
+    return {scratch(tiles, with_buckets, slot),
+            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.max_len, 1)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU pass multiplies by the mask tile, whatever the mask.
@@ -115,13 +84,14 @@ class Fp32Precision {
   // Backward of head h of a block of silu attention (HSTU; FuXi-alpha's semantic channel):
   // recomputes S = Q K^T and dA = dO V^T, turns them into A (in s) and dS (in ds) with the mask
   // and optional bias tiles, then dQ = alpha dS K (written to dq, row stride ld_dq),
-  // dK^T += (alpha Q^T) dS, dV^T += dO^T A. `go` is the head's dO with row stride ld_go.
+  // dK^T += (alpha Q^T) dS, dV^T += dO^T A (Q^T, dO^T transposed into scratch.grads). `go` is the
+  // head's dO with row stride ld_go.
   void silu_head_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
                           int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq,
                           int64_t ld_dq) const {
     const Block& blk = pb.blk;
     const int64_t dqk = shape_.dqk, dv = shape_.dv;
-    TransposedGradients<T>& tg = scratch.grads;
+    KeyGradients<T>& tg = scratch.grads;
     const T* q = in_.q.at(query_row(blk), h, dqk);
     gemm_nn(blk.rows, blk.keys, dqk, q, in_.q.stride, kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s,
             blk.keys, false);
@@ -134,10 +104,12 @@ class Fp32Precision {
               in_.k.stride, dq, ld_dq, key != blk.key0);
     });
     scale_rows(dq, blk.rows, dqk, ld_dq, shape_.alpha);
-    gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(q, blk.rows, in_.q.stride, shape_.alpha), kQueryBlock,
-            ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(), true);
-    gemm_nn(dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, s, blk.keys,
-            tg.dv_t(h, blk.key0), tg.ld(), true);
+    transpose(blk.rows, dqk, q, in_.q.stride, tg.q_t(), kQueryBlock, shape_.alpha);
+    gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(), kQueryBlock, ds, blk.keys, tg.dk_t(h, blk.key0),
+            tg.ld(), true);
+    transpose(blk.rows, dv, go, ld_go, tg.go_t(), kQueryBlock);
+    gemm_nn(dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, s, blk.keys, tg.dv_t(h, blk.key0),
+            tg.ld(), true);
   }
 
   // A channel of fixed weights W (FuXi-alpha's bias channels), head h, dO_c = go (row stride
@@ -145,8 +117,9 @@ class Fp32Precision {
   void weights_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
                         int64_t ld_go, Weights w, T* s) const {
     const Block& blk = pb.blk;
-    TransposedGradients<T>& tg = scratch.grads;
-    gemm_nn(shape_.dv, blk.keys, blk.rows, tg.go_t(go, blk.rows, ld_go), kQueryBlock, w, blk.keys,
+    KeyGradients<T>& tg = scratch.grads;
+    transpose(blk.rows, shape_.dv, go, ld_go, tg.go_t(), kQueryBlock);
+    gemm_nn(shape_.dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, w, blk.keys,
             tg.dv_t(h, blk.key0), tg.ld(), true);
     gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), s,
             blk.keys, false);

@@ -1,17 +1,25 @@
-// HSTU attention on CPU: O_i = sum_j silu(alpha q_i.k_j + bias_ij) * scale * M_ij * v_j.
+// HSTU-family attention on CPU: up to three channels that share V and the mask M,
+//   semantic   O_s = (silu(alpha Q K^T + bias_s) * scale * M) V
+//   temporal   O_t = (M * bias_t) V
+//   positional O_p = (M * bias_p) V.
+// HSTU is the semantic channel with its bias; FuXi-alpha is the semantic channel without bias and
+// the two weight channels (time, position), whose biases all heads share.
 //
 // One forward and one backward body, templated on a precision policy P (fp32_products.h's
 // Fp32Precision for fp32 / float64, bf16_products.h's Bf16Precision for bf16), which brings the
 // operands it lays out once per call, the per-thread scratch, the block's padding and the
 // products of one head. Per query block (block_schedule.h) and head: the mask and bias tiles
 // (mask_and_bias.h) are built once per block and shared by the heads unless they have a head dim,
-// then the head's products. Backward recomputes the tile (never storing [N, N]); dQ rows belong to
-// the item, dK/dV accumulate transposed per item, then in per-chunk partials that the adapter
-// sums; the bias gradient is summed over the heads that share the bias before it is scattered.
-// Extra memory: per-thread tiles O(kQueryBlock * N) plus O(H * D * N), about one copy of K and V.
+// then the head's products; the weight channels' masked bias tiles are rounded to the
+// precision's weights only when rebuilt. Backward recomputes the tile (never storing [N, N]); dQ
+// rows belong to the item, dK/dV accumulate transposed per item, then in per-chunk partials that
+// the adapter sums; a bias gradient is summed over the heads that share the bias before it is
+// scattered, once per block. Extra memory: per-thread tiles O(kQueryBlock * N) plus O(H * D * N),
+// about one copy of K and V.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "recops/hstu/kernels/batch.h"
@@ -20,86 +28,164 @@
 
 namespace recops::attention::kernels {
 
-// Tiles of the HSTU kernels (the scratch's fp32 tiles).
-enum HstuTile : int { kMask, kBias, kScores, kGrads, kGradSum };
-constexpr int kForwardTiles = kScores + 1;
-constexpr int kBackwardTiles = kGradSum + 1;
+enum Channel : int { kSemantic = 0, kTime = 1, kPosition = 2, kChannels = 3 };
 
-// out [rows, H, Dv] (zero-initialised by the caller).
-template <typename P>
-void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
-                  const BiasSource<typename P::Compute>& bias, int64_t chunks,
-                  typename P::Element* out) {
-  using C = typename P::Compute;
-  const Sequences& seqs = prec.sequences();
-  const int64_t H = prec.shape().heads, dv = prec.shape().dv;
-  for_each_block_in_parallel(
-      seqs, mask, chunks,
-      [&](int64_t slot) {
-        return prec.scratch(kForwardTiles, bias.kind == BiasKind::kRelative, slot);
-      },
-      [&](typename P::Scratch& t, const Block& block) {
-        const PaddedBlock pb = prec.pad(block);
-        const Block& blk = pb.blk;
-        const int64_t row0 = seqs.query_row(blk.b, blk.row0);
-        C* mask_tile = prec.forward_mask_tile(mask) ? t.tile(kMask) : nullptr;
-        const C* bias_tile = bias.kind == BiasKind::kNone ? nullptr : t.tile(kBias);
-        prec.begin_forward_block(t, mask, pb);
-        for (int64_t h = 0; h < H; ++h) {
-          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, mask_tile, t.tile(kBias),
-                                    t.buckets());
-          prec.silu_head_forward(t, mask, pb, h, bias_tile, mask_tile, t.tile(kScores),
-                                 out + (row0 * H + h) * dv, H * dv);
-        }
-      });
-}
+// Where channel c of head h of row r starts in the output (and in its gradient):
+// row * row_stride + channel_offset[c] + h * head_stride; channel_offset < 0: channel absent.
+struct ChannelLayout {
+  int64_t row_stride = 0, head_stride = 0;
+  int64_t channel_offset[kChannels] = {0, -1, -1};
+
+  // The semantic channel alone, [rows, H, Dv] (HSTU).
+  static ChannelLayout heads(int64_t heads, int64_t dv) { return {heads * dv, dv, {0, -1, -1}}; }
+  int64_t at(int64_t row, int64_t head, int c) const {
+    return row * row_stride + channel_offset[c] + head * head_stride;
+  }
+};
+
+// The bias of each channel (kind kNone: none); a weight channel is present when it has one (and
+// then has its place in the layout).
+template <typename T>
+using ChannelBiases = std::array<BiasSource<T>, kChannels>;
 
 template <typename T>
 struct HstuGrads {
   QkvGrads<T> qkv;
-  BiasGrads<T> bias;
+  std::array<BiasGrads<T>, kChannels> bias;
 };
 
-// grad_out [rows, H, Dv]; dQ, dK, dV in the compute type.
+// The tiles of the scratch (TileArena indices): the mask, the scores, then the bias tile of each
+// channel with a bias, and for the backward dS and the gradient sum of each bias the heads share.
+struct ChannelTiles {
+  static constexpr int kMask = 0, kScores = 1;
+  int bias[kChannels] = {-1, -1, -1}, grad_sum[kChannels] = {-1, -1, -1};
+  int grads = -1, count = kScores + 1;
+  bool buckets = false;  // a relative bias with a time table (at most one: the arena has one)
+
+  template <typename T>
+  ChannelTiles(const ChannelBiases<T>& biases, bool backward) {
+    for (int c = 0; c < kChannels; ++c) {
+      if (biases[c].kind != BiasKind::kNone) bias[c] = count++;
+      buckets = buckets || biases[c].ts_w != nullptr;
+    }
+    if (!backward) return;
+    grads = count++;
+    for (int c = 0; c < kChannels; ++c) {
+      if (bias[c] >= 0 && !biases[c].per_head()) grad_sum[c] = count++;
+    }
+  }
+  template <typename Arena>
+  auto* bias_tile(Arena& t, int c) const {
+    return bias[c] < 0 ? nullptr : t.tile(bias[c]);
+  }
+};
+
+// The mask tile (unless with_mask is false) and the bias tiles of head h (build_head_tiles), and
+// the weights the precision multiplies the rebuilt weight channels by (VNNI for the backward).
+template <typename P, typename Arena>
+void block_tiles(const P& prec, const MaskSource<typename P::Compute>& mask,
+                 const ChannelBiases<typename P::Compute>& biases, const ChannelTiles& tiles,
+                 const PaddedBlock& pb, int64_t h, Arena& t, bool with_mask, bool vnni) {
+  using C = typename P::Compute;
+  const std::array<BiasTile<C>, kChannels> bias_tiles{
+      {{biases[kSemantic], tiles.bias_tile(t, kSemantic), false},
+       {biases[kTime], tiles.bias_tile(t, kTime), true},
+       {biases[kPosition], tiles.bias_tile(t, kPosition), true}}};
+  if (!build_head_tiles(mask, prec.sequences(), pb.blk, pb.rows_pad, h,
+                        with_mask ? t.tile(ChannelTiles::kMask) : nullptr, bias_tiles,
+                        t.buckets())) {
+    return;
+  }
+  for (int c = kTime; c < kChannels; ++c) {
+    if (tiles.bias[c] >= 0) prec.round_weights(t, pb, tiles.bias[c], c - kTime, vnni);
+  }
+}
+
+// out: zero-initialised, addressed by `layout`.
+template <typename P>
+void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
+                  const ChannelBiases<typename P::Compute>& biases, int64_t chunks,
+                  const ChannelLayout& layout, typename P::Element* out) {
+  const Sequences& seqs = prec.sequences();
+  const int64_t H = prec.shape().heads;
+  const ChannelTiles tiles(biases, false);
+  // The weight channels are masked by the mask tile; the SiLU pass may do without it.
+  const bool silu_mask = prec.forward_mask_tile(mask);
+  const bool with_mask = silu_mask || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
+  for_each_block_in_parallel(
+      seqs, mask, chunks,
+      [&](int64_t slot) { return prec.scratch(tiles.count, tiles.buckets, slot); },
+      [&](typename P::Scratch& t, const Block& block) {
+        const PaddedBlock pb = prec.pad(block);
+        const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
+        prec.begin_forward_block(t, mask, pb);
+        for (int64_t h = 0; h < H; ++h) {
+          block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, false);
+          prec.silu_head_forward(t, mask, pb, h, tiles.bias_tile(t, kSemantic),
+                                 silu_mask ? t.tile(ChannelTiles::kMask) : nullptr,
+                                 t.tile(ChannelTiles::kScores), out + layout.at(row0, h, kSemantic),
+                                 layout.row_stride);
+          for (int c = kTime; c < kChannels; ++c) {
+            if (tiles.bias[c] < 0) continue;
+            prec.weighted_values(t, pb, h, prec.weights(t, tiles.bias[c], c - kTime),
+                                 out + layout.at(row0, h, c), layout.row_stride);
+          }
+        }
+      });
+}
+
+// grad_out addressed by `layout`; dQ, dK, dV and the bias gradients in the compute type.
 template <typename P>
 void hstu_backward(const P& prec, const typename P::Element* grad_out,
                    const MaskSource<typename P::Compute>& mask,
-                   const BiasSource<typename P::Compute>& bias, int64_t chunks,
-                   const HstuGrads<typename P::Compute>& grads) {
+                   const ChannelBiases<typename P::Compute>& biases, int64_t chunks,
+                   const ChannelLayout& layout, const HstuGrads<typename P::Compute>& grads) {
   using C = typename P::Compute;
   const Sequences& seqs = prec.sequences();
-  const int64_t H = prec.shape().heads, dqk = prec.shape().dqk, dv = prec.shape().dv;
-  const bool has_bias = bias.kind != BiasKind::kNone;
-  const bool shared_bias_grad = has_bias && !bias.per_head();
+  const int64_t H = prec.shape().heads, dqk = prec.shape().dqk;
+  const ChannelTiles tiles(biases, true);
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
-      [&](int64_t slot) {
-        return prec.backward_scratch(kBackwardTiles, bias.kind == BiasKind::kRelative, slot);
-      },
+      [&](int64_t slot) { return prec.backward_scratch(tiles.count, tiles.buckets, slot); },
       [&](typename P::BackwardScratch& scratch, const Block& block) {
         auto& t = scratch.tiles;
         const PaddedBlock pb = prec.pad(block);
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const int64_t tile = pb.rows_pad * blk.stride();
-        if (shared_bias_grad) std::fill_n(t.tile(kGradSum), tile, C(0));
+        const C* mask_tile = t.tile(ChannelTiles::kMask);
+        C* s = t.tile(ChannelTiles::kScores);
+        for (const int sum : tiles.grad_sum) {
+          if (sum >= 0) std::fill_n(t.tile(sum), tile, C(0));
+        }
+        // Channel c's bias gradient of head h: scattered now (a per-head bias) or summed.
+        const auto add_bias_grad = [&](int c, int64_t h, const C* g) {
+          if (tiles.grad_sum[c] >= 0) {
+            add_into(t.tile(tiles.grad_sum[c]), g, tile);
+          } else {
+            accumulate_bias_grads(biases[c], seqs, blk, h, g, t.buckets(), grads.bias[c], t.slot());
+          }
+        };
         for (int64_t h = 0; h < H; ++h) {
-          build_mask_and_bias_tiles(mask, bias, seqs, blk, pb.rows_pad, h, t.tile(kMask),
-                                    t.tile(kBias), t.buckets());
-          C* ds = t.tile(kGrads);
-          prec.silu_head_backward(scratch, pb, h, grad_out + (row0 * H + h) * dv, H * dv,
-                                  has_bias ? t.tile(kBias) : nullptr, t.tile(kMask),
-                                  t.tile(kScores), ds, grads.qkv.dq + (row0 * H + h) * dqk,
-                                  H * dqk);
-          if (shared_bias_grad) {
-            add_into(t.tile(kGradSum), static_cast<const C*>(ds), tile);
-          } else if (has_bias) {
-            accumulate_bias_grads(bias, seqs, blk, h, ds, t.buckets(), grads.bias, t.slot());
+          block_tiles(prec, mask, biases, tiles, pb, h, t, true, true);
+          C* ds = t.tile(tiles.grads);
+          prec.silu_head_backward(scratch, pb, h, grad_out + layout.at(row0, h, kSemantic),
+                                  layout.row_stride, tiles.bias_tile(t, kSemantic), mask_tile, s,
+                                  ds, grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
+          if (tiles.bias[kSemantic] >= 0) add_bias_grad(kSemantic, h, ds);
+          // Weight channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
+          for (int c = kTime; c < kChannels; ++c) {
+            if (tiles.bias[c] < 0) continue;
+            prec.weights_backward(scratch, pb, h, grad_out + layout.at(row0, h, c),
+                                  layout.row_stride, prec.weights(t, tiles.bias[c], c - kTime), s);
+            multiply_into(s, mask_tile, tile);
+            add_bias_grad(c, h, s);
           }
         }
-        if (shared_bias_grad) {
-          accumulate_bias_grads(bias, seqs, blk, 0, t.tile(kGradSum), t.buckets(), grads.bias,
-                                t.slot());
+        for (int c = 0; c < kChannels; ++c) {
+          if (tiles.grad_sum[c] < 0) continue;
+          accumulate_bias_grads(biases[c], seqs, blk, 0, t.tile(tiles.grad_sum[c]), t.buckets(),
+                                grads.bias[c], t.slot());
         }
       });
 }

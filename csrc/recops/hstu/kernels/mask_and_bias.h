@@ -264,15 +264,18 @@ inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r,
   return runs;
 }
 
-// The runs of tile columns query row r of a block sees: a structured mask's visible_runs, or
-// every key of the block under a custom mask (whose tile then gives the multipliers).
-template <typename T>
-int row_runs(const MaskSource<T>& mask, const StructuredMask& structured, const Block& blk,
-             int64_t r, int64_t begin[4], int64_t end[4]) {
-  if (mask.kind != MaskKind::kCustom) return visible_runs(structured, blk, r, begin, end);
-  begin[0] = 0;
-  end[0] = blk.keys;
-  return blk.keys > 0 ? 1 : 0;
+// fn(r, begin, end, runs) for each query row r of a block, with the `runs` runs of tile columns
+// [begin[k], end[k]) it sees: a structured mask's visible_runs, or every key of the block under a
+// custom mask (whose tile then gives the multipliers).
+template <typename T, typename Fn>
+void for_each_row_runs(const MaskSource<T>& mask, const Block& blk, Fn&& fn) {
+  const StructuredMask structured = mask.structured(blk.b, blk.length);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    int64_t begin[4] = {0}, end[4] = {blk.keys};
+    const int runs = mask.kind == MaskKind::kCustom ? (blk.keys > 0 ? 1 : 0)
+                                                    : visible_runs(structured, blk, r, begin, end);
+    fn(r, static_cast<const int64_t*>(begin), static_cast<const int64_t*>(end), runs);
+  }
 }
 
 // Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
@@ -282,10 +285,7 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
                      uint32_t* visible) {
   const int64_t words = blk.ld / 32;
   std::fill(visible, visible + rows_pad * words, 0u);
-  const StructuredMask structured = mask.structured(blk.b, blk.length);
-  for (int64_t r = 0; r < blk.rows; ++r) {
-    int64_t begin[4], end[4];
-    const int runs = row_runs(mask, structured, blk, r, begin, end);
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     uint32_t* row = visible + r * words;
     for (int k = 0; k < runs; ++k) {
       for (int64_t w = begin[k] / 32; w * 32 < end[k]; ++w) {
@@ -294,7 +294,7 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
         row[w] |= static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
       }
     }
-  }
+  });
 }
 
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward).
@@ -333,51 +333,39 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
   }
 }
 
-// The mask tile (unless mask_tile is null) and the bias tile (unless there is no bias) of head h,
-// built for h == 0 and again per head when they have a head dim (HSTU). Rows [blk.rows, rows_pad)
-// are zero (the bf16 kernels' padding; rows_pad is blk.rows in the fp32 kernels).
+// A bias tile of a block: its bias and the tile (null: none) that holds the bias (HSTU's, added
+// to the scores) or, `masked`, M * bias (FuXi-alpha's weight channels).
 template <typename T>
-void build_mask_and_bias_tiles(const MaskSource<T>& mask, const BiasSource<T>& bias,
-                               const Sequences& seqs, const Block& blk, int64_t rows_pad, int64_t h,
-                               T* mask_tile, T* bias_tile, int32_t* buckets) {
-  if (mask_tile != nullptr && (h == 0 || mask.per_head())) {
+struct BiasTile {
+  const BiasSource<T>& bias;
+  T* tile;
+  bool masked;
+};
+
+// The mask tile (unless mask_tile is null) and the bias tiles of head h, built for h == 0 and again
+// for the heads they differ in (a per-head mask or bias; a masked bias changes with the mask);
+// returns whether it rebuilt a masked bias tile. Rows [blk.rows, rows_pad) are zero (the bf16
+// kernels' padding; rows_pad is blk.rows in the fp32 kernels); buckets receives the relative
+// bias's time buckets.
+template <typename T, size_t N>
+bool build_head_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Block& blk,
+                      int64_t rows_pad, int64_t h, T* mask_tile,
+                      const std::array<BiasTile<T>, N>& tiles, int32_t* buckets) {
+  const bool new_mask = h == 0 || mask.per_head();
+  if (mask_tile != nullptr && new_mask) {
     build_mask_tile(mask, blk, h, mask_tile);
     zero_padded_rows(mask_tile, blk, rows_pad);
   }
-  if (bias.kind != BiasKind::kNone && (h == 0 || bias.per_head())) {
-    build_bias_tile(bias, seqs, blk, h, bias_tile, buckets);
-    zero_padded_rows(bias_tile, blk, rows_pad);
+  bool rebuilt_masked = false;
+  for (const BiasTile<T>& b : tiles) {
+    if (b.tile == nullptr || !(h == 0 || b.bias.per_head() || (b.masked && new_mask))) continue;
+    build_bias_tile(b.bias, seqs, blk, h, b.tile, buckets);
+    zero_padded_rows(b.tile, blk, rows_pad);
+    if (!b.masked) continue;
+    multiply_into(b.tile, static_cast<const T*>(mask_tile), rows_pad * blk.stride());
+    rebuilt_masked = true;
   }
-}
-
-// A bias channel of FuXi-alpha (time, position): its bias, shared by all heads, and the tile that
-// M * bias goes to (null: the channel is absent); buckets receives the relative bias's time
-// buckets, or is null.
-template <typename T>
-struct MaskedBiasTile {
-  const BiasSource<T>& bias;
-  T* tile;
-  int32_t* buckets;
-};
-
-// The mask tile of head h and the masked bias tiles of the channels, rebuilt per head only for
-// per-head masks; returns whether it built them. Rows [blk.rows, rows_pad) are zero (the bf16
-// kernels' padding).
-template <typename T>
-bool build_masked_bias_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Block& blk,
-                             int64_t rows_pad, int64_t h, T* mask_tile,
-                             const std::array<MaskedBiasTile<T>, 2>& channels) {
-  if (h > 0 && !mask.per_head()) return false;
-  const int64_t tile = rows_pad * blk.stride();
-  build_mask_tile(mask, blk, h, mask_tile);
-  zero_padded_rows(mask_tile, blk, rows_pad);
-  for (const MaskedBiasTile<T>& channel : channels) {
-    if (channel.tile == nullptr) continue;
-    build_bias_tile(channel.bias, seqs, blk, 0, channel.tile, channel.buckets);
-    zero_padded_rows(channel.tile, blk, rows_pad);
-    multiply_into(channel.tile, static_cast<const T*>(mask_tile), tile);
-  }
-  return true;
+  return rebuilt_masked;
 }
 
 // sums[buckets[j]] += g[j] for j < n. Chronological keys fall in long runs of one log bucket:
