@@ -45,18 +45,19 @@ inline void sum_gradients(const float* grad_output, const int64_t* source, const
   });
 }
 
-// optimizer_state_size(kOptimizer, k, D) for a run-time k: selects on k between sizes folded at
-// compile time, so no row reads the optimizer table.
-template <Optimizer kOptimizer, int... kBuffers>
-int64_t state_size_of(int k, int64_t D, std::integer_sequence<int, kBuffers...>) {
-  int64_t size = 0;
-  ((size = k == kBuffers ? optimizer_state_size(kOptimizer, kBuffers, D) : size), ...);
-  return size;
+// Calls fn(std::integral_constant<int, k>{}) for each state buffer k that kOptimizer uses: which
+// buffers, and their widths, are compile-time constants, so no row reads the optimizer table.
+template <Optimizer kOptimizer, typename Fn, int... kBuffers>
+void for_each_state_of(Fn&& fn, std::integer_sequence<int, kBuffers...>) {
+  ((optimizer_state_size(kOptimizer, kBuffers, 1) > 0 ? fn(std::integral_constant<int, kBuffers>{})
+                                                      : void()),
+   ...);
 }
 
-template <Optimizer kOptimizer>
-int64_t state_size(int k, int64_t D) {
-  return state_size_of<kOptimizer>(k, D, std::make_integer_sequence<int, kMaxStates>{});
+template <Optimizer kOptimizer, typename Fn>
+void for_each_state(Fn&& fn) {
+  for_each_state_of<kOptimizer>(std::forward<Fn>(fn),
+                                std::make_integer_sequence<int, kMaxStates>{});
 }
 
 template <Optimizer kOptimizer, typename weight_t>
@@ -79,27 +80,24 @@ void apply_updates(const UpdateArgs& args, const Tables& tables, const RowRuns& 
       const RowRuns::TableRuns& table_runs = runs.tables[i];
       const int64_t j = u - runs.first_run[i];
       const int64_t D = table.D;
-      // Row `row`'s elements in state buffer k (null when the optimizer does not use it).
-      const auto state_row = [&](int k, int64_t row) -> float* {
-        const int64_t size = state_size<kOptimizer>(k, D);
-        return size > 0 ? args.state[k] + table.state_offset[k] + row * size : nullptr;
+      // Row `row`'s elements in state buffer k (a buffer the optimizer uses, k a constant).
+      const auto state_row = [&](auto k, int64_t row) {
+        return args.state[k] + table.state_offset[k] + row * optimizer_state_size(kOptimizer, k, D);
       };
       if (j + kRowPrefetchDistance < static_cast<int64_t>(table_runs.row.size())) {
         const int64_t ahead = table_runs.row[j + kRowPrefetchDistance];
         prefetch_bytes<1>(weights + table.weights_offset + ahead * D,
                           D * static_cast<int64_t>(sizeof(weight_t)));
-        for (int k = 0; k < kMaxStates; ++k) {
-          if (float* s = state_row(k, ahead)) {
-            prefetch_bytes<1>(s,
-                              state_size<kOptimizer>(k, D) * static_cast<int64_t>(sizeof(float)));
-          }
-        }
+        for_each_state<kOptimizer>([&](auto k) {
+          prefetch_bytes<1>(state_row(k, ahead), optimizer_state_size(kOptimizer, k, D) *
+                                                     static_cast<int64_t>(sizeof(float)));
+        });
       }
       sum_gradients(args.grad_output, runs.source.get(), runs.scale.get(), table_runs.begin[j],
                     table_runs.begin[j + 1], occurrences, args.max_gradient, D, g);
       const int64_t row = table_runs.row[j];
-      float* state[kMaxStates];
-      for (int k = 0; k < kMaxStates; ++k) state[k] = state_row(k, row);
+      float* state[kMaxStates] = {};
+      for_each_state<kOptimizer>([&](auto k) { state[k] = state_row(k, row); });
       update_row<kOptimizer>(weights + table.weights_offset + row * D, state, g, D, args.params,
                              converted);
     }
