@@ -171,7 +171,6 @@ from recops import _fbgemm  # noqa: E402
 # FBGEMM ops torchrec's CPU paths call that recops does not serve (docs/jagged_sparse.md,
 # "torchrec's CPU op surface"): the quantized inference TBE's.
 NOT_SERVED = {
-    "int_nbit_split_embedding_codegen_lookup_function",
     "bounds_check_indices",
 }
 CPU_PATHS = [name for name in trace.PATHS if "train (insert)" not in name]
