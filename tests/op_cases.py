@@ -18,6 +18,8 @@ from accuracy import TOLERANCE
 from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
 from test_deberta import make_log_bucket_position
 from test_deberta import reference as deberta_reference
+from test_int_nbit_lookup import Invalid as LookupInvalid
+from test_int_nbit_lookup import lookup_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_time_buckets
@@ -1667,6 +1669,20 @@ def make_int_nbit_lookup(d):
     }
 
 
+INT_NBIT_SIZES = ("total_D", "max_int2_D", "max_int4_D", "max_int8_D", "max_float16_D")
+
+
+def ref_int_nbit_lookup(a):
+    # total_D and max(max_*_D) are output widths (FBGEMM pads the pooled output to total_D).
+    sizes = [a.get(n) for n in (*INT_NBIT_SIZES, "max_float32_D", "max_float8_D")]
+    if any(isinstance(v, int) and v > 2**16 for v in sizes):
+        raise HugeOutput
+    try:
+        return lookup_reference(a)
+    except LookupInvalid as e:
+        raise Invalid(str(e)) from e
+
+
 # The optimizer table's rows by op suffix, and values of their hyper-parameters but the step
 # (passed explicitly, so that the property run mutates them).
 TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_ROWS}
@@ -2617,7 +2633,11 @@ CASES = [
     # The TBE ops' results and state are checked through the module (TBE property).
     case("split_embedding_codegen_forward", make_tbe_forward),
     case("split_embedding_codegen_grad_indice_weights", make_grad_indice_weights),
-    case("int_nbit_split_embedding_codegen_lookup_function", make_int_nbit_lookup),
+    case(
+        "int_nbit_split_embedding_codegen_lookup_function",
+        make_int_nbit_lookup,
+        ref_int_nbit_lookup,
+    ),
     case("bounds_check_indices", make_bounds_check),
     case("index_to_int32", lambda d: {"t": torch.tensor([1, -2, 2**31 - 1]), "name": "t"}),
     *(

@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from accuracy import assert_close
 
 import recops  # noqa: F401  (registers the ops)
-from tests.accuracy import assert_close
 
 # SparseType codes (SparseType.as_int()) of the storage types FBGEMM's CPU lookup reads.
 FP32, FP16, INT8, INT4, INT2, FP8 = 0, 1, 2, 3, 4, 6
@@ -104,35 +104,134 @@ class Tables:
         )  # fmt: skip
 
     def reference(self, indices, offsets, pooling_mode=SUM, indice_weights=None):
-        """Float64: per table, its bags pooled (a -1 index adds nothing, MEAN divides by the whole
-        bag's length); NONE: a row of max dim per index, zero for -1, weights not read."""
-        T = len(self.specs)
-        B = (offsets.numel() - 1) // T
-        if pooling_mode == NONE:
-            width = max(self.max_D.values())
-            out = torch.zeros(indices.numel(), width, dtype=torch.float64)
-            for t in range(T):
-                for p in range(int(offsets[t * B]), int(offsets[(t + 1) * B])):
-                    r = int(indices[p])
-                    if r != -1:
-                        out[p, : self.specs[t][1]] = self.values[t][r]
-            return out
-        out = torch.zeros(B, self.total_D, dtype=torch.float64)
-        for t in range(T):
-            d0, D = int(self.D_offsets[t]), self.specs[t][1]
-            for b in range(B):
-                begin, end = int(offsets[t * B + b]), int(offsets[t * B + b + 1])
-                acc = torch.zeros(D, dtype=torch.float64)
-                for p in range(begin, end):
-                    r = int(indices[p])
-                    if r == -1:
-                        continue
-                    w = 1.0 if indice_weights is None else float(indice_weights[p])
-                    acc += w * self.values[t][r]
-                if pooling_mode == MEAN and end > begin:
-                    acc /= end - begin
-                out[b, d0 : d0 + D] = acc
-        return out
+        names = [a.name for a in op.default._schema.arguments]
+        values = self.args(indices, offsets, pooling_mode, indice_weights)
+        args = dict(zip(names, values, strict=True))
+        return lookup_reference(args, dtype=torch.float64)
+
+
+class Invalid(Exception):
+    """lookup_reference rejects the call (tests/op_cases.py turns it into its Invalid)."""
+
+
+def require(condition, why):
+    if not condition:
+        raise Invalid(why)
+
+
+def cpu_tensor(a, name, dtypes, ranks=None):
+    t = a[name]
+    require(isinstance(t, torch.Tensor) and t.device.type == "cpu", f"{name}: a CPU tensor")
+    require(t.dtype in dtypes and (ranks is None or t.dim() in ranks), f"{name}: dtype / rank")
+    return t
+
+
+def decode_rows(table, ty, D, fp8):
+    """Table bytes [rows, row bytes] -> float64 values [rows, D]."""
+    rows = table.shape[0]
+    if ty in (FP32, FP16):
+        dtype = torch.float32 if ty == FP32 else torch.float16
+        return table[:, : D * BITS[ty] // 8].contiguous().view(dtype).double()
+    if ty == FP8:
+        return fp8_values(table[:, :D], *fp8)
+    scale_bias = table[:, :4].contiguous().view(torch.float16).double()
+    per_byte = 8 // BITS[ty]
+    packed = table[:, 4 : 4 + D // per_byte].long()
+    shifts = torch.arange(per_byte) * BITS[ty]
+    codes = ((packed[:, :, None] >> shifts) & ((1 << BITS[ty]) - 1)).reshape(rows, D)
+    return scale_bias[:, :1] * codes.double() + scale_bias[:, 1:]
+
+
+def lookup_reference(a, dtype=None):
+    """The op on an argument dict, in float64 from the bytes, raising Invalid where FBGEMM's
+    contract (as recops keeps it) rejects the call. Per table, its bags pooled (a -1 index adds
+    nothing, MEAN divides by the whole bag's length); NONE: a row of max(max_*_D) per index, zero
+    for -1, indice_weights not read."""
+    pooling = a["pooling_mode"]
+    require(pooling in (SUM, MEAN, NONE), "pooling_mode")
+    require(a["output_dtype"] in OUT_DTYPES, "output_dtype")
+    for name in ("lxu_cache_weights", "lxu_cache_locations"):
+        require(a.get(name) is None or a[name].numel() == 0, name)
+    alignment = 1 if a.get("row_alignment") is None else a["row_alignment"]
+    require(alignment >= 1, "row_alignment")
+    w_off = cpu_tensor(a, "weights_offsets", (torch.int64,), (1,))
+    if pooling != NONE:
+        D_offsets = cpu_tensor(a, "D_offsets", (torch.int32,), (1,))
+        T = D_offsets.numel() - 1
+        require(T >= 1, "D_offsets")
+        dims = D_offsets.tolist()
+        require(a["total_D"] >= 1 and dims[0] >= 0 and dims[T] <= a["total_D"], "D_offsets")
+    else:
+        T = w_off.numel()
+        require(T >= 1, "weights_offsets")
+        names = ("max_int2_D", "max_int4_D", "max_int8_D", "max_float16_D", "max_float32_D")
+        D = max([a[n] for n in names] + [a.get("max_float8_D") or 0])
+        require(1 <= D <= (2**31 - 1) // T, "max_*_D")
+        dims = [t * D for t in range(T + 1)]
+    require(w_off.numel() == T, "weights_offsets")
+    place = cpu_tensor(a, "weights_placements", (torch.int32,), (1,)).tolist()
+    tys = cpu_tensor(a, "weights_tys", (torch.uint8,), (1,)).tolist()
+    require(len(place) == T and len(tys) == T, "per table")
+    for t in range(T):
+        require(place[t] in (1, 2, 3) and tys[t] in TYPES, "placement / type")
+        D_t = dims[t + 1] - dims[t]
+        require(D_t >= 1 and D_t % (8 // min(8, BITS[tys[t]])) == 0, "dim")
+    buffers = {3: cpu_tensor(a, "dev_weights", (torch.uint8,)).reshape(-1)}
+    if any(p != HOST for p in place):
+        buffers[1] = buffers[2] = cpu_tensor(a, "uvm_weights", (torch.uint8,)).reshape(-1)
+    fp8 = (a.get("fp8_exponent_bits"), a.get("fp8_exponent_bias"))
+    if FP8 in tys:
+        require(fp8[0] is not None and 1 <= fp8[0] <= 7, "fp8_exponent_bits")
+        require(fp8[1] is not None and 1 <= fp8[1] <= 253, "fp8_exponent_bias")
+    starts = sorted(w_off.tolist())
+    values = []
+    for t in range(T):
+        buffer, begin = buffers[place[t]], int(w_off[t])
+        require(0 <= begin <= buffer.numel(), "weights_offsets")
+        end = min([s for s in starts if s > begin] + [buffer.numel()])
+        stride = row_bytes(tys[t], dims[t + 1] - dims[t], alignment)
+        rows = (end - begin) // stride
+        table = buffer[begin : begin + rows * stride].view(rows, stride)
+        values.append(decode_rows(table, tys[t], dims[t + 1] - dims[t], fp8))
+
+    indices = cpu_tensor(a, "indices", (torch.int32, torch.int64), (1,))
+    offsets = cpu_tensor(a, "offsets", (torch.int32, torch.int64), (1,))
+    require(offsets.numel() >= 1, "offsets")
+    B = (offsets.numel() - 1) // T
+    offsets = offsets[: B * T + 1].tolist()
+    require(offsets[0] >= 0 and offsets[-1] <= indices.numel(), "offsets within indices")
+    increasing = all(x <= y for x, y in zip(offsets[:-1], offsets[1:], strict=True))
+    require(increasing, "offsets non-decreasing")
+    weights = a.get("indice_weights")
+    if pooling == NONE or weights is None or weights.numel() == 0:
+        weights = None
+    else:
+        weights = cpu_tensor(a, "indice_weights", (torch.float32,), (1,))
+        require(weights.numel() == indices.numel(), "indice_weights")
+    out_dtype = dtype or OUT_DTYPES[a["output_dtype"]]
+    if pooling == NONE:
+        out = torch.zeros(indices.numel(), dims[1], dtype=torch.float64)
+    else:
+        out = torch.zeros(B, a["total_D"], dtype=torch.float64)
+    for t in range(T):
+        d0, d1 = dims[t], dims[t + 1]
+        for b in range(B):
+            begin, end = offsets[t * B + b], offsets[t * B + b + 1]
+            acc = torch.zeros(d1 - d0, dtype=torch.float64)
+            for p in range(begin, end):
+                r = int(indices[p])
+                if r == -1:
+                    continue
+                require(0 <= r < values[t].shape[0], "index within its table")
+                if pooling == NONE:
+                    out[p, : d1 - d0] = values[t][r]
+                else:
+                    acc += (1.0 if weights is None else float(weights[p])) * values[t][r]
+            if pooling == MEAN and end > begin:
+                acc /= end - begin
+            if pooling != NONE:
+                out[b, d0:d1] = acc
+    return out.to(out_dtype)
 
 
 def random_batch(specs, B, gen, index_dtype=torch.int64, max_len=5, pruned=0.2):
@@ -184,6 +283,15 @@ def test_each_type_and_dim(ty, D):
     indices, offsets = random_batch(specs, 5, gen, torch.int32)
     out = op(*tables.args(indices, offsets))
     assert_close(out, tables.reference(indices, offsets), atol_factor=10)
+
+
+@pytest.mark.parametrize("row_alignment", [1, 8])
+def test_decoded_rows_are_the_generated_values(row_alignment):
+    tables = Tables(MIXED, row_alignment, torch.Generator().manual_seed(9))
+    for t, (rows, D, ty) in enumerate(MIXED):
+        stride, begin = row_bytes(ty, D, row_alignment), int(tables.weights_offsets[t])
+        table = tables.weights[begin : begin + rows * stride].view(rows, stride)
+        torch.testing.assert_close(decode_rows(table, ty, D, FP8_PARAMS), tables.values[t])
 
 
 @pytest.mark.parametrize("output_dtype", [0, 1, 5])
