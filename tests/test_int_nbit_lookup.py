@@ -153,7 +153,7 @@ def lookup_reference(a, dtype=None):
     for name in ("lxu_cache_weights", "lxu_cache_locations"):
         require(a.get(name) is None or a[name].numel() == 0, name)
     alignment = 1 if a.get("row_alignment") is None else a["row_alignment"]
-    require(alignment >= 1, "row_alignment")
+    require(1 <= alignment < 2**31, "row_alignment")
     w_off = cpu_tensor(a, "weights_offsets", (torch.int64,), (1,))
     if pooling != NONE:
         D_offsets = cpu_tensor(a, "D_offsets", (torch.int32,), (1,))
@@ -363,8 +363,8 @@ def bad_call(**changes):
         ("indices", lambda t: t.float(), RuntimeError, "indices"),
         ("indices", lambda t: t + 1000, IndexError, "indices"),
         ("indices", lambda t: t - 3, IndexError, "indices"),
-        ("indice_weights", lambda _: torch.ones(2), ValueError, "indice_weights"),
-        ("output_dtype", 2, ValueError, "output_dtype"),
+        ("indice_weights", lambda _: torch.ones(2), RuntimeError, "indice_weights"),
+        ("output_dtype", 2, RuntimeError, "output_dtype"),
         ("lxu_cache_weights", torch.ones(2, 2), ValueError, "lxu_cache_weights"),
         (
             "lxu_cache_locations",
@@ -373,6 +373,7 @@ def bad_call(**changes):
             "lxu_cache_locations",
         ),
         ("row_alignment", 0, ValueError, "row_alignment"),
+        ("row_alignment", 2**62, ValueError, "row_alignment"),
         ("fp8_exponent_bits", -1, ValueError, "fp8_exponent_bits"),
         ("fp8_exponent_bias", 0, ValueError, "fp8_exponent_bias"),
         ("dev_weights", lambda t: t.float(), RuntimeError, "dev_weights"),

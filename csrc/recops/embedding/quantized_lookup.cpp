@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "recops/common/checks.h"
@@ -22,32 +23,6 @@ using kernels::WeightType;
 // uvm_weights, HOST 3 dev_weights.
 constexpr int32_t kPlacementDevice = 0;
 constexpr int32_t kPlacementHost = 3;
-
-at::Tensor checked_per_table(const at::Tensor& t, const char* name, at::ScalarType dtype,
-                             int64_t numel) {
-  check_cpu(t, name);
-  check_dim(t, 1, name);
-  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK(t.numel() == numel, name, " must have one entry per table (", numel, "), got ",
-              t.numel());
-  return t.contiguous();
-}
-
-at::ScalarType output_scalar_type(int64_t output_dtype) {
-  switch (output_dtype) {
-    case 0:
-      return at::kFloat;
-    case 1:
-      return at::kHalf;
-    case 5:
-      return at::kBFloat16;
-    default:
-      TORCH_CHECK_VALUE(false,
-                        "output_dtype must be SparseType FP32 (0), FP16 (1) or BF16 (5) (the "
-                        "INT8 and INT4 outputs are not served), got ",
-                        output_dtype);
-  }
-}
 
 void check_empty_cache(const std::optional<at::Tensor>& t, const char* name) {
   TORCH_CHECK_VALUE(!t.has_value() || t->numel() == 0, name,
@@ -88,11 +63,13 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
   TORCH_CHECK_VALUE(pooling_mode >= 0 && pooling_mode <= 2,
                     "pooling_mode must be 0 (SUM), 1 (MEAN) or 2 (NONE), got ", pooling_mode);
   const bool pooled = pooling_mode != static_cast<int64_t>(kernels::Pooling::kNone);
-  const at::ScalarType out_dtype = output_scalar_type(output_dtype);
+  // FBGEMM's INT8 and INT4 outputs are not served.
+  const at::ScalarType out_dtype = lookup_output_dtype(output_dtype);
   check_empty_cache(lxu_cache_weights, "lxu_cache_weights");
   check_empty_cache(lxu_cache_locations, "lxu_cache_locations");
   const int64_t alignment = row_alignment.value_or(1);
-  TORCH_CHECK_VALUE(alignment >= 1, "row_alignment must be >= 1, got ", alignment);
+  TORCH_CHECK_VALUE(alignment >= 1 && alignment <= std::numeric_limits<int32_t>::max(),
+                    "row_alignment must be in [1, 2^31), got ", alignment);
 
   // Tables. Pooled, feature t is table t and D_offsets gives its dim; PoolingMode.NONE (FBGEMM's
   // nobag kernel) reads every table with the one dim max(max_*_D) and ignores D_offsets.
@@ -102,13 +79,13 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
                     pooled ? "D_offsets must have at least 2 entries (one table), got "
                            : "weights_offsets must have at least one entry (one table), got ",
                     pooled ? D_offsets.numel() : weights_offsets.numel());
-  const at::Tensor w_offsets = checked_per_table(weights_offsets, "weights_offsets", at::kLong, T);
+  const at::Tensor w_offsets = checked_table_info(weights_offsets, "weights_offsets", at::kLong, T);
   const at::Tensor placements =
-      checked_per_table(weights_placements, "weights_placements", at::kInt, T);
-  const at::Tensor tys = checked_per_table(weights_tys, "weights_tys", at::kByte, T);
+      checked_table_info(weights_placements, "weights_placements", at::kInt, T);
+  const at::Tensor tys = checked_table_info(weights_tys, "weights_tys", at::kByte, T);
   std::vector<int32_t> dims(T + 1);  // D_offsets, or every table's max_D for NONE
   if (pooled) {
-    const at::Tensor d_off = checked_per_table(D_offsets, "D_offsets", at::kInt, T + 1);
+    const at::Tensor d_off = checked_table_info(D_offsets, "D_offsets", at::kInt, T + 1);
     std::copy_n(d_off.const_data_ptr<int32_t>(), T + 1, dims.begin());
     TORCH_CHECK_VALUE(total_D >= 1, "total_D must be >= 1, got ", total_D);
     TORCH_CHECK_VALUE(dims[0] >= 0 && dims[T] <= total_D,
@@ -146,8 +123,10 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
     TORCH_CHECK_VALUE(D >= 1, "table ", t, " must have a positive dim, got D_offsets[", t + 1,
                       "] - D_offsets[", t, "] = ", D);
     const int64_t per_byte = 8 / std::min<int64_t>(8, kernels::weight_type_bits(type));
-    TORCH_CHECK_VALUE(D % per_byte == 0, "table ", t, " stores ", weight_type_name(type),
-                      ", whose dim must be a multiple of ", per_byte, ", got ", D);
+    TORCH_CHECK_VALUE(D % per_byte == 0, "weights_tys[", t, "] = ", weight_type_name(type),
+                      " needs a dim (from D_offsets, or max(max_*_D) for PoolingMode.NONE) that "
+                      "is a multiple of ",
+                      per_byte, ", got ", D);
     max_D = std::max(max_D, D);
   }
   const auto checked_weights = [](const at::Tensor& w, const char* name) {
@@ -210,14 +189,8 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
   batch.offsets = batch.offsets.to(indices.scalar_type());
   // Per-sample weights: pooled only; an empty tensor means none, as in FBGEMM.
   if (pooled && indice_weights.has_value() && indice_weights->numel() > 0) {
-    const at::Tensor& w = *indice_weights;
-    check_cpu(w, "indice_weights");
-    check_dim(w, 1, "indice_weights");
-    TORCH_CHECK(w.scalar_type() == at::kFloat, "indice_weights must be float32, got ",
-                w.scalar_type());
-    TORCH_CHECK_VALUE(w.numel() == num_indices, "indice_weights must have one entry per index (",
-                      num_indices, "), got ", w.numel());
-    batch.per_sample_weights = w.contiguous();
+    batch.per_sample_weights =
+        checked_sample_weights(*indice_weights, "indice_weights", num_indices);
   }
 
   at::Tensor out;

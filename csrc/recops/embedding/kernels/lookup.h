@@ -11,32 +11,45 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-// One feature's table, by value so the hot loops keep it in registers. A table type provides
-// contains(r), rejects(r) (whether an index outside the table is an error, or adds nothing),
-// row(r), prefetch(r), and add_block<W>(acc, row, c, scale): acc[0, W) += scale * the row's
-// columns [c, c + W) in fp32. FeatureTable is the training TBE's (rows of one element type);
-// quantized_lookup.h has the inference TBE's, one row decoder per storage type.
-template <typename weight_t>
+// One feature's table, by value so the hot loops keep it in registers: rows of row_bytes bytes
+// that Decoder reads, its add<W>(acc, row, c, D, scale) adding scale * the row's columns
+// [c, c + W) to acc in fp32. StoredRows is the training TBE's decoder (rows of one element type);
+// quantized_lookup.h has the inference TBE's, one per storage type, whose tables skip an index
+// of -1 (a pruned row: kSkipsMinusOne) where every other index outside the table is an error.
+template <typename Decoder, bool kSkipsMinusOne = false>
 struct FeatureTable {
-  using Row = const weight_t*;
-  const weight_t* rows_data;
+  using Row = const uint8_t*;
+  const uint8_t* rows_data;
   int64_t rows;
   int64_t D;
+  int64_t row_bytes;
+  Decoder decoder;
 
   // One unsigned comparison checks 0 <= r < rows.
   bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
-  static bool rejects(int64_t) { return true; }
-  Row row(int64_t r) const { return rows_data + r * stored_row_size<weight_t>(D); }
+  static bool rejects(int64_t r) { return !kSkipsMinusOne || r != -1; }
+  Row row(int64_t r) const { return rows_data + r * row_bytes; }
   // Prefetching needs no bounds check: a prefetch never faults, and the address is formed as an
   // integer, so an out-of-range index is harmless.
   __attribute__((always_inline)) void prefetch(int64_t r) const {
-    const int64_t row_bytes = stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
     const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
     prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
   }
   template <int64_t kWidth>
   void add_block(float* __restrict acc, Row row, int64_t c, float scale) const {
-    add_row_block<kWidth>(acc, row, c, D, scale);
+    decoder.template add<kWidth>(acc, row, c, D, scale);
+  }
+};
+
+// Rows of weight_t: fp32, fp16, bf16, or Int8Rowwise (codes, then a float32 scale and bias).
+template <typename weight_t>
+struct StoredRows {
+  static constexpr int64_t row_bytes(int64_t D) {
+    return stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
+  }
+  template <int64_t kWidth>
+  static void add(float* __restrict acc, const uint8_t* row, int64_t c, int64_t D, float scale) {
+    add_row_block<kWidth>(acc, reinterpret_cast<const weight_t*>(row), c, D, scale);
   }
 };
 
@@ -151,7 +164,12 @@ int64_t forward(const ForwardArgs& args) {
       [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
           bool continued) -> int64_t {
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
-        const FeatureTable<weight_t> table{weights + layout.weights_offsets[t], layout.rows[t], D};
+        const FeatureTable<StoredRows<weight_t>> table{
+            reinterpret_cast<const uint8_t*>(weights + layout.weights_offsets[t]),
+            layout.rows[t],
+            D,
+            StoredRows<weight_t>::row_bytes(D),
+            {}};
         return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch.zeros(), out);
       });
 }

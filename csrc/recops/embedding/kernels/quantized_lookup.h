@@ -12,20 +12,13 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-// Row decoders: add<W>(acc, row, c, scale) adds scale * columns [c, c + W) of a stored row.
-template <typename T>
-struct FloatRows {  // FP32, FP16
-  template <int64_t kWidth>
-  static void add(float* __restrict acc, const uint8_t* row, int64_t c, float scale) {
-    add_scaled_block<kWidth>(acc, reinterpret_cast<const T*>(row) + c, scale);
-  }
-};
-
+// Row decoders of the storage types lookup.h's StoredRows does not read (FP32 and FP16 rows are
+// StoredRows'): add<W>(acc, row, c, D, scale) adds scale * columns [c, c + W) of a stored row.
 template <int kBits>
 struct IntRows {  // INT8, INT4, INT2: scale * code + bias
   static constexpr int64_t kPerByte = 8 / kBits;
   template <int64_t kWidth>
-  static void add(float* __restrict acc, const uint8_t* row, int64_t c, float scale) {
+  static void add(float* __restrict acc, const uint8_t* row, int64_t c, int64_t, float scale) {
     Fp16 scale_bias[2];
     std::memcpy(scale_bias, row, sizeof(scale_bias));
     const float code_scale = scale * static_cast<float>(scale_bias[0]);
@@ -50,7 +43,7 @@ struct Fp8Rows {
       : shift(16 + exponent_bits), multiplier(std::ldexp(1.0f, 127 - exponent_bias)) {}
 
   template <int64_t kWidth>
-  void add(float* __restrict acc, const uint8_t* row, int64_t c, float scale) const {
+  void add(float* __restrict acc, const uint8_t* row, int64_t c, int64_t, float scale) const {
     for (int64_t i = 0; i < kWidth; ++i) {
       const uint32_t byte = row[c + i];
       const uint32_t magnitude_bits = (byte & 0x7Fu) << shift;
@@ -62,38 +55,18 @@ struct Fp8Rows {
   }
 };
 
-// A table of lookup.h's kind over byte rows read through Decoder. An index of -1 is a row pruned
-// away: it adds nothing and is no error, as in FBGEMM.
+// An index of -1 is a row pruned away: it adds nothing and is no error, as in FBGEMM.
 template <typename Decoder>
-struct QuantizedTable {
-  using Row = const uint8_t*;
-  const uint8_t* rows_data;
-  int64_t rows;
-  int64_t D;
-  int64_t row_bytes;
-  Decoder decoder;
-
-  bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
-  static bool rejects(int64_t r) { return r != -1; }
-  Row row(int64_t r) const { return rows_data + r * row_bytes; }
-  __attribute__((always_inline)) void prefetch(int64_t r) const {
-    const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
-    prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
-  }
-  template <int64_t kWidth>
-  void add_block(float* __restrict acc, Row row, int64_t c, float scale) const {
-    decoder.template add<kWidth>(acc, row, c, scale);
-  }
-};
+using QuantizedTable = FeatureTable<Decoder, /*kSkipsMinusOne=*/true>;
 
 // Calls fn(decoder) with the decoder of `type`.
 template <typename Fn>
 int64_t with_row_decoder(WeightType type, const QuantizedTables& tables, const Fn& fn) {
   switch (type) {
     case WeightType::kFp32:
-      return fn(FloatRows<float>{});
+      return fn(StoredRows<float>{});
     case WeightType::kFp16:
-      return fn(FloatRows<Fp16>{});
+      return fn(StoredRows<Fp16>{});
     case WeightType::kInt8:
       return fn(IntRows<8>{});
     case WeightType::kInt4:
