@@ -109,6 +109,16 @@ void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* b
   }
 }
 
+void CheckedBatch::bind_bags(int64_t pooling_mode) {
+  bags.index_kind = index_kind(indices.scalar_type());
+  bags.indices = indices.const_data_ptr();
+  bags.offsets = offsets.const_data_ptr();
+  bags.num_indices = indices.numel();
+  bags.per_sample_weights =
+      per_sample_weights.defined() ? per_sample_weights.const_data_ptr<float>() : nullptr;
+  bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+}
+
 at::Tensor checked_sample_weights(const at::Tensor& w, const char* name, int64_t num_indices) {
   check_cpu(w, name);
   check_dim(w, 1, name);
@@ -236,14 +246,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
   batch.layout.D_offsets = D_off;
   batch.layout.weights_offsets = w_off;
   batch.layout.rows = rows;
-  batch.bags.index_kind = index_kind(indices.scalar_type());
-  batch.bags.indices = batch.indices.const_data_ptr();
-  batch.bags.offsets = batch.offsets.const_data_ptr();
-  batch.bags.num_indices = num_indices;
-  batch.bags.per_sample_weights = batch.per_sample_weights.defined()
-                                      ? batch.per_sample_weights.const_data_ptr<float>()
-                                      : nullptr;
-  batch.bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+  batch.bind_bags(pooling_mode);
   return batch;
 }
 

@@ -26,6 +26,9 @@ struct CheckedBatch {
   kernels::FeatureLayout layout;
   kernels::Bags bags;
   int64_t max_table_rows = 0;
+
+  // Points `bags` at indices, offsets and per_sample_weights (once they are final).
+  void bind_bags(int64_t pooling_mode);
 };
 
 // batch_size_per_feature_per_rank ([T, R] int64, FBGEMM's variable batch size, "VBE"): feature t

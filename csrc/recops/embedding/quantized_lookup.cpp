@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "recops/common/checks.h"
-#include "recops/common/dispatch.h"
 #include "recops/embedding/batch.h"
 #include "recops/embedding/ops.h"
 
@@ -213,14 +212,8 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
   layout.D_offsets = dims.data();
   layout.weights_offsets = w_off;
   layout.rows = rows.data();
-  args.bags.index_kind = index_kind(indices.scalar_type());
-  args.bags.indices = batch.indices.const_data_ptr();
-  args.bags.offsets = batch.offsets.const_data_ptr();
-  args.bags.num_indices = num_indices;
-  args.bags.per_sample_weights = batch.per_sample_weights.defined()
-                                     ? batch.per_sample_weights.const_data_ptr<float>()
-                                     : nullptr;
-  args.bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+  batch.bind_bags(pooling_mode);
+  args.bags = batch.bags;
   args.tables.tables = tables.data();
   args.tables.types = types.data();
   args.tables.row_alignment = alignment;

@@ -85,11 +85,13 @@ inline int64_t first_bad(int64_t a, int64_t b) {
 }
 
 // Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end), output rows
-// `out_stride` elements apart. Returns the first position the table rejects, or -1; the output
-// row of an index outside the table is left unwritten.
+// `out_stride` elements apart, each row decoded into `row_buffer` (D floats) and converted once.
+// Returns the first position the table rejects, or -1; the output row of an index outside the
+// table is left unwritten.
 template <typename Table, typename out_t, typename index_t>
 int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64_t begin,
-                  int64_t end, int64_t prefetch_end, Table table, out_t* out, int64_t out_stride) {
+                  int64_t end, int64_t prefetch_end, Table table, float* row_buffer, out_t* out,
+                  int64_t out_stride) {
   int64_t bad = -1;
   for (int64_t p = begin; p < end; ++p) {
     if (p + kPrefetchDistance < prefetch_end) table.prefetch(indices[p + kPrefetchDistance]);
@@ -99,12 +101,11 @@ int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64
       continue;
     }
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
+    std::fill(row_buffer, row_buffer + table.D, 0.0f);
     for_each_column_block(table.D, [&](auto width, int64_t c) {
-      constexpr int64_t kWidth = decltype(width)::value;
-      float block[kWidth] = {};
-      table.template add_block<kWidth>(block, table.row(r), c, scale);
-      from_float(block, out + p * out_stride + c, kWidth);
+      table.template add_block<decltype(width)::value>(row_buffer + c, table.row(r), c, scale);
     });
+    from_float(row_buffer, out + p * out_stride, table.D);
   }
   return bad;
 }
@@ -112,11 +113,13 @@ int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64
 // The bags [b_begin, b_end) of feature t, whose rows `table` holds (a work item of
 // for_each_bag_chunk). Pooled: out[b, D_offsets[t]:+D] = pooling_scale * sum_i psw[i] *
 // row(indices[i]) over bag (t, b). Pooling::kNone: out[i, :D] = psw[i] * row(indices[i]), rows
-// max_D apart. `zeros` is the task's zero row (ScratchRows::zeros).
+// max_D apart. `scratch` is the task's (for_each_bag_chunk).
 template <typename Table, typename out_t, typename index_t>
 int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, Table table,
-                  int64_t t, int64_t b_begin, int64_t b_end, bool continued, const void* zeros,
+                  int64_t t, int64_t b_begin, int64_t b_end, bool continued, ScratchRows& scratch,
                   out_t* out) {
+  const void* zeros = scratch.zeros();
+  float* row_buffer = scratch.row(0);
   const index_t* indices = bags.indices;
   const float* sample_weights = bags.per_sample_weights;
   // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a task's
@@ -134,8 +137,8 @@ int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, T
     const int64_t begin = offsets[b];
     const int64_t end = offsets[b + 1];
     if (bags.pooling == Pooling::kNone) {
-      bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table, out,
-                                     layout.max_D));
+      bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
+                                     row_buffer, out, layout.max_D));
       continue;
     }
     out_t* out_row = out + layout.output_offset(t, b);
@@ -170,7 +173,7 @@ int64_t forward(const ForwardArgs& args) {
             D,
             StoredRows<weight_t>::row_bytes(D),
             {}};
-        return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch.zeros(), out);
+        return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out);
       });
 }
 

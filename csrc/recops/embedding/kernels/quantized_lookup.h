@@ -95,7 +95,7 @@ int64_t quantized_forward(const QuantizedForwardArgs& args) {
         return with_row_decoder(type, args.tables, [&](auto decoder) {
           const QuantizedTable<decltype(decoder)> table{args.tables.tables[t], layout.rows[t], D,
                                                         row_bytes, decoder};
-          return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch.zeros(), out);
+          return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out);
         });
       });
 }
