@@ -18,6 +18,8 @@ from accuracy import TOLERANCE
 from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
 from test_deberta import make_log_bucket_position
 from test_deberta import reference as deberta_reference
+from test_int_nbit_lookup import Invalid as LookupInvalid
+from test_int_nbit_lookup import lookup_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
 from test_relative_bias import reference_time_buckets
@@ -1623,6 +1625,64 @@ def make_tbe_forward(d):
     return args
 
 
+def make_int_nbit_lookup(d):
+    """The quantized inference lookup: an INT8 table (3 rows of dim 4: an fp16 scale and bias,
+    then 4 codes) and an FP16 table (4 rows of dim 2) at FBGEMM's 128-byte table offsets, bags
+    with a pruned (-1) index now and then."""
+    gen = d.generator()
+    batch = d.int(0, 3)
+    weights = torch.zeros(256, dtype=torch.uint8)
+    int8_rows = weights[:24].view(3, 8)
+    int8_rows[:, 4:] = torch.randint(0, 256, (3, 4), generator=gen, dtype=torch.uint8)
+    scale_bias = torch.cat(
+        [torch.rand(3, 1, generator=gen) * 0.1, torch.randn(3, 1, generator=gen)], 1
+    )
+    int8_rows[:, :4] = scale_bias.half().view(torch.uint8)
+    weights[128:144] = torch.randn(4, 2, generator=gen).half().view(torch.uint8).flatten()
+    lengths = torch.randint(0, 3, (2 * batch,), generator=gen)
+    indices = torch.cat(
+        [
+            torch.randint(-1, (3, 4)[i // max(batch, 1)], (int(n),), generator=gen)
+            for i, n in enumerate(lengths)
+        ]
+        + [torch.zeros(0, dtype=I64)]
+    )
+    index_dtype = d.choice(INDEX_DTYPES)
+    return {
+        "dev_weights": weights,
+        "uvm_weights": torch.zeros(0, dtype=torch.uint8),
+        "weights_placements": torch.tensor([3, 3], dtype=I32),
+        "weights_offsets": torch.tensor([0, 128]),
+        "weights_tys": torch.tensor([2, 1], dtype=torch.uint8),
+        "D_offsets": torch.tensor([0, 4, 6], dtype=I32),
+        "total_D": 6,
+        "max_int2_D": 0,
+        "max_int4_D": 0,
+        "max_int8_D": 4,
+        "max_float16_D": 2,
+        "max_float32_D": 0,
+        "indices": indices.to(index_dtype),
+        "offsets": torch.cat([torch.zeros(1, dtype=I64), lengths.cumsum(0)]).to(index_dtype),
+        "pooling_mode": d.choice([0, 1]),
+        "indice_weights": d.choice([None, torch.rand(indices.numel(), generator=gen)]),
+        "output_dtype": d.choice([0, 1, 5]),
+    }
+
+
+INT_NBIT_SIZES = ("total_D", "max_int2_D", "max_int4_D", "max_int8_D", "max_float16_D")
+
+
+def ref_int_nbit_lookup(a):
+    # total_D and max(max_*_D) are output widths (FBGEMM pads the pooled output to total_D).
+    sizes = [a.get(n) for n in (*INT_NBIT_SIZES, "max_float32_D", "max_float8_D")]
+    if any(isinstance(v, int) and v > 2**16 for v in sizes):
+        raise HugeOutput
+    try:
+        return lookup_reference(a)
+    except LookupInvalid as e:
+        raise Invalid(str(e)) from e
+
+
 # The optimizer table's rows by op suffix, and values of their hyper-parameters but the step
 # (passed explicitly, so that the property run mutates them).
 TBE_OPTIMIZERS = {spec.name: spec for spec in OPTIMIZER_ROWS}
@@ -2580,6 +2640,11 @@ CASES = [
     # The TBE ops' results and state are checked through the module (TBE property).
     case("split_embedding_codegen_forward", make_tbe_forward),
     case("split_embedding_codegen_grad_indice_weights", make_grad_indice_weights),
+    case(
+        "int_nbit_split_embedding_codegen_lookup_function",
+        make_int_nbit_lookup,
+        ref_int_nbit_lookup,
+    ),
     case("bounds_check_indices", make_bounds_check),
     case("index_to_int32", lambda d: {"t": torch.tensor([1, -2, 2**31 - 1]), "name": "t"}),
     *(

@@ -35,7 +35,7 @@ FAMILIES = {
     "deberta": ("disentangled", "deberta_"),
     "hashing": ("zero_collision_hash", "create_zch_buffer"),
     "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),
-    "quantize": ("RowwiseQuantized", "pruned_"),
+    "quantize": ("RowwiseQuantized", "pruned_", "int_nbit_"),
 }
 SETTINGS = dict(
     deadline=None,

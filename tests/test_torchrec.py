@@ -168,11 +168,6 @@ import torchrec_trace as trace  # noqa: E402  (tests/ is on sys.path)
 
 from recops import _fbgemm  # noqa: E402
 
-# FBGEMM ops torchrec's CPU paths call that recops does not serve (docs/jagged_sparse.md,
-# "torchrec's CPU op surface"): the quantized inference TBE's.
-NOT_SERVED = {
-    "int_nbit_split_embedding_codegen_lookup_function",
-}
 CPU_PATHS = [name for name in trace.PATHS if "train (insert)" not in name]
 
 
@@ -190,8 +185,8 @@ def test_torchrec_cpu_path_runs_fbgemm_ops_on_recops(path):
     """Each CPU path of tests/torchrec_trace.py (KJT permute / split / to_dict / concat, VBE,
     KeyedTensor.regroup, EBC with and without inverse indices, EC, fused EBC, managed collision,
     the quantized EBC / EC) with recops.operators.torchrec enabled: every FBGEMM op it calls that
-    recops implements (recops._fbgemm.FBGEMM_OPS) ran on recops' kernel, the others are the known
-    ones, and no FBGEMM TBE training op runs."""
+    recops implements (recops._fbgemm.FBGEMM_OPS) ran on recops' kernel, it calls no other, and no
+    FBGEMM TBE training op runs."""
     with recops.operators.torchrec.enabled():
         called, error = trace._profiled(trace.PATHS[path])
         assert error is None, error
@@ -200,7 +195,8 @@ def test_torchrec_cpu_path_runs_fbgemm_ops_on_recops(path):
             assert _fbgemm.serves(name), f"{name} is not routed to recops"
             for key in _fbgemm._route_keys(name, "CPU"):
                 assert _route_of(name, key), f"fbgemm::{name} at {key} is not recops' kernel"
-    assert called - set(_fbgemm.FBGEMM_OPS) <= NOT_SERVED, called - set(_fbgemm.FBGEMM_OPS)
+    # Every FBGEMM op torchrec's CPU paths call is served by recops (docs/jagged_sparse.md).
+    assert called <= set(_fbgemm.FBGEMM_OPS), called - set(_fbgemm.FBGEMM_OPS)
     assert not [n for n in called if n.startswith(("split_embedding", "get_infos_metadata"))]
 
 

@@ -70,6 +70,42 @@ def _split_embedding_codegen_forward_fake(
     )
 
 
+@register_fake("recops::int_nbit_split_embedding_codegen_lookup_function")
+def _int_nbit_lookup_fake(
+    dev_weights,
+    uvm_weights,
+    weights_placements,
+    weights_offsets,
+    weights_tys,
+    D_offsets,
+    total_D,
+    max_int2_D,
+    max_int4_D,
+    max_int8_D,
+    max_float16_D,
+    max_float32_D,
+    indices,
+    offsets,
+    pooling_mode,
+    indice_weights,
+    output_dtype=1,
+    lxu_cache_weights=None,
+    lxu_cache_locations=None,
+    row_alignment=None,
+    max_float8_D=0,
+    fp8_exponent_bits=-1,
+    fp8_exponent_bias=-1,
+):
+    torch._check(output_dtype in _OUTPUT_DTYPES, lambda: "output_dtype must be 0, 1 or 5")
+    dtype = _OUTPUT_DTYPES[output_dtype]
+    if pooling_mode == PoolingMode.NONE:
+        # Every table is read with the one dim max(max_*_D), as FBGEMM's nobag kernel does.
+        dims = (max_int2_D, max_int4_D, max_int8_D, max_float16_D, max_float32_D, max_float8_D or 0)
+        return dev_weights.new_empty((indices.shape[0], max(dims)), dtype=dtype)
+    num_tables = D_offsets.shape[0] - 1
+    return dev_weights.new_empty(((offsets.shape[0] - 1) // num_tables, total_D), dtype=dtype)
+
+
 @register_fake("recops::split_embedding_codegen_grad_indice_weights")
 def _grad_indice_weights_fake(
     grad_output,

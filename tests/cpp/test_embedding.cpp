@@ -712,6 +712,195 @@ TEST_P(TbeVariants, ExactUpdateAgreesWithBaseline) {
   }
 }
 
+// ---- The quantized inference lookup against a scalar dequantize-and-pool loop.
+
+// One table of every storage type (dims covering every column-block width), 3 bags each with an
+// empty bag and pruned (-1) indices; rows laid out as FBGEMM's inference TBE lays them.
+struct QuantizedBatch {
+  std::vector<WeightType> types = {WeightType::kInt8, WeightType::kInt4, WeightType::kInt2,
+                                   WeightType::kFp16, WeightType::kFp32, WeightType::kFp8};
+  std::vector<int32_t> D_offsets = {0};
+  std::vector<int64_t> rows = {5, 4, 6, 3, 7, 4};
+  std::vector<int64_t> weights_offsets;
+  std::vector<uint8_t> bytes;
+  std::vector<const uint8_t*> tables;
+  std::vector<int64_t> indices, offsets;
+  std::vector<float> per_sample_weights;
+  int64_t B = 3, row_alignment;
+  Pooling pooling;
+
+  QuantizedBatch(Pooling pooling_mode, bool weighted, int64_t alignment)
+      : row_alignment(alignment), pooling(pooling_mode) {
+    const std::vector<int64_t> dims = {8, 20, 40, 37, 6, 12};
+    for (size_t t = 0; t < types.size(); ++t) {
+      const int64_t D = pooling == Pooling::kNone ? 40 : dims[t];
+      D_offsets.push_back(static_cast<int32_t>(D_offsets.back() + D));
+      weights_offsets.push_back(static_cast<int64_t>(bytes.size()));
+      const int64_t n = rows[t] * quantized_row_bytes(types[t], D, row_alignment);
+      const std::vector<int64_t> random = random_integers<int64_t>(n, 0, 255, 30 + t);
+      bytes.insert(bytes.end(), random.begin(), random.end());
+      bytes.resize((bytes.size() + 127) / 128 * 128);
+    }
+    for (size_t t = 0; t < types.size(); ++t) {  // finite fp16 / fp32 values, small scales
+      for (int64_t r = 0; r < rows[t]; ++r) {
+        uint8_t* row = bytes.data() + weights_offsets[t] + r * row_bytes(t);
+        const std::vector<float> values = random_floats(D(t) + 2, 50 + 10 * t + r);
+        if (types[t] == WeightType::kFp32) std::memcpy(row, values.data(), 4 * D(t));
+        if (types[t] == WeightType::kFp16) {
+          for (int64_t d = 0; d < D(t); ++d) {
+            const Fp16 h(values[d]);
+            std::memcpy(row + 2 * d, &h, 2);
+          }
+        }
+        if (has_scale_bias(types[t])) {
+          const Fp16 scale_bias[2] = {Fp16(0.05f * (values[0] + 1.5f)), Fp16(values[1])};
+          std::memcpy(row, scale_bias, 4);
+        }
+      }
+    }
+    for (size_t t = 0; t < types.size(); ++t) tables.push_back(bytes.data() + weights_offsets[t]);
+    const std::vector<int64_t> lengths = {2, 0, 3, 1, 4, 1, 0, 2, 3, 3, 0, 1, 2, 2, 5, 1, 0, 4};
+    offsets = test::offsets_of(lengths);
+    for (int64_t bag = 0; bag < T() * B; ++bag) {
+      for (int64_t p = offsets[bag]; p < offsets[bag + 1]; ++p) {
+        indices.push_back(random_integers<int64_t>(1, -1, rows[bag / B] - 1, 200 + p)[0]);
+      }
+    }
+    if (weighted) per_sample_weights = random_floats(static_cast<int64_t>(indices.size()), 9);
+  }
+
+  int64_t T() const { return static_cast<int64_t>(types.size()); }
+  int64_t D(int64_t t) const { return D_offsets[t + 1] - D_offsets[t]; }
+  int64_t row_bytes(int64_t t) const { return quantized_row_bytes(types[t], D(t), row_alignment); }
+  int64_t max_D() const {
+    int64_t m = 0;
+    for (int64_t t = 0; t < T(); ++t) m = std::max(m, D(t));
+    return m;
+  }
+  int64_t out_size() const {
+    return pooling == Pooling::kNone ? static_cast<int64_t>(indices.size()) * max_D()
+                                     : B * D_offsets.back();
+  }
+
+  // Element d of row r of table t, decoded one element at a time in double.
+  double element(int64_t t, int64_t r, int64_t d) const {
+    const uint8_t* row = tables[t] + r * row_bytes(t);
+    switch (types[t]) {
+      case WeightType::kFp32: {
+        float v;
+        std::memcpy(&v, row + 4 * d, 4);
+        return v;
+      }
+      case WeightType::kFp16: {
+        Fp16 h;
+        std::memcpy(&h, row + 2 * d, 2);
+        return static_cast<float>(h);
+      }
+      case WeightType::kFp8: {  // 4 exponent bits biased by 7, 3 mantissa bits
+        const int code = row[d], exponent = (code >> 3) & 15, mantissa = code & 7;
+        const double magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0, 1 - 7)
+                                               : std::ldexp(1 + mantissa / 8.0, exponent - 7);
+        return (code & 0x80) != 0 ? -magnitude : magnitude;
+      }
+      default: {
+        Fp16 scale_bias[2];
+        std::memcpy(scale_bias, row, 4);
+        const int64_t bits = weight_type_bits(types[t]), per_byte = 8 / bits;
+        const int code = (row[4 + d / per_byte] >> (bits * (d % per_byte))) & ((1 << bits) - 1);
+        return static_cast<float>(scale_bias[0]) * code + static_cast<float>(scale_bias[1]);
+      }
+    }
+  }
+
+  std::vector<float> reference() const {
+    std::vector<float> out(out_size(), 0.0f);
+    for (int64_t bag = 0; bag < T() * B; ++bag) {
+      const int64_t t = bag / B, b = bag % B;
+      const int64_t length = offsets[bag + 1] - offsets[bag];
+      for (int64_t d = 0; d < D(t); ++d) {
+        double sum = 0;
+        for (int64_t p = offsets[bag]; p < offsets[bag + 1]; ++p) {
+          if (indices[p] == -1) continue;
+          const double value = element(t, indices[p], d);
+          if (pooling == Pooling::kNone) {
+            out[p * max_D() + d] = static_cast<float>(value);
+          } else {
+            sum += (per_sample_weights.empty() ? 1.0 : per_sample_weights[p]) * value;
+          }
+        }
+        if (pooling == Pooling::kMean && length > 0) sum /= length;
+        if (pooling != Pooling::kNone) out[b * D_offsets.back() + D_offsets[t] + d] = sum;
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> run(const TbeKernels& kernels, int64_t* bad = nullptr) const {
+    std::vector<int32_t> dims = D_offsets;
+    if (pooling == Pooling::kNone) {  // every table read with max_D
+      for (int64_t t = 0; t <= T(); ++t) dims[t] = static_cast<int32_t>(t * max_D());
+    }
+    QuantizedForwardArgs args;
+    args.layout.num_features = T();
+    args.layout.batch_size = B;
+    args.layout.total_D = D_offsets.back();
+    args.layout.max_D = max_D();
+    args.layout.D_offsets = dims.data();
+    args.layout.weights_offsets = weights_offsets.data();
+    args.layout.rows = rows.data();
+    args.bags.indices = indices.data();
+    args.bags.offsets = offsets.data();
+    args.bags.num_indices = static_cast<int64_t>(indices.size());
+    args.bags.per_sample_weights = per_sample_weights.empty() || pooling == Pooling::kNone
+                                       ? nullptr
+                                       : per_sample_weights.data();
+    args.bags.pooling = pooling;
+    args.tables.tables = tables.data();
+    args.tables.types = types.data();
+    args.tables.row_alignment = row_alignment;
+    args.tables.fp8_exponent_bits = 4;
+    args.tables.fp8_exponent_bias = 7;
+    std::vector<float> out(out_size(), 0.0f);
+    args.out = out.data();
+    const int64_t first_bad = kernels.quantized_forward(args);
+    if (bad != nullptr) *bad = first_bad;
+    return out;
+  }
+};
+
+TEST(TbeQuantizedForward, EveryStorageTypeAgainstScalarDequantization) {
+  for (const Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+    for (const bool weighted : {false, true}) {
+      for (const int64_t alignment : {1, 16}) {
+        const QuantizedBatch batch(pooling, weighted, alignment);
+        int64_t bad = 0;
+        expect_near(batch.run(baseline::kTbeKernels, &bad), batch.reference(), 1e-5, "forward");
+        EXPECT_EQ(bad, -1);
+      }
+    }
+  }
+}
+
+TEST(TbeQuantizedForward, ReportsAnOutOfRangeIndexButNotMinusOne) {
+  QuantizedBatch batch(Pooling::kSum, false, 1);
+  batch.indices[5] = -1;
+  batch.indices[7] = batch.rows[1];  // position 7 is in a bag of table 1
+  int64_t bad = 0;
+  batch.run(baseline::kTbeKernels, &bad);
+  EXPECT_EQ(bad, 7);
+  batch.indices[7] = -2;
+  batch.run(baseline::kTbeKernels, &bad);
+  EXPECT_EQ(bad, 7);
+}
+
+TEST_P(TbeVariants, QuantizedForwardAgreesWithReference) {
+  RECOPS_SKIP_UNLESS_CPU_RUNS(GetParam());
+  for (const Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+    const QuantizedBatch batch(pooling, true, 8);
+    expect_near(batch.run(variant()), batch.reference(), 1e-5, "forward");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, TbeVariants, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const auto& info) { return std::string(test::isa_name(info.param)); });
 

@@ -10,7 +10,6 @@
 #include "recops/common/dispatch.h"
 
 namespace recops::embedding {
-namespace {
 
 at::Tensor checked_table_info(const at::Tensor& t, const char* name, at::ScalarType dtype,
                               int64_t numel) {
@@ -20,6 +19,8 @@ at::Tensor checked_table_info(const at::Tensor& t, const char* name, at::ScalarT
   TORCH_CHECK(t.numel() == numel, name, " must have ", numel, " entries, got ", t.numel());
   return t.contiguous();
 }
+
+namespace {
 
 // Element offsets of every bag's row in the flat VBE output (see check_batch), and their total.
 int64_t vbe_output_offsets(const at::Tensor& batch_sizes, const int32_t* D_offsets,
@@ -108,6 +109,39 @@ void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* b
   }
 }
 
+void CheckedBatch::bind_bags(int64_t pooling_mode) {
+  bags.index_kind = index_kind(indices.scalar_type());
+  bags.indices = indices.const_data_ptr();
+  bags.offsets = offsets.const_data_ptr();
+  bags.num_indices = indices.numel();
+  bags.per_sample_weights =
+      per_sample_weights.defined() ? per_sample_weights.const_data_ptr<float>() : nullptr;
+  bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+}
+
+at::Tensor checked_sample_weights(const at::Tensor& w, const char* name, int64_t num_indices) {
+  check_cpu(w, name);
+  check_dim(w, 1, name);
+  TORCH_CHECK(w.scalar_type() == at::kFloat, name, " must be float32, got ", w.scalar_type());
+  TORCH_CHECK(w.numel() == num_indices, name, " must have one entry per index (", num_indices,
+              "), got ", w.numel());
+  return w.contiguous();
+}
+
+at::ScalarType lookup_output_dtype(int64_t output_dtype) {
+  switch (output_dtype) {
+    case 0:
+      return at::kFloat;
+    case 1:
+      return at::kHalf;
+    case 5:
+      return at::kBFloat16;
+    default:
+      TORCH_CHECK(false, "output_dtype must be SparseType FP32 (0), FP16 (1) or BF16 (5), got ",
+                  output_dtype);
+  }
+}
+
 void check_not_int8(const at::Tensor& weights) {
   TORCH_CHECK(weights.scalar_type() != at::kByte,
               "weights of weights_precision INT8 (uint8) are looked up only: there is no INT8 "
@@ -189,14 +223,8 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
                     " indices");
 
   if (indice_weights.has_value()) {
-    const at::Tensor& w = *indice_weights;
-    check_cpu(w, "per_sample_weights");
-    check_dim(w, 1, "per_sample_weights");
-    TORCH_CHECK(w.scalar_type() == at::kFloat, "per_sample_weights must be float32, got ",
-                w.scalar_type());
-    TORCH_CHECK(w.numel() == num_indices, "per_sample_weights must have one entry per index (",
-                num_indices, "), got ", w.numel());
-    batch.per_sample_weights = w.contiguous();
+    batch.per_sample_weights =
+        checked_sample_weights(*indice_weights, "per_sample_weights", num_indices);
   }
 
   batch.layout.num_features = T;
@@ -218,14 +246,7 @@ CheckedBatch check_batch(const at::Tensor& weights, const at::Tensor& weights_of
   batch.layout.D_offsets = D_off;
   batch.layout.weights_offsets = w_off;
   batch.layout.rows = rows;
-  batch.bags.index_kind = index_kind(indices.scalar_type());
-  batch.bags.indices = batch.indices.const_data_ptr();
-  batch.bags.offsets = batch.offsets.const_data_ptr();
-  batch.bags.num_indices = num_indices;
-  batch.bags.per_sample_weights = batch.per_sample_weights.defined()
-                                      ? batch.per_sample_weights.const_data_ptr<float>()
-                                      : nullptr;
-  batch.bags.pooling = static_cast<kernels::Pooling>(pooling_mode);
+  batch.bind_bags(pooling_mode);
   return batch;
 }
 

@@ -26,6 +26,9 @@ struct CheckedBatch {
   kernels::FeatureLayout layout;
   kernels::Bags bags;
   int64_t max_table_rows = 0;
+
+  // Points `bags` at indices, offsets and per_sample_weights (once they are final).
+  void bind_bags(int64_t pooling_mode);
 };
 
 // batch_size_per_feature_per_rank ([T, R] int64, FBGEMM's variable batch size, "VBE"): feature t
@@ -55,6 +58,16 @@ struct TableExtent {
 // with no one: FBGEMM lays a 0-row table at the offset of the next. tables[t] is feature t's.
 void check_disjoint_tables(const std::vector<TableExtent>& tables, const char* buffer,
                            const char* offsets_name);
+
+// A per-feature tensor (`name` in errors): 1-D, of `dtype`, with `numel` entries; contiguous.
+at::Tensor checked_table_info(const at::Tensor& t, const char* name, at::ScalarType dtype,
+                              int64_t numel);
+
+// Per-sample weights (`name`: the schema's argument) as contiguous float32, one per index.
+at::Tensor checked_sample_weights(const at::Tensor& w, const char* name, int64_t num_indices);
+
+// The dtype of a lookup's output: output_dtype is SparseType FP32 (0), FP16 (1) or BF16 (5).
+at::ScalarType lookup_output_dtype(int64_t output_dtype);
 
 // Raises for uint8 (INT8) weights, which only the forward lookup reads.
 void check_not_int8(const at::Tensor& weights);

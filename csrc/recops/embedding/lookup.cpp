@@ -8,20 +8,6 @@
 namespace recops::embedding {
 namespace {
 
-at::ScalarType output_scalar_type(int64_t output_dtype) {
-  switch (output_dtype) {
-    case 0:
-      return at::kFloat;
-    case 1:
-      return at::kHalf;
-    case 5:
-      return at::kBFloat16;
-    default:
-      TORCH_CHECK(false, "output_dtype must be SparseType FP32 (0), FP16 (1) or BF16 (5), got ",
-                  output_dtype);
-  }
-}
-
 // Positions outside [offsets[0], offsets[-1]) belong to no bag, so a NONE-pooled output only
 // needs zeroing when the bags do not cover all indices.
 bool bags_cover_indices(const CheckedBatch& batch) {
@@ -43,7 +29,7 @@ at::Tensor split_embedding_codegen_forward(
   TORCH_CHECK(total_D == batch.layout.total_D && max_D == batch.layout.max_D, "total_D = ", total_D,
               " and max_D = ", max_D, " must match D_offsets (", batch.layout.total_D, " and ",
               batch.layout.max_D, ")");
-  const at::TensorOptions options = weights.options().dtype(output_scalar_type(output_dtype));
+  const at::TensorOptions options = weights.options().dtype(lookup_output_dtype(output_dtype));
   const bool pooled = pooling_mode != static_cast<int64_t>(kernels::Pooling::kNone);
   const bool vbe = batch.output_offsets.defined();
   TORCH_CHECK(!vbe || vbe_output_size == batch.output_size, "vbe_output_size = ", vbe_output_size,

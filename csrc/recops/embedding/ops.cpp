@@ -4,7 +4,8 @@
 //   its
 //                                                   autograd formula to the fused backward below
 //   backward_codegen_<opt>_{unweighted,weighted}_exact   backward + optimizer step, in place
-// plus the plain forward, the per-sample-weight gradient, the bounds check and checked index
+// plus FBGEMM's quantized inference lookup (int_nbit_split_embedding_codegen_lookup_function),
+// the plain forward, the per-sample-weight gradient, the bounds check and checked index
 // narrowing they build on, and the huge-page-backed buffers the module keeps tables and optimizer
 // state in. The lookup and update kernels read their arguments by name (common/named_args.h), so
 // one kernel serves every optimizer's schema; tbe_optimizer_table() hands the table to Python.
@@ -229,6 +230,15 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "Tensor? batch_size_per_feature_per_rank=None) -> Tensor",
       pt2);
   define_optimizers(m, pt2);
+  m.def(
+      "int_nbit_split_embedding_codegen_lookup_function(Tensor dev_weights, Tensor uvm_weights, "
+      "Tensor weights_placements, Tensor weights_offsets, Tensor weights_tys, Tensor D_offsets, "
+      "SymInt total_D, int max_int2_D, int max_int4_D, int max_int8_D, int max_float16_D, "
+      "int max_float32_D, Tensor indices, Tensor offsets, int pooling_mode, "
+      "Tensor? indice_weights, int output_dtype=1, Tensor? lxu_cache_weights=None, "
+      "Tensor? lxu_cache_locations=None, int? row_alignment=None, int? max_float8_D=0, "
+      "int? fp8_exponent_bits=-1, int? fp8_exponent_bias=-1) -> Tensor",
+      pt2);
   // The optimizer table as JSON (recops/embedding/optimizers.py reads it): no tensor argument,
   // so a catch-all kernel.
   m.def("tbe_optimizer_table() -> str", TORCH_FN(tbe_optimizer_table));
@@ -246,5 +256,7 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("split_embedding_codegen_forward", TORCH_FN(split_embedding_codegen_forward));
   m.impl("split_embedding_codegen_grad_indice_weights",
          TORCH_FN(split_embedding_codegen_grad_indice_weights));
+  m.impl("int_nbit_split_embedding_codegen_lookup_function",
+         TORCH_FN(int_nbit_split_embedding_codegen_lookup_function));
   register_optimizers(m, std::make_integer_sequence<int, kernels::kNumOptimizers>{});
 }

@@ -53,6 +53,23 @@ at::Tensor split_embedding_codegen_grad_indice_weights(
     const std::optional<at::Tensor>& feature_requires_grad, bool gradient_clipping,
     double max_gradient, const std::optional<at::Tensor>& batch_size_per_feature_per_rank);
 
+// FBGEMM's quantized inference lookup: tables of mixed storage types (FP32, FP16, INT8, INT4,
+// INT2, FP8; kernels/quantized_tables.h) in dev_weights (uvm_weights for MANAGED placements),
+// weights_offsets in bytes, weights_tys SparseType codes; pooled (SUM / MEAN) into
+// [B, total_D], or for PoolingMode.NONE one row of max(max_*_D) per index, per-sample weights
+// not read. Indices of -1 (pruned rows) add nothing.
+at::Tensor int_nbit_split_embedding_codegen_lookup_function(
+    const at::Tensor& dev_weights, const at::Tensor& uvm_weights,
+    const at::Tensor& weights_placements, const at::Tensor& weights_offsets,
+    const at::Tensor& weights_tys, const at::Tensor& D_offsets, int64_t total_D, int64_t max_int2_D,
+    int64_t max_int4_D, int64_t max_int8_D, int64_t max_float16_D, int64_t max_float32_D,
+    const at::Tensor& indices, const at::Tensor& offsets, int64_t pooling_mode,
+    const std::optional<at::Tensor>& indice_weights, int64_t output_dtype,
+    const std::optional<at::Tensor>& lxu_cache_weights,
+    const std::optional<at::Tensor>& lxu_cache_locations, std::optional<int64_t> row_alignment,
+    std::optional<int64_t> max_float8_D, std::optional<int64_t> fp8_exponent_bits,
+    std::optional<int64_t> fp8_exponent_bias);
+
 // The fused backward of every optimizer: updates weights and the optimizer's state buffers in
 // place. Each optimizer reads the hyper-parameters its row of kernels/optimizer_table.h declares:
 // the Adam family's moments decay by beta1 and beta2 and are bias-corrected at step `iter`;

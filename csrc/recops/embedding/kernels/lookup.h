@@ -11,35 +11,60 @@
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
 
-// One feature's table, by value so the hot loops keep it in registers.
-template <typename weight_t>
+// One feature's table, by value so the hot loops keep it in registers: rows of row_bytes bytes
+// that Decoder reads, its add<W>(acc, row, c, D, scale) adding scale * the row's columns
+// [c, c + W) to acc in fp32. StoredRows is the training TBE's decoder (rows of one element type);
+// quantized_lookup.h has the inference TBE's, one per storage type, whose tables skip an index
+// of -1 (a pruned row: kSkipsMinusOne) where every other index outside the table is an error.
+template <typename Decoder, bool kSkipsMinusOne = false>
 struct FeatureTable {
-  const weight_t* rows_data;
+  using Row = const uint8_t*;
+  const uint8_t* rows_data;
   int64_t rows;
   int64_t D;
+  int64_t row_bytes;
+  Decoder decoder;
 
   // One unsigned comparison checks 0 <= r < rows.
   bool contains(int64_t r) const { return static_cast<uint64_t>(r) < static_cast<uint64_t>(rows); }
-  const weight_t* row(int64_t r) const { return rows_data + r * stored_row_size<weight_t>(D); }
+  static bool rejects(int64_t r) { return !kSkipsMinusOne || r != -1; }
+  Row row(int64_t r) const { return rows_data + r * row_bytes; }
   // Prefetching needs no bounds check: a prefetch never faults, and the address is formed as an
   // integer, so an out-of-range index is harmless.
   __attribute__((always_inline)) void prefetch(int64_t r) const {
-    const int64_t row_bytes = stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
     const uintptr_t address = reinterpret_cast<uintptr_t>(rows_data) + r * row_bytes;
     prefetch_bytes(reinterpret_cast<const void*>(address), row_bytes);
+  }
+  template <int64_t kWidth>
+  void add_block(float* __restrict acc, Row row, int64_t c, float scale) const {
+    decoder.template add<kWidth>(acc, row, c, D, scale);
+  }
+};
+
+// Rows of weight_t: fp32, fp16, bf16, or Int8Rowwise (codes, then a float32 scale and bias).
+template <typename weight_t>
+struct StoredRows {
+  static constexpr int64_t row_bytes(int64_t D) {
+    return stored_row_size<weight_t>(D) * static_cast<int64_t>(sizeof(weight_t));
+  }
+  template <int64_t kWidth>
+  static void add(float* __restrict acc, const uint8_t* row, int64_t c, int64_t D, float scale) {
+    add_row_block<kWidth>(acc, reinterpret_cast<const weight_t*>(row), c, D, scale);
   }
 };
 
 // block[0, W) += psw[p] * row(indices[p])[c, c + W) over the bag's positions [begin, end),
 // prefetching rows kPrefetchDistance positions ahead (below prefetch_end) on the first block.
-// An out-of-range index adds `zeros` (a zero row, as long as a stored row) instead; returns the
-// first such position, or -1. Everything is passed by value and only `block` is written, so the
-// loop's loads never wait on possibly aliasing stores, and every row is added unconditionally,
-// which keeps the accumulator in registers.
-template <int64_t kWidth, typename weight_t, typename index_t>
+// An index outside the table adds `zeros` (all zero bytes, as long as a stored row, which every
+// row format reads as zeros) instead; returns the first such position the table rejects, or -1.
+// Everything is passed by value and only `block` is written, so the loop's loads never wait on
+// possibly aliasing stores, and every row is added unconditionally, which keeps the accumulator
+// in registers.
+template <int64_t kWidth, typename Table, typename index_t>
 inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_weights, int64_t begin,
-                             int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
-                             const weight_t* zeros, int64_t c, float* block) {
+                             int64_t end, int64_t prefetch_end, Table table, const void* zeros,
+                             int64_t c, float* block) {
+  using Row = typename Table::Row;
   int64_t bad = -1;
   for (int64_t p = begin; p < end; ++p) {
     if (c == 0 && p + kPrefetchDistance < prefetch_end) {
@@ -47,10 +72,10 @@ inline int64_t sum_bag_block(const index_t* indices, const float* per_sample_wei
     }
     const int64_t r = indices[p];
     const bool valid = table.contains(r);
-    if (!valid && bad < 0) bad = p;
-    const weight_t* row = valid ? table.row(r) : zeros;
+    if (!valid && bad < 0 && table.rejects(r)) bad = p;
+    const Row row = valid ? table.row(r) : static_cast<Row>(zeros);
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
-    add_row_block<kWidth>(block, row, c, table.D, scale);
+    table.template add_block<kWidth>(block, row, c, scale);
   }
   return bad;
 }
@@ -59,82 +84,96 @@ inline int64_t first_bad(int64_t a, int64_t b) {
   return a < 0 ? b : b < 0 ? a : std::min(a, b);
 }
 
-// Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end). Returns the first
-// out-of-range position, or -1 (its output row is left unwritten).
-template <typename weight_t, typename out_t, typename index_t>
+// Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end), output rows
+// `out_stride` elements apart, each row decoded into `row_buffer` (D floats) and converted once.
+// Returns the first position the table rejects, or -1; the output row of an index outside the
+// table is left unwritten.
+template <typename Table, typename out_t, typename index_t>
 int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64_t begin,
-                  int64_t end, int64_t prefetch_end, FeatureTable<weight_t> table,
-                  ScratchRows& scratch, out_t* out) {
-  const int64_t D = table.D;
-  float* scaled = scratch.row(0);
-  float* converted = scratch.row(1);
+                  int64_t end, int64_t prefetch_end, Table table, float* row_buffer, out_t* out,
+                  int64_t out_stride) {
   int64_t bad = -1;
   for (int64_t p = begin; p < end; ++p) {
     if (p + kPrefetchDistance < prefetch_end) table.prefetch(indices[p + kPrefetchDistance]);
     const int64_t r = indices[p];
     if (!table.contains(r)) {
-      if (bad < 0) bad = p;
+      if (bad < 0 && table.rejects(r)) bad = p;
       continue;
     }
-    const float* values = row_as_float(table.row(r), converted, D);
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
-    for (int64_t d = 0; d < D; ++d) scaled[d] = scale * values[d];
-    from_float(scaled, out + p * D, D);
+    std::fill(row_buffer, row_buffer + table.D, 0.0f);
+    for_each_column_block(table.D, [&](auto width, int64_t c) {
+      table.template add_block<decltype(width)::value>(row_buffer + c, table.row(r), c, scale);
+    });
+    from_float(row_buffer, out + p * out_stride, table.D);
   }
   return bad;
 }
 
-// Pooled: out[b, D_offsets[t]:+D] = pooling_scale * sum_i psw[i] * row(indices[i]) over bag (t, b).
-// Pooling::kNone: out[i, :D] = psw[i] * row(indices[i]).
+// The bags [b_begin, b_end) of feature t, whose rows `table` holds (a work item of
+// for_each_bag_chunk). Pooled: out[b, D_offsets[t]:+D] = pooling_scale * sum_i psw[i] *
+// row(indices[i]) over bag (t, b). Pooling::kNone: out[i, :D] = psw[i] * row(indices[i]), rows
+// max_D apart. `scratch` is the task's (for_each_bag_chunk).
+template <typename Table, typename out_t, typename index_t>
+int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, Table table,
+                  int64_t t, int64_t b_begin, int64_t b_end, bool continued, ScratchRows& scratch,
+                  out_t* out) {
+  const void* zeros = scratch.zeros();
+  float* row_buffer = scratch.row(0);
+  const index_t* indices = bags.indices;
+  const float* sample_weights = bags.per_sample_weights;
+  // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a task's
+  // first chunk of a feature prefetches its own first rows.
+  const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
+  const int64_t first = offsets[b_begin];
+  const int64_t feature_end = offsets[layout.bags_of(t)];
+  if (!continued) {
+    for (int64_t p = first; p < std::min(feature_end, first + kPrefetchDistance); ++p) {
+      table.prefetch(indices[p]);
+    }
+  }
+  int64_t bad = -1;
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    const int64_t begin = offsets[b];
+    const int64_t end = offsets[b + 1];
+    if (bags.pooling == Pooling::kNone) {
+      bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
+                                     row_buffer, out, layout.max_D));
+      continue;
+    }
+    out_t* out_row = out + layout.output_offset(t, b);
+    const float bag_scale = bags.pooling_scale(end - begin);
+    for_each_column_block(table.D, [&](auto width, int64_t c) {
+      constexpr int64_t kWidth = decltype(width)::value;
+      float block[kWidth] = {};
+      bad = first_bad(bad, sum_bag_block<kWidth>(indices, sample_weights, begin, end, feature_end,
+                                                 table, zeros, c, block));
+      for (int64_t i = 0; i < kWidth; ++i) block[i] *= bag_scale;
+      from_float(block, out_row + c, kWidth);
+    });
+  }
+  return bad;
+}
+
 template <typename weight_t, typename out_t, typename index_t>
 int64_t forward(const ForwardArgs& args) {
   const FeatureLayout& layout = args.layout;
   const TypedBags<index_t> bags(args.bags);
   const auto* weights = static_cast<const weight_t*>(args.weights);
   auto* out = static_cast<out_t*>(args.out);
-  const bool pooled = bags.pooling != Pooling::kNone;
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
-
   return for_each_bag_chunk(
       layout, bags.num_indices, bytes_per_index,
       [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
           bool continued) -> int64_t {
         const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
-        const FeatureTable<weight_t> table{weights + layout.weights_offsets[t], layout.rows[t], D};
-        const index_t* indices = bags.indices;
-        const float* sample_weights = bags.per_sample_weights;
-        const auto* zeros = reinterpret_cast<const weight_t*>(scratch.zeros());
-        // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a
-        // task's first chunk of a feature prefetches its own first rows.
-        const index_t* offsets = bags.offsets + layout.first_bag(t);  // the feature's bags
-        const int64_t first = offsets[b_begin];
-        const int64_t feature_end = offsets[layout.bags_of(t)];
-        if (!continued) {
-          for (int64_t p = first; p < std::min(feature_end, first + kPrefetchDistance); ++p) {
-            table.prefetch(indices[p]);
-          }
-        }
-        int64_t bad = -1;
-        for (int64_t b = b_begin; b < b_end; ++b) {
-          const int64_t begin = offsets[b];
-          const int64_t end = offsets[b + 1];
-          if (!pooled) {
-            bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
-                                           scratch, out));
-            continue;
-          }
-          out_t* out_row = out + layout.output_offset(t, b);
-          const float bag_scale = bags.pooling_scale(end - begin);
-          for_each_column_block(D, [&](auto width, int64_t c) {
-            constexpr int64_t kWidth = decltype(width)::value;
-            float block[kWidth] = {};
-            bad = first_bad(bad, sum_bag_block<kWidth>(indices, sample_weights, begin, end,
-                                                       feature_end, table, zeros, c, block));
-            for (int64_t i = 0; i < kWidth; ++i) block[i] *= bag_scale;
-            from_float(block, out_row + c, kWidth);
-          });
-        }
-        return bad;
+        const FeatureTable<StoredRows<weight_t>> table{
+            reinterpret_cast<const uint8_t*>(weights + layout.weights_offsets[t]),
+            layout.rows[t],
+            D,
+            StoredRows<weight_t>::row_bytes(D),
+            {}};
+        return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out);
       });
 }
 

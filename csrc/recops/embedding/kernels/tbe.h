@@ -22,6 +22,7 @@
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
 #include "recops/embedding/kernels/optimizer_table.h"
+#include "recops/embedding/kernels/quantized_tables.h"
 
 #if RECOPS_X86_VARIANTS
 #include <immintrin.h>
@@ -102,6 +103,16 @@ struct ForwardArgs {
   void* out = nullptr;  // pooled: see FeatureLayout; [num_indices, max_D] for Pooling::kNone
 };
 
+// FBGEMM's quantized inference lookup (int_nbit_split_embedding_codegen_lookup_function): the
+// layout's weights_offsets are not read (tables.tables holds each feature's first row).
+struct QuantizedForwardArgs {
+  FeatureLayout layout;
+  Bags bags;
+  QuantizedTables tables;
+  FloatKind out_kind = FloatKind::kFloat;
+  void* out = nullptr;  // pooled: see FeatureLayout; [num_indices, max_D] for Pooling::kNone
+};
+
 // Gradient of the per-sample weights: grad[i] = <clip(grad_output row of i's bag), row of i>,
 // divided by the bag length for MEAN pooling.
 struct SampleWeightsGradArgs {
@@ -167,12 +178,13 @@ struct UpdateArgs {
 };
 
 // Entry points of one instruction-set variant. Each returns -1, or the position of the first
-// index outside its table; then nothing was written to weights or state (forward and the
-// sample-weight gradient leave that row out of their output).
+// index outside its table (an index of -1 is not, for quantized_forward); then nothing was written
+// to weights or state (forward and the sample-weight gradient leave that row out of their output).
 struct TbeKernels {
   int64_t (*forward)(const ForwardArgs&);
   int64_t (*sample_weights_grad)(const SampleWeightsGradArgs&);
   int64_t (*exact_update)(const UpdateArgs&);
+  int64_t (*quantized_forward)(const QuantizedForwardArgs&);
 };
 
 namespace baseline {

@@ -10,6 +10,7 @@
 #endif
 
 #include "recops/embedding/kernels/lookup.h"
+#include "recops/embedding/kernels/quantized_lookup.h"
 #include "recops/embedding/kernels/update.h"
 
 namespace recops::embedding::kernels::RECOPS_ISA_NS {
@@ -58,6 +59,16 @@ inline int64_t exact_update_entry(const UpdateArgs& args) {
   return -1;
 }
 
-const TbeKernels kTbeKernels = {&forward_entry, &sample_weights_grad_entry, &exact_update_entry};
+inline int64_t quantized_forward_entry(const QuantizedForwardArgs& args) {
+  return dispatch_index_kind(args.bags.index_kind, [&](auto index_tag) {
+    return dispatch_float_kind<FloatKinds::kNoDouble>(args.out_kind, [&](auto out_tag) {
+      return quantized_forward<typename decltype(out_tag)::type,
+                               typename decltype(index_tag)::type>(args);
+    });
+  });
+}
+
+const TbeKernels kTbeKernels = {&forward_entry, &sample_weights_grad_entry, &exact_update_entry,
+                                &quantized_forward_entry};
 
 }  // namespace recops::embedding::kernels::RECOPS_ISA_NS
