@@ -93,13 +93,10 @@ FBGEMM_OPS = (
     "pruned_hashmap_lookup",
     "pruned_hashmap_insert",
     "pruned_array_lookup",
-<<<<<<< HEAD
-    # embedding: the TBE modules' index and offset check
+    # embedding: the TBE modules' index and offset check, the quantized inference TBE lookup
+    # (IntNBitTableBatchedEmbeddingBagsCodegen)
     "bounds_check_indices",
-=======
-    # embedding: the quantized inference TBE lookup (IntNBitTableBatchedEmbeddingBagsCodegen)
     "int_nbit_split_embedding_codegen_lookup_function",
->>>>>>> intn
 )
 # Composites call their `_forward` op; they hold no kernel of their own to route.
 COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")

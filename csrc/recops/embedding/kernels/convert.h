@@ -30,7 +30,8 @@ inline void from_float(const float* src, Bf16* dst, int64_t n) {
 inline void to_float(const Fp16* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if RECOPS_ISA_LEVEL >= 1
-  for (; i + 8 <= n; i += 8) {
+  const int64_t vector_end = n - n % 8;
+  for (; i < vector_end; i += 8) {
     const __m128i half8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(half8));
   }
