@@ -38,8 +38,8 @@ from recops.operators import (  # noqa: E402  (registers fake kernels and autogr
     utility,
 )
 from recops.operators.deberta import DisentangledSelfAttention, disentangled_attention  # noqa: E402
-from recops.operators.fuxi import fuxi_attention  # noqa: E402
-from recops.operators.hstu import hstu_attention  # noqa: E402
+from recops.operators.fuxi import delta_fuxi_attention, fuxi_attention  # noqa: E402
+from recops.operators.hstu import delta_hstu_mha, hstu_attention  # noqa: E402
 from recops.operators.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
@@ -64,6 +64,8 @@ __all__ = [
     "SplitTableBatchedEmbeddingBagsCodegen",
     "WeightDecayMode",
     "deberta",
+    "delta_fuxi_attention",
+    "delta_hstu_mha",
     "disentangled_attention",
     "embedding",
     "fbgemm_bindings",

@@ -1,4 +1,4 @@
-"""FuXi-alpha attention: Python entry point, fake kernels and autograd
+"""FuXi-alpha attention and its delta step: Python entry points, fake kernels and autograd
 (kernels: csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once,
 in its schema (csrc/recops/hstu/options.h): the code here reads them by name."""
 
@@ -13,6 +13,7 @@ from recops.operators.hstu import (
     SequenceLayout,
     attention_backward,
     contiguous_like,
+    equal_deltas,
     save_attention_inputs,
     split_mask,
 )
@@ -34,6 +35,14 @@ def _fuxi_forward_fake(*args, **kwargs):
     a = named_arguments(_FORWARD, args, kwargs)
     q, v = a["q"], a["v"]
     width = _channels(*(a[name] for name in _BIAS_INPUTS)) * q.shape[1] * v.shape[2]
+    return q.new_empty((q.shape[0], width))
+
+
+@register_fake("recops::fuxi_delta_attention")
+def _fuxi_delta_fake(*args, **kwargs):
+    a = named_arguments(ops.fuxi_delta_attention.default, args, kwargs)
+    q, v = a["q"], a["v"]
+    width = _channels(None, None, a["ts_w"], a["pos_w"]) * q.shape[1] * v.shape[-1]
     return q.new_empty((q.shape[0], width))
 
 
@@ -95,3 +104,36 @@ def fuxi_attention(
         **options,
     )
     return layout.restore(out)
+
+
+def delta_fuxi_attention(
+    max_seq_len: int,
+    delta_q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_offsets: torch.Tensor | None,
+    *,
+    delta_offsets: torch.Tensor | None = None,
+    **options,
+) -> torch.Tensor:
+    """A delta step of FuXi-alpha attention, forward only: the newest rows ``delta_q`` of each
+    sequence against all of its keys, as :func:`recops.delta_hstu_mha` (equal deltas unless
+    ``delta_offsets`` is given; jagged keys with ``seq_offsets`` or pages with ``page_table`` and
+    ``seq_lengths``), with :func:`recops.fuxi_attention`'s channels and layouts. ``options`` go to
+    ``torch.ops.recops.fuxi_delta_attention`` by name."""
+    if delta_offsets is None:
+        batch = (
+            seq_offsets.shape[0] - 1 if seq_offsets is not None else options["page_table"].shape[0]
+        )
+        delta_offsets = equal_deltas(batch, delta_q.shape[0])
+    return ops.fuxi_delta_attention(
+        delta_q,
+        k,
+        v,
+        delta_offsets,
+        seq_offsets,
+        options.pop("page_table", None),
+        options.pop("seq_lengths", None),
+        max_seq_len,
+        **options,
+    )

@@ -1,6 +1,7 @@
-"""HSTU attention: Python entry point, fake kernels and autograd
-(kernels: csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once,
-in its schema (csrc/recops/hstu/options.h): the code here reads them by name."""
+"""HSTU attention and its delta step (serving over cached keys): Python entry points, fake
+kernels and autograd (kernels: csrc/recops/hstu/kernels/hstu_attention.h). The ops' arguments
+are declared once, in their schemas (csrc/recops/hstu/options.h): the code here reads them by
+name."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def _hstu_backward(ctx, grad_output):
 
 
 register_autograd("recops::hstu_dense_forward", _hstu_backward, setup_context=_hstu_setup)
+
+
+@register_fake("recops::hstu_delta_attention")
+def _hstu_delta_fake(q, k, v, *args, **kwargs):
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
 
 
 class SequenceLayout:
@@ -137,3 +143,64 @@ def hstu_attention(
         **options,
     )
     return layout.restore(out)
+
+
+def equal_deltas(num_sequences: int, rows: int) -> torch.Tensor:
+    """``delta_offsets`` of ``rows`` new rows split equally among ``num_sequences`` sequences
+    (generative-recommenders' delta layout); raises when they do not split equally."""
+    if num_sequences < 1 or rows % num_sequences != 0:
+        raise ValueError(
+            f"delta_q's {rows} rows must split equally among the B = {num_sequences} sequences "
+            "of seq_offsets (or pass delta_offsets)"
+        )
+    return torch.arange(num_sequences + 1, dtype=torch.int64) * (rows // num_sequences)
+
+
+def delta_hstu_mha(
+    max_seq_len: int,
+    alpha: float,
+    delta_q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    num_targets: torch.Tensor | None = None,
+    max_attn_len: int = 0,
+    contextual_seq_len: int = 0,
+    *,
+    delta_offsets: torch.Tensor | None = None,
+    **options,
+) -> torch.Tensor:
+    """A delta step of HSTU attention, forward only: generative-recommenders' ``delta_hstu_mha``
+    (its signature and semantics; ``pytorch_cached_hstu_mha`` is its reference) as one fused CPU
+    op. ``delta_q [R, H, Dqk]`` holds the newest rows of each sequence of ``k, v [L, H, D]``
+    (``seq_offsets [B + 1]``); they attend to every key of their sequence under the causal
+    structured mask (``num_targets``, ``max_attn_len``, ``contextual_seq_len``) with the
+    normaliser ``1 / max_seq_len``. Returns ``[R, H, Dv]``.
+
+    By default the R rows are the last ``R // B`` of every sequence, as upstream; ``delta_offsets
+    [B + 1]`` gives each sequence its own number of new rows. ``options`` go to
+    ``torch.ops.recops.hstu_delta_attention`` by name: ``silu_scale``, ``target_group_size``,
+    the fused relative bias (``timestamps`` aligned with k's rows, ``ts_w``, ``pos_w``,
+    ``query_time_shift``, ``bucket_divisor``), or, instead of ``seq_offsets``, pages of a cache:
+    ``k, v [pages, page_rows, H, D]`` with ``page_table [B, max_pages]`` and ``seq_lengths [B]``
+    (pass ``seq_offsets=None``).
+    """
+    batch = (seq_offsets if seq_offsets is not None else options["page_table"]).shape[0]
+    batch -= seq_offsets is not None  # offsets have B + 1 entries, a page table B rows
+    if delta_offsets is None:
+        delta_offsets = equal_deltas(batch, delta_q.shape[0])
+    return ops.hstu_delta_attention(
+        delta_q,
+        k,
+        v,
+        delta_offsets,
+        seq_offsets,
+        options.pop("page_table", None),
+        options.pop("seq_lengths", None),
+        max_seq_len,
+        alpha=alpha,
+        num_targets=num_targets,
+        max_attn_len=max_attn_len,
+        contextual_seq_len=contextual_seq_len,
+        **options,
+    )

@@ -2,8 +2,10 @@
 #include <ATen/ops/zeros.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "recops/common/checks.h"
+#include "recops/hstu/delta.h"
 #include "recops/hstu/inputs.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "recops/hstu/ops.h"
@@ -22,7 +24,7 @@ struct FuxiBiases {
 PreparedBias prepare_channel_bias(const std::optional<at::Tensor>& dense, const char* dense_name,
                                   const char* table_name, const std::optional<at::Tensor>& table,
                                   bool is_time, const FuxiOptions& o, const PreparedSequences& seqs,
-                                  int64_t rows, at::ScalarType compute) {
+                                  at::ScalarType compute) {
   TORCH_CHECK(!(dense.has_value() && table.has_value()), "pass either ", dense_name, " or ",
               table_name, ", not both");
   if (dense.has_value()) {
@@ -38,12 +40,12 @@ PreparedBias prepare_channel_bias(const std::optional<at::Tensor>& dense, const 
   if (!table.has_value()) return PreparedBias{};
   const HstuOptions& b = o.base;
   return is_time ? prepare_relative_bias(b.timestamps, table, std::nullopt, b.query_time_shift,
-                                         b.bucket_divisor, seqs, rows, compute)
+                                         b.bucket_divisor, seqs, compute)
                  : prepare_relative_bias(std::nullopt, std::nullopt, table, b.query_time_shift,
-                                         b.bucket_divisor, seqs, rows, compute);
+                                         b.bucket_divisor, seqs, compute);
 }
 
-FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& seqs, int64_t rows,
+FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& seqs,
                                at::ScalarType compute) {
   TORCH_CHECK(!o.base.attn_bias.has_value(),
               "FuXi-alpha attention takes ts_bias / pos_bias or "
@@ -52,9 +54,8 @@ FuxiBiases prepare_fuxi_biases(const FuxiOptions& o, const PreparedSequences& se
               "timestamps are used only with ts_w (the time bias table): pass ts_w or drop "
               "timestamps");
   return {
-      prepare_channel_bias(o.ts_bias, "ts_bias", "ts_w", o.base.ts_w, true, o, seqs, rows, compute),
-      prepare_channel_bias(o.pos_bias, "pos_bias", "pos_w", o.base.pos_w, false, o, seqs, rows,
-                           compute)};
+      prepare_channel_bias(o.ts_bias, "ts_bias", "ts_w", o.base.ts_w, true, o, seqs, compute),
+      prepare_channel_bias(o.pos_bias, "pos_bias", "pos_w", o.base.pos_w, false, o, seqs, compute)};
 }
 
 // Channel-major [semantic | time | position] (each H * Dv), or per head [position, time,
@@ -76,27 +77,26 @@ ChannelLayout make_layout(const FuxiBiases& biases, int64_t heads, int64_t dv, b
   return layout;
 }
 
-// The shared preparation of the FuXi-alpha forward and backward.
+// The shared preparation of the FuXi-alpha forward and backward (and of a delta step's).
 struct PreparedFuxi {
   PreparedAttention attention;
   FuxiBiases biases;
   ChannelLayout layout;
 
+  PreparedFuxi(PreparedAttention prepared, const at::Tensor& v, const FuxiOptions& options)
+      : attention(std::move(prepared)),
+        biases(prepare_fuxi_biases(options, attention.seqs, attention.compute)),
+        layout(make_layout(biases, attention.heads, v.size(-1), options.reference_layout)) {}
   PreparedFuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                const at::Tensor& seq_offsets, const std::optional<at::Tensor>& seq_lengths,
                const FuxiOptions& options)
-      : attention(prepare_attention(q, k, v, seq_offsets, seq_lengths, options.base)),
-        biases(prepare_fuxi_biases(options, attention.seqs, attention.rows, attention.compute)),
-        layout(make_layout(biases, attention.heads, v.size(2), options.reference_layout)) {}
+      : PreparedFuxi(prepare_attention(q, k, v, seq_offsets, seq_lengths, options.base), v,
+                     options) {}
 };
 
-}  // namespace
-
-at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& seq_offsets,
-                                   const std::optional<at::Tensor>& seq_lengths,
-                                   const FuxiOptions& options) {
-  const PreparedFuxi prepared(q, k, v, seq_offsets, seq_lengths, options);
+// The forward of prepared sequences: [query rows, channels * H * Dv].
+at::Tensor fuxi_forward_of(const PreparedFuxi& prepared, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, const FuxiOptions& options) {
   const PreparedAttention& a = prepared.attention;
   const FuxiBiases& biases = prepared.biases;
   const ChannelLayout& layout = prepared.layout;
@@ -112,6 +112,24 @@ at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, con
                      elements_of<typename P::Element>(out));
         return out.to(q.scalar_type());
       });
+}
+
+}  // namespace
+
+at::Tensor hstu_dense_forward_fuxi(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& seq_offsets,
+                                   const std::optional<at::Tensor>& seq_lengths,
+                                   const FuxiOptions& options) {
+  return fuxi_forward_of(PreparedFuxi(q, k, v, seq_offsets, seq_lengths, options), q, k, v,
+                         options);
+}
+
+at::Tensor fuxi_delta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const DeltaKeys& keys, const FuxiOptions& options) {
+  const DeltaAttention d = prepare_delta_attention(q, k, v, keys, options.base);
+  FuxiOptions delta_options = options;
+  delta_options.base = d.options;
+  return fuxi_forward_of(PreparedFuxi(d.attention, d.v, delta_options), q, d.k, d.v, delta_options);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,

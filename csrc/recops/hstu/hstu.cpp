@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "recops/common/checks.h"
+#include "recops/hstu/delta.h"
 #include "recops/hstu/inputs.h"
 #include "recops/hstu/kernels/hstu_attention.h"
 #include "recops/hstu/ops.h"
@@ -13,8 +14,8 @@ namespace {
 
 using namespace kernels;
 
-PreparedBias prepare_hstu_bias(const HstuOptions& o, const PreparedSequences& seqs, int64_t rows,
-                               int64_t heads, at::ScalarType compute) {
+PreparedBias prepare_hstu_bias(const HstuOptions& o, const PreparedSequences& seqs, int64_t heads,
+                               at::ScalarType compute) {
   const bool fused = o.timestamps.has_value() || o.ts_w.has_value() || o.pos_w.has_value();
   TORCH_CHECK(
       !(fused && o.attn_bias.has_value()),
@@ -26,7 +27,25 @@ PreparedBias prepare_hstu_bias(const HstuOptions& o, const PreparedSequences& se
   TORCH_CHECK(o.timestamps.has_value() && o.ts_w.has_value() && o.pos_w.has_value(),
               "the fused relative bias needs all of timestamps, ts_w and pos_w");
   return prepare_relative_bias(*o.timestamps, o.ts_w, o.pos_w, o.query_time_shift, o.bucket_divisor,
-                               seqs, rows, compute);
+                               seqs, compute);
+}
+
+// The forward of prepared sequences (a training step's, or a delta step's): [query rows, H, Dv].
+at::Tensor hstu_forward_of(const PreparedAttention& a, const at::Tensor& q, const at::Tensor& k,
+                           const at::Tensor& v, const HstuOptions& options) {
+  const PreparedSequences& seqs = a.seqs;
+  const PreparedBias bias = prepare_hstu_bias(options, seqs, a.heads, a.compute);
+  const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
+  return with_precision(
+      q, k, v, seqs.view, options, false, true, [&](const auto& prec, auto dtype) {
+        using P = std::decay_t<decltype(prec)>;
+        using C = typename P::Compute;
+        at::Tensor out = at::zeros({a.rows, a.heads, v.size(-1)}, q.options().dtype(dtype));
+        hstu_forward(prec, a.mask.source<C>(), {bias.source<C>()}, chunks,
+                     ChannelLayout::heads(a.heads, v.size(-1)),
+                     elements_of<typename P::Element>(out));
+        return out.to(q.scalar_type());
+      });
 }
 
 }  // namespace
@@ -35,21 +54,14 @@ at::Tensor hstu_dense_forward(const at::Tensor& q, const at::Tensor& k, const at
                               const at::Tensor& seq_offsets,
                               const std::optional<at::Tensor>& seq_lengths,
                               const HstuOptions& options) {
-  const PreparedAttention a = prepare_attention(q, k, v, seq_offsets, seq_lengths, options);
-  const PreparedSequences& seqs = a.seqs;
-  const PreparedMask& mask = a.mask;
-  const int64_t rows = a.rows, heads = a.heads;
-  const PreparedBias bias = prepare_hstu_bias(options, seqs, rows, heads, a.compute);
-  const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
-  return with_precision(
-      q, k, v, seqs.view, options, false, true, [&](const auto& prec, auto dtype) {
-        using P = std::decay_t<decltype(prec)>;
-        using C = typename P::Compute;
-        at::Tensor out = at::zeros({rows, heads, v.size(2)}, q.options().dtype(dtype));
-        hstu_forward(prec, mask.source<C>(), {bias.source<C>()}, chunks,
-                     ChannelLayout::heads(heads, v.size(2)), elements_of<typename P::Element>(out));
-        return out.to(q.scalar_type());
-      });
+  return hstu_forward_of(prepare_attention(q, k, v, seq_offsets, seq_lengths, options), q, k, v,
+                         options);
+}
+
+at::Tensor hstu_delta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const DeltaKeys& keys, const HstuOptions& options) {
+  const DeltaAttention d = prepare_delta_attention(q, k, v, keys, options);
+  return hstu_forward_of(d.attention, q, d.k, d.v, d.options);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>,
@@ -67,7 +79,7 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   const PreparedAttention a = prepare_attention(q, k, v, seq_offsets, seq_lengths, options);
   const PreparedSequences& seqs = a.seqs;
   const PreparedMask& mask = a.mask;
-  const PreparedBias bias = prepare_hstu_bias(options, seqs, a.rows, a.heads, a.compute);
+  const PreparedBias bias = prepare_hstu_bias(options, seqs, a.heads, a.compute);
   const BiasGradBuffers bias_grads = allocate_bias_grads(bias, a.compute);
   const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
   const QkvGradBuffers qkv_grads(q, v, chunks);

@@ -54,6 +54,7 @@ PreparedSequences prepare_sequences(int64_t rows, const at::Tensor& seq_offsets,
                 "] + seq_lengths[", b, "]) ends at row ", begin[b] + length[b], " past the ", rows,
                 " rows of q");
   }
+  p.key_rows = p.query_rows = rows;
   p.view = Sequences::same_rows(batch, begin, length, max_seq_len);
   return p;
 }
@@ -169,7 +170,7 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const 
 PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
                                    const std::optional<at::Tensor>& ts_w,
                                    const std::optional<at::Tensor>& pos_w, bool query_time_shift,
-                                   double bucket_divisor, const PreparedSequences& ps, int64_t rows,
+                                   double bucket_divisor, const PreparedSequences& ps,
                                    at::ScalarType compute) {
   const Sequences& seqs = ps.view;
   const int64_t n = seqs.max_len;
@@ -201,9 +202,10 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
   TORCH_CHECK(timestamps.has_value(), "ts_w needs timestamps");
   const at::Tensor& ts = *timestamps;
   check_cpu(ts, "timestamps");
-  // Per-row key times; timestamps are [rows] aligned with q or [B, >= max length].
+  // Per-row key times; timestamps are [rows] aligned with k or [B, >= max length].
+  const int64_t rows = ps.key_rows;
   if (ts.dim() == 1) {
-    TORCH_CHECK(ts.numel() == rows, "1-D timestamps must have one entry per row of q (", rows,
+    TORCH_CHECK(ts.numel() == rows, "1-D timestamps must have one entry per row of k (", rows,
                 "), got ", ts.numel());
     p.key_time = ts.to(at::kDouble).contiguous();
   } else {
@@ -221,7 +223,7 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
       }
     }
   }
-  p.query_time = p.key_time.clone();
+  p.query_time = at::zeros({ps.query_rows}, p.key_time.options());
   query_times(seqs, p.key_time.const_data_ptr<double>(), query_time_shift,
               p.query_time.mutable_data_ptr<double>());
   return p;

@@ -15,9 +15,13 @@
 
 namespace recops::attention {
 
-// Sequence b occupies rows [row_begin[b], row_begin[b] + length[b]) of q, k, v and the output.
+// Sequence b occupies rows [row_begin[b], row_begin[b] + length[b]) of q, k, v and the output;
+// a delta step (delta.cpp) adds its query rows and, for a paged cache, the page table.
 struct PreparedSequences {
-  at::Tensor row_begin, length;  // int64 [B]
+  at::Tensor row_begin, length;          // int64 [B]
+  at::Tensor q_row_begin, q_length;      // int64 [B], when queries are not the key rows
+  at::Tensor pages;                      // int64 [B, pages], when the keys are paged
+  int64_t key_rows = 0, query_rows = 0;  // of k / v and of q / the output
   kernels::Sequences view;
 };
 
@@ -102,14 +106,15 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name,
                                 const kernels::Sequences& seqs, int64_t heads,
                                 at::ScalarType compute);
 
-// The relative bias of docs/ops.md section 3 from timestamps ([L] aligned with q, or [B, >= N]);
+// The relative bias of docs/ops.md section 3 from timestamps ([rows of k] aligned with k, or
+// [B, >= N]);
 // either table may be absent (FuXi-alpha's time and position channels use one each), and
 // timestamps are needed only with ts_w.
 PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
                                    const std::optional<at::Tensor>& ts_w,
                                    const std::optional<at::Tensor>& pos_w, bool query_time_shift,
                                    double bucket_divisor, const PreparedSequences& seqs,
-                                   int64_t rows, at::ScalarType compute);
+                                   at::ScalarType compute);
 
 // Gradient buffers of one bias source: per-thread partial sums (or one shared copy for a dense
 // bias with a batch dim, whose gradient rows each have one writer), reduced afterwards.

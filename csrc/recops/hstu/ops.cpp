@@ -1,12 +1,14 @@
 // Schemas and kernel registrations of the HSTU family in torch.ops.recops: the relative attention
-// bias, HSTU and FuXi-alpha attention. The attention ops' arguments are declared once, in
-// options.h; their kernels read them by name. Fake kernels, autograd and the Python entry points
-// live in recops/operators/relative_bias.py, recops/operators/hstu.py and recops/operators/fuxi.py.
+// bias, HSTU and FuXi-alpha attention, and their delta steps (serving). The attention ops'
+// arguments are declared once, in options.h; their kernels read them by name. Fake kernels,
+// autograd and the Python entry points live in recops/operators/relative_bias.py,
+// recops/operators/hstu.py and recops/operators/fuxi.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <string>
 
+#include "recops/hstu/delta.h"
 #include "recops/hstu/ops.h"
 
 namespace recops::attention {
@@ -83,6 +85,25 @@ void fuxi_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stac
   return_result(op, stack, std::move(grads));
 }
 
+DeltaKeys delta_keys(const NamedArgs& args) {
+  return {args.tensor("delta_offsets"), args.optional_tensor("seq_offsets"),
+          args.optional_tensor("page_table"), args.optional_tensor("seq_lengths")};
+}
+
+void hstu_delta_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  at::Tensor out = hstu_delta_attention(args.tensor("q"), args.tensor("k"), args.tensor("v"),
+                                        delta_keys(args), read_hstu_options(args));
+  return_result(op, stack, std::move(out));
+}
+
+void fuxi_delta_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const NamedArgs args(op, *stack);
+  at::Tensor out = fuxi_delta_attention(args.tensor("q"), args.tensor("k"), args.tensor("v"),
+                                        delta_keys(args), read_fuxi_options(args));
+  return_result(op, stack, std::move(out));
+}
+
 // A backward takes grad_output followed by its forward's arguments; it returns grad_<name> for
 // each differentiable input <name> (recops/_autograd.py maps them back by name).
 std::string backward_schema(const char* name, const char* forward_arguments, const char* returns) {
@@ -132,7 +153,12 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
                         "Tensor? grad_ts_w, Tensor? grad_pos_w)")
             .c_str(),
         pt2);
+  m.def((std::string("hstu_delta_attention(") + kDeltaArguments + ") -> Tensor").c_str(), pt2);
   m.set_python_module("recops.operators.fuxi");
+  m.def((std::string("fuxi_delta_attention(") + kDeltaArguments +
+         ", bool reference_layout=False) -> Tensor")
+            .c_str(),
+        pt2);
   m.def((std::string("hstu_dense_forward_fuxi(") + kFuxiArguments + ") -> Tensor").c_str(), pt2);
   m.def(backward_schema("hstu_dense_backward_fuxi", kFuxiArguments,
                         "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor? grad_ts_bias, "
@@ -150,4 +176,6 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("hstu_dense_backward", recops::boxed<&hstu_backward_kernel>());
   m.impl("hstu_dense_forward_fuxi", recops::boxed<&fuxi_forward_kernel>());
   m.impl("hstu_dense_backward_fuxi", recops::boxed<&fuxi_backward_kernel>());
+  m.impl("hstu_delta_attention", recops::boxed<&hstu_delta_kernel>());
+  m.impl("fuxi_delta_attention", recops::boxed<&fuxi_delta_kernel>());
 }

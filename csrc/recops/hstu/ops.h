@@ -52,4 +52,12 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
                          const at::Tensor& v, const at::Tensor& seq_offsets,
                          const std::optional<at::Tensor>& seq_lengths, const FuxiOptions& options);
 
+struct DeltaKeys;  // delta.h
+
+// A delta step (forward only): [R, H, Dv] (HSTU), [R, channels * H * Dv] (FuXi-alpha).
+at::Tensor hstu_delta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const DeltaKeys& keys, const HstuOptions& options);
+at::Tensor fuxi_delta_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const DeltaKeys& keys, const FuxiOptions& options);
+
 }  // namespace recops::attention

@@ -2,24 +2,41 @@
 // sequences live, the attention's shape, q / k / v, and the query blocks a sequence is cut into.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace recops::attention::kernels {
 
 // Where sequence b's keys live in k and v (and their times): key j, at position j of the
-// sequence, is row row(b, j). The kernels read ranges of keys through for_each_run only, so a
-// paged key cache (runs that break at page ends, each starting at an even key) needs another
-// KeyRows, not another schedule or tile path.
+// sequence, is row row(b, j). Either one run of rows from row_begin[b] (the jagged layout), or
+// pages of page_rows rows (a paged key cache: row_begin null, key j of sequence b in page
+// pages[b * page_stride + j / page_rows]). The kernels read ranges of keys through for_each_run
+// only; paged runs break at page ends, so each starts at a multiple of page_rows (even, as the
+// bf16 kernels pair keys).
 struct KeyRows {
   const int64_t* row_begin = nullptr;  // [B]
   const int64_t* length = nullptr;     // [B]: the keys of sequence b, positions [0, length[b])
+  const int64_t* pages = nullptr;      // [B, page_stride] when paged
+  int64_t page_stride = 0, page_rows = 0;
 
-  int64_t row(int64_t b, int64_t key) const { return row_begin[b] + key; }
+  int64_t row(int64_t b, int64_t key) const {
+    if (row_begin != nullptr) return row_begin[b] + key;
+    return pages[b * page_stride + key / page_rows] * page_rows + key % page_rows;
+  }
   // fn(row, key, count) for the runs of consecutive rows that hold keys [key0, key0 + keys) of
   // sequence b, in key order.
   template <typename Fn>
   void for_each_run(int64_t b, int64_t key0, int64_t keys, Fn&& fn) const {
-    if (keys > 0) fn(row(b, key0), key0, keys);
+    if (keys <= 0) return;
+    if (row_begin != nullptr) {
+      fn(row_begin[b] + key0, key0, keys);
+      return;
+    }
+    for (int64_t key = key0, end = key0 + keys; key < end;) {
+      const int64_t n = std::min(end, (key / page_rows + 1) * page_rows) - key;
+      fn(row(b, key), key, n);
+      key += n;
+    }
   }
 };
 

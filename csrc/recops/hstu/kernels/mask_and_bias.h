@@ -164,9 +164,9 @@ struct BiasSource {
   // kDense: fp32 [Bb, Hb, N, N] contiguous; stride 0 on a broadcast dim.
   const T* dense = nullptr;
   int64_t dense_stride_b = 0, dense_stride_h = 0, dense_stride_row = 0;
-  // kRelative: key and query times per key row (of a position), ts_w [num_buckets + 1] and/or pos_w
-  // [2N - 1] (a null table contributes nothing: FuXi-alpha keeps time and position in separate
-  // channels).
+  // kRelative: key times per key row, query times per query row, ts_w [num_buckets + 1] and/or
+  // pos_w [2N - 1] (a null table contributes nothing: FuXi-alpha keeps time and position in
+  // separate channels).
   const double* key_time = nullptr;
   const double* query_time = nullptr;
   const T* ts_w = nullptr;
@@ -176,15 +176,14 @@ struct BiasSource {
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
 
-// The query time of every position of the sequences, at its key row: the key time at
+// The query time of every query row of the sequences (Sequences::query_row): the key time at
 // query_time_index (the next item's with the shift, as HSTU / FuXi-alpha; the last its own).
-// Other rows are left as they are.
 inline void query_times(const Sequences& seqs, const double* key_time, bool query_time_shift,
                         double* query_time) {
   const KeyRows& keys = seqs.keys;
   for (int64_t b = 0; b < seqs.count; ++b) {
-    for (int64_t i = 0; i < keys.length[b]; ++i) {
-      query_time[keys.row(b, i)] =
+    for (int64_t i = seqs.first_query(b); i < keys.length[b]; ++i) {
+      query_time[seqs.query_row(b, i)] =
           key_time[keys.row(b, query_time_index(i, keys.length[b], query_time_shift))];
     }
   }
@@ -318,7 +317,7 @@ void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Bloc
       std::fill(row, row + blk.keys, T(0));
     }
     if (src.ts_w == nullptr) continue;
-    const double query_time = src.query_time[seqs.keys.row(blk.b, i)];
+    const double query_time = src.query_time[seqs.query_row(blk.b, i)];
     seqs.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t key_row, int64_t key, int64_t n) {
       const double* key_time = src.key_time + key_row;
       int32_t* buckets = bucket_tile + r * blk.stride() + (key - blk.key0);
