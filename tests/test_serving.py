@@ -69,11 +69,12 @@ def assert_recompute(served, model, stream, users, times):
     assert torch.equal(got_items, want_items)
 
 
+@pytest.mark.parametrize("attention", ["recops", "torch"])
 @pytest.mark.parametrize("name", ["hstu", "fuxi"])
-def test_cached_equals_recompute_through_observe_recommend_and_eviction(name):
+def test_cached_equals_recompute_through_observe_recommend_and_eviction(name, attention):
     model = make_model(name)
     # Room for about three users' rows: users are evicted and re-encoded all the time.
-    served = CachedRecommender(model, cache_bytes=9 * PAGE_BYTES, page_rows=4)
+    served = CachedRecommender(model, cache_bytes=9 * PAGE_BYTES, page_rows=4, attention=attention)
     stream = Stream(seed=1)
     gen = torch.Generator().manual_seed(2)
     users = list(range(6))
@@ -159,6 +160,8 @@ def test_bf16_storage_halves_the_cache_and_stays_close():
 def test_bad_requests_raise_and_change_nothing():
     with pytest.raises(ValueError, match="model must be one of"):
         CachedRecommender(make_model("sasrec"), cache_bytes=1 << 20)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        CachedRecommender(make_model("hstu"), cache_bytes=1 << 20, attention="cuda")
     served = CachedRecommender(make_model("hstu"), cache_bytes=1 << 20, page_rows=4)
     with pytest.raises(KeyError, match="user 3 has no observed events"):
         served.recommend([3])

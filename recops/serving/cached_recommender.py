@@ -28,13 +28,19 @@ from recops.models.encoder import l2_normalize
 from recops.models.recommend import evaluating, state_scores
 from recops.serving.delta_attention import delta_attention
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
+from recops.serving.torch_delta_attention import torch_delta_attention
 
 CACHED_MODELS = ("hstu", "fuxi")
+# The attention of the new rows: recops' fused delta op, or the plain-PyTorch reference that
+# stands for generative-recommenders' pytorch_cached_hstu_mha (benchmarks compare the two).
+ATTENTIONS = {"recops": delta_attention, "torch": torch_delta_attention}
 
 
 class CachedRecommender:
     """``model`` (a trained :class:`recops.models.SequentialRecommender`, HSTU or FuXi-alpha)
-    served with a cache of at most ``cache_bytes`` holding keys and values in ``dtype``."""
+    served with a cache of at most ``cache_bytes`` holding keys and values in ``dtype``, the new
+    rows attending through ``attention`` ("recops": the fused delta op; "torch": the plain-PyTorch
+    reference)."""
 
     def __init__(
         self,
@@ -43,10 +49,14 @@ class CachedRecommender:
         *,
         dtype: torch.dtype = torch.float32,
         page_rows: int = 64,
+        attention: str = "recops",
     ):
         config = model.config
         if config.model not in CACHED_MODELS:
             raise ValueError(f"model must be one of {CACHED_MODELS}, got {config.model!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}")
+        self._attention = ATTENTIONS[attention]
         self.model = model
         self.config = config
         layout = CacheLayout(
@@ -206,7 +216,7 @@ class CachedRecommender:
         for layer, block in enumerate(encoder.blocks):
             u, q, k, v = block.project(x)
             self.cache.write(layer, slots, k, v, times if layer == 0 else None)
-            attn = delta_attention(
+            attn = self._attention(
                 self.config.model,
                 q,
                 self.cache.keys[layer],

@@ -27,7 +27,8 @@ import torch
 @dataclasses.dataclass(frozen=True)
 class CacheLayout:
     """What one cached row holds: ``num_layers`` x (keys ``[num_heads, key_dim]`` and values
-    ``[num_heads, value_dim]``) in ``dtype``, and an int64 timestamp. ``page_rows`` rows a page."""
+    ``[num_heads, value_dim]``) in ``dtype``, and a float64 timestamp (the attention ops' time
+    type: exact for integer times below 2^53). ``page_rows`` rows a page."""
 
     num_layers: int
     num_heads: int
@@ -42,12 +43,15 @@ class CacheLayout:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype}")
+        if self.dtype == torch.bfloat16 and self.page_rows % 2:
+            # The bf16 attention tiles pair keys: a page must start at an even key.
+            raise ValueError(f"bfloat16 pages need an even page_rows, got {self.page_rows}")
 
     @property
     def row_bytes(self) -> int:
         element = torch.empty(0, dtype=self.dtype).element_size()
         per_layer = self.num_heads * (self.key_dim + self.value_dim) * element
-        return self.num_layers * per_layer + 8  # + the int64 timestamp
+        return self.num_layers * per_layer + 8  # + the float64 timestamp
 
     @property
     def page_bytes(self) -> int:
@@ -93,7 +97,7 @@ class PagedKVCache:
         shape = (layout.num_layers, num_pages, layout.page_rows, layout.num_heads)
         self.keys = torch.zeros(*shape, layout.key_dim, dtype=layout.dtype)
         self.values = torch.zeros(*shape, layout.value_dim, dtype=layout.dtype)
-        self.timestamps = torch.zeros(num_pages, layout.page_rows, dtype=torch.int64)
+        self.timestamps = torch.zeros(num_pages, layout.page_rows, dtype=torch.float64)
         self._free = list(range(num_pages - 1, -1, -1))  # pop() takes the lowest page first
         self._users: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._held: set[int] = set()
@@ -254,7 +258,7 @@ class PagedKVCache:
             0, slots, values.to(layout.dtype)
         )
         if timestamps is not None:
-            self.timestamps.view(rows).index_copy_(0, slots, timestamps)
+            self.timestamps.view(rows).index_copy_(0, slots, timestamps.to(torch.float64))
 
     def gather(self, layer: int, tables: PageTables, user: int) -> tuple[torch.Tensor, ...]:
         """Row ``user`` of ``tables``: its cached rows and the request's new ones (written
