@@ -11,7 +11,13 @@ Scenarios: Offline (all queries at once; throughput) and Server (Poisson arrival
 system, a search for the highest QPS whose p99 latency stays under --target-p99-ms, with
 latency percentiles of every QPS tried.
 
-Usage: python benchmarks/serving.py [--quick] [--systems cached,recompute,torch]
+Systems: `cached` (recops.serving.CachedRecommender on recops' delta op), `cached-torch` (the
+same cache with the plain-PyTorch cached reference standing for generative-recommenders'
+pytorch_cached_hstu_mha, recops/serving/torch_delta_attention.py), `recompute` (the whole history
+on recops' ops) and `torch` (the whole history on the plain-PyTorch backend). Before LoadGen, the
+latency of one request of a user with 200 and 4096 events encoded and 8 new ones, per system.
+
+Usage: python benchmarks/serving.py [--quick] [--systems cached,cached-torch,recompute,torch]
 Writes benchmarks/results/serving.json, serving.md and serving.png (latency vs QPS); --quick
 writes them to a temporary folder.
 """
@@ -24,9 +30,11 @@ import math
 import os
 import queue
 import re
+import statistics
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -43,14 +51,21 @@ from recops.serving import CachedRecommender  # noqa: E402
 RESULTS = os.path.join(HERE, "results")
 TOP_K = 10
 MAX_NEW_EVENTS = 8
+SYSTEMS = ("cached", "cached-torch", "recompute", "torch")
+# Single-request latency: history lengths (ML-100K's users have at most a few hundred events).
+LATENCY_HISTORIES = (200, 4096)
 
 
 class Users:
     """The synthetic users: their histories (kept by every system alike) and each one's stream
     of visits, drawn from a per-user generator."""
 
-    def __init__(self, count: int, min_history: int, max_history: int, num_items: int, seed=0):
+    def __init__(
+        self, count: int, min_history: int, max_history: int, num_items: int, seed=0,
+        new_events: int | None = None,
+    ):  # fmt: skip
         self.num_items = num_items
+        self.new_events = new_events  # per visit; None: 1 to MAX_NEW_EVENTS
         gen = torch.Generator().manual_seed(seed)
         log_lengths = torch.empty(count).uniform_(
             math.log(min_history), math.log(max_history), generator=gen
@@ -65,7 +80,7 @@ class Users:
     def visit(self, user: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """User ``user``'s next visit: new items, their times and the request time; appended."""
         gen = self._visits[user]
-        n = int(torch.randint(1, MAX_NEW_EVENTS + 1, (1,), generator=gen))
+        n = self.new_events or int(torch.randint(1, MAX_NEW_EVENTS + 1, (1,), generator=gen))
         items, times = self.histories[user]
         new_items = torch.randint(1, self.num_items + 1, (n,), generator=gen)
         new_times = times[-1] + torch.cumsum(torch.randint(0, 3600, (n,), generator=gen), 0)
@@ -90,9 +105,9 @@ class Cached:
     """recops.serving.CachedRecommender: a visit's events are appended and encoded with the
     request in one pass. Every history is observed (encoded and cached) before the test."""
 
-    def __init__(self, model, users: Users, cache_bytes: int):
+    def __init__(self, model, users: Users, cache_bytes: int, attention: str = "recops"):
         self.users = users
-        self.served = CachedRecommender(model, cache_bytes)
+        self.served = CachedRecommender(model, cache_bytes, attention=attention)
         everyone = list(range(len(users.histories)))
         for start in range(0, len(everyone), 8):
             batch = everyone[start : start + 8]
@@ -214,16 +229,39 @@ def peak_server_qps(sut, start_qps: float, target_ms: float, count: int, seconds
 def make_system(name: str, recops_model, torch_model, users: Users):
     if name == "cached":
         return Cached(recops_model, users, cache_bytes=1 << 30)
+    if name == "cached-torch":
+        return Cached(recops_model, users, cache_bytes=1 << 30, attention="torch")
     if name == "recompute":
         return Recompute(recops_model, users)
     if name == "torch":
         return Recompute(torch_model, users)
-    raise SystemExit(f"--systems: unknown system {name!r} (cached, recompute, torch)")
+    raise SystemExit(f"--systems: unknown system {name!r} ({', '.join(SYSTEMS)})")
+
+
+def request_latency(recops_model, torch_model, history: int, repeats: int) -> dict:
+    """Median milliseconds of one request (a visit of MAX_NEW_EVENTS events, then top-k) of a
+    user with ``history`` events encoded before, on each system; a fresh user per repeat, so every
+    request meets the same history length."""
+    medians = {}
+    for name in SYSTEMS:
+        users = Users(
+            repeats, history, history, recops_model.config.num_items, seed=history,
+            new_events=MAX_NEW_EVENTS,
+        )  # fmt: skip
+        system = make_system(name, recops_model, torch_model, users)
+        times = []
+        for user in range(repeats):
+            start = time.perf_counter()
+            system.serve([user])
+            times.append(time.perf_counter() - start)
+        medians[name] = 1e3 * statistics.median(times)
+    return medians
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default="cached,recompute,torch")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--latency-repeats", type=int, default=5)
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--min-history", type=int, default=64)
     parser.add_argument("--max-history", type=int, default=4096)
@@ -259,6 +297,16 @@ def main() -> None:
     torch_model = SequentialRecommender(config, backend="torch").eval()
     torch_model.load_state_dict(recops_model.state_dict(), strict=False)
     results = {"machine": machine, "target_p99_ms": args.target_p99_ms, "systems": {}}
+    histories = [min(h, args.max_history) for h in LATENCY_HISTORIES]
+    results["latency_ms"] = {}
+    for history in histories:
+        latency = request_latency(recops_model, torch_model, history, args.latency_repeats)
+        results["latency_ms"][history] = latency
+        print(
+            f"one request, {history} events + {MAX_NEW_EVENTS} new: "
+            + ", ".join(f"{name} {ms:.1f} ms" for name, ms in latency.items()),
+            flush=True,
+        )
     for name in args.systems.split(","):
         users = Users(args.users, args.min_history, args.max_history, config.num_items)
         system = make_system(name, recops_model, torch_model, users)
@@ -288,6 +336,28 @@ def write(results: dict, out: str) -> None:
     ]
     for name, r in results["systems"].items():
         lines.append(f"| {name} | {r['offline']['qps']:.2f} | {r['server_peak_qps']:.2f} |")
+    lines += [
+        "",
+        f"One request (a visit of {MAX_NEW_EVENTS} new events, then top-{TOP_K}), median ms, and "
+        "the full recompute's time over the cached path's:",
+        "",
+        "| history | " + " | ".join(SYSTEMS) + " | recompute / cached | torch / cached |",
+        "|---:|" + "---:|" * (len(SYSTEMS) + 2),
+    ]
+    for history, ms in results["latency_ms"].items():
+        lines.append(
+            f"| {history} | "
+            + " | ".join(f"{ms[name]:.1f}" for name in SYSTEMS)
+            + f" | {ms['recompute'] / ms['cached']:.1f}x | {ms['torch'] / ms['cached']:.1f}x |"
+        )
+    for name, r in results["systems"].items():
+        lines += ["", f"{name}, Server runs:", "", "| QPS | p50 ms | p90 ms | p99 ms |"]
+        lines.append("|---:|---:|---:|---:|")
+        for t in sorted(r["server"], key=lambda t: t["target_qps"]):
+            lines.append(
+                f"| {t['target_qps']:.2f} | {t['p50_ms']:.1f} | {t['p90_ms']:.1f} | "
+                f"{t['p99_ms']:.1f} |"
+            )
     with open(os.path.join(out, "serving.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
