@@ -148,6 +148,7 @@ bench: build
 # A served recommender under MLPerf LoadGen: recops' cached path vs the full recompute on recops'
 # ops and on plain PyTorch (benchmarks/serving.py, docs/serving.md).
 bench-serving: build $(SERVING_STAMP)
+	$(PY) benchmarks/serving_quality.py
 	$(PY) benchmarks/serving.py
 
 # Sharded DLRM steps/s on torchrec, FBGEMM's kernels vs recops' (benchmarks/suites/torchrec.py).

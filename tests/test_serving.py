@@ -17,13 +17,13 @@ MAX_SEQ_LEN = 24
 PAGE_BYTES = CacheLayout(num_layers=2, num_heads=2, key_dim=8, value_dim=8, page_rows=4).page_bytes
 
 
-def make_model(name: str) -> SequentialRecommender:
+def make_model(name: str, dim: int = 16) -> SequentialRecommender:
     torch.manual_seed(0)
     config = ModelConfig(
         model=name,
         num_items=200,
         max_seq_len=MAX_SEQ_LEN,
-        dim=16,
+        dim=dim,
         num_layers=2,
         num_heads=2,
         attention_dim=8,
@@ -179,3 +179,35 @@ def test_bad_requests_raise_and_change_nothing():
     with pytest.raises(CacheFull):
         tiny.observe([1], [(torch.arange(1, 6), torch.arange(3, 8))])
     assert tiny.cache.cached_rows(1) == 2
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("dim", [16, 18])
+def test_quantized_item_table(bits, dim):
+    """The served table keeps the rowwise-quantized rows only; each read row is within half a
+    quantization step of the model's (plus the fp16 scale's rounding for int4), and the scores
+    follow the fp32 table's."""
+    model = make_model("hstu", dim)
+    kind = f"int{bits}"
+    served = CachedRecommender(model, cache_bytes=1 << 20, page_rows=4, item_table=kind)
+    fp32 = CachedRecommender(model, cache_bytes=1 << 20, page_rows=4)
+    weight = model.item_table.weight.detach().float()
+    ids = torch.tensor([0, 1, 5, 200, 5])
+    rows = served.items.rows(ids)
+    step = (weight.max(1).values - weight.min(1).values)[ids] / (2**bits - 1)
+    slack = 0.51 * step + (2e-3 * weight[ids].abs().max(1).values if bits == 4 else 1e-6)
+    assert ((rows - weight[ids]).abs() <= slack[:, None]).all()
+    dim = weight.shape[1]
+    rows_bytes = dim + 8 if bits == 8 else -(-dim // 4) * 2 + 4  # FBGEMM's rows
+    assert served.items.nbytes == weight.shape[0] * rows_bytes
+    stream = Stream(seed=6)
+    users = [0, 1, 2]
+    events = stream.events(users, most=10)
+    for s in (served, fp32):
+        s.observe(users, events)
+    times = stream.request_times(users)
+    got = served.scores(users, request_times=times)
+    want = fp32.scores(users, request_times=times)
+    torch.testing.assert_close(got, want, rtol=0, atol=0.02 if bits == 8 else 0.3)
+    with pytest.raises(ValueError, match="item_table must be one of"):
+        CachedRecommender(model, cache_bytes=1 << 20, item_table="int3")

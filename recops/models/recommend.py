@@ -32,9 +32,12 @@ def catalogue_scores(model, batch: JaggedBatch) -> torch.Tensor:
     return state_scores(model, model.query_states(batch))
 
 
-def state_scores(model, states: torch.Tensor) -> torch.Tensor:
-    """catalogue_scores of query states ``[M, d]`` already encoded."""
-    scores = states.float() @ model.candidate_embeddings().float().T
+def state_scores(model, states: torch.Tensor, candidates: torch.Tensor | None = None):
+    """catalogue_scores of query states ``[M, d]`` already encoded (against ``candidates``, unit-
+    norm ``[num_items + 1, d]``, when given instead of the model's own)."""
+    if candidates is None:
+        candidates = model.candidate_embeddings()
+    scores = states.float() @ candidates.float().T
     scores[:, 0] = float("-inf")
     return scores
 

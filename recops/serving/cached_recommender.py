@@ -27,6 +27,7 @@ import torch
 from recops.models.encoder import l2_normalize
 from recops.models.recommend import evaluating, state_scores
 from recops.serving.delta_attention import delta_attention
+from recops.serving.item_table import ServedItemTable
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
 from recops.serving.torch_delta_attention import torch_delta_attention
 
@@ -40,7 +41,8 @@ class CachedRecommender:
     """``model`` (a trained :class:`recops.models.SequentialRecommender`, HSTU or FuXi-alpha)
     served with a cache of at most ``cache_bytes`` holding keys and values in ``dtype``, the new
     rows attending through ``attention`` ("recops": the fused delta op; "torch": the plain-PyTorch
-    reference)."""
+    reference), the items' embeddings and the catalogue read from ``item_table`` ("fp32": the
+    model's; "int8", "int4": a rowwise-quantized copy, recops/serving/item_table.py)."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class CachedRecommender:
         dtype: torch.dtype = torch.float32,
         page_rows: int = 64,
         attention: str = "recops",
+        item_table: str = "fp32",
     ):
         config = model.config
         if config.model not in CACHED_MODELS:
@@ -57,6 +60,7 @@ class CachedRecommender:
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}")
         self._attention = ATTENTIONS[attention]
+        self.items = ServedItemTable(model, item_table)
         self.model = model
         self.config = config
         layout = CacheLayout(
@@ -131,6 +135,21 @@ class CachedRecommender:
         """Top-k items ``[U, k]`` and scores for each user from its observed history, asked at
         ``request_times[u]`` (default: its last event's time); what
         ``recops.models.recommend.recommend`` returns for the same histories."""
+        scores = self.scores(user_ids, request_times=request_times)
+        if exclude_seen_items:
+            for b, user in enumerate(user_ids):
+                scores[b, self.history(int(user))[0]] = float("-inf")
+        top = scores.topk(k, dim=1)
+        return top.indices, top.values
+
+    def scores(
+        self,
+        user_ids: Sequence[int],
+        *,
+        request_times: Sequence[int] | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The whole catalogue's scores ``[U, num_items + 1]`` (item 0: -inf) for each user, seen
+        items included: what ``recommend`` ranks (evaluations rank a target among them)."""
         user_ids = [int(u) for u in user_ids]
         if request_times is None:
             times = [int(self.history(u)[1][-1]) for u in user_ids]
@@ -140,12 +159,7 @@ class CachedRecommender:
                 raise ValueError(f"request_times must hold one time per user, got {len(times)}")
         states = self._encode(user_ids, request_times=times)
         with evaluating(self.model):
-            scores = state_scores(self.model, states)
-        if exclude_seen_items:
-            for b, user in enumerate(user_ids):
-                scores[b, self.history(user)[0]] = float("-inf")
-        top = scores.topk(k, dim=1)
-        return top.indices, top.values
+            return state_scores(self.model, states, self.items.candidates())
 
     # ------------------------------------------------------------------------------ encoding
     def _window(self, user: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -210,7 +224,7 @@ class CachedRecommender:
         """The encoder (recops.models.encoder.SequenceEncoder) on the delta rows, each block's
         attention reading every key and value through the page tables."""
         encoder = self.model.encoder
-        embeddings = self.model.item_embeddings(items)
+        embeddings = self.items.rows(items)
         x = embeddings * math.sqrt(embeddings.shape[-1]) + encoder.positions(positions)
         slots = self.cache.slots(tables)
         for layer, block in enumerate(encoder.blocks):
