@@ -10,6 +10,7 @@ request times are optional: default, each user's last event). A bad request is a
 ``{"error": "..."}`` and changes nothing; the server goes on.
 
 Usage: python -m recops.serve --checkpoint PATH [--cache-mib 256] [--cache-dtype bf16]
+                              [--item-table int8]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from recops.models import ModelConfig, SequentialRecommender
 from recops.serving import CachedRecommender
+from recops.serving.item_table import ITEM_TABLES
 
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -71,11 +73,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", type=pathlib.Path, required=True)
     parser.add_argument("--cache-mib", type=int, default=256, help="the key / value cache's size")
     parser.add_argument("--cache-dtype", choices=sorted(CACHE_DTYPES), default="fp32")
+    parser.add_argument("--item-table", choices=ITEM_TABLES, default="fp32")
     args = parser.parse_args(argv)
     served = CachedRecommender(
         load_model(args.checkpoint),
         cache_bytes=args.cache_mib << 20,
         dtype=CACHE_DTYPES[args.cache_dtype],
+        item_table=args.item_table,
     )
     serve(served, sys.stdin, sys.stdout)
 
