@@ -444,64 +444,69 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
   hstu_forward(Fp32Precision<double>(batch.sequences(), shape, in, false), mask, {bias}, 1, layout,
                full.data());
 
-  // The last 1, 5 (all) and 67 positions of the three sequences, packed in rows of their own,
-  // with their query times.
-  const std::vector<int64_t> q_length = {1, 5, 67};
-  std::vector<int64_t> q_row_begin(3);
-  std::vector<double> q_new, q_time;
-  for (int64_t b = 0, row = 0; b < 3; row += q_length[b], ++b) {
-    q_row_begin[b] = row;
-    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
-    q_new.insert(q_new.end(), q.begin() + first * H * dqk,
-                 q.begin() + (first + q_length[b]) * H * dqk);
-    q_time.insert(q_time.end(), batch.query_time.begin() + first,
-                  batch.query_time.begin() + first + q_length[b]);
-  }
-  Sequences delta = batch.sequences();
-  delta.q_row_begin = q_row_begin.data();
-  delta.q_length = q_length.data();
-  BiasSource<double> delta_bias = bias;
-  delta_bias.query_time = q_time.data();
-  const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
-  std::vector<double> got(q_new.size() / dqk * dv, 0.0);
-  hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, {delta_bias}, 2, layout,
-               got.data());
-  std::vector<double> want;
-  for (int64_t b = 0; b < 3; ++b) {
-    const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
-    want.insert(want.end(), full.begin() + first * H * dv,
-                full.begin() + (first + q_length[b]) * H * dv);
-  }
-  expect_near_all(got, want, 1e-12, "delta out");
-
-  // The same keys in pages of 4 rows, in reverse order of pages (KeyRows' paged runs): the
-  // same outputs exactly.
-  const int64_t page_rows = 4, width = (N + page_rows - 1) / page_rows;
-  int64_t pages = 0;
-  for (int64_t b = 0; b < 3; ++b) pages += (batch.length[b] + page_rows - 1) / page_rows;
-  std::vector<int64_t> table(3 * width, -1);
-  std::vector<double> k_pages(pages * page_rows * H * dqk), v_pages(pages * page_rows * H * dv),
-      t_pages(pages * page_rows);
-  for (int64_t b = 0, next = pages - 1; b < 3; ++b) {
-    for (int64_t key = 0; key < batch.length[b]; ++key) {
-      if (key % page_rows == 0) table[b * width + key / page_rows] = next--;
-      const int64_t slot = table[b * width + key / page_rows] * page_rows + key % page_rows;
-      const int64_t row = batch.row_begin[b] + key;
-      std::copy_n(k.begin() + row * H * dqk, H * dqk, k_pages.begin() + slot * H * dqk);
-      std::copy_n(v.begin() + row * H * dv, H * dv, v_pages.begin() + slot * H * dv);
-      t_pages[slot] = batch.key_time[row];
+  const auto expect_delta_matches = [&](const std::vector<int64_t>& q_length) {
+    std::vector<int64_t> q_row_begin(3);
+    std::vector<double> q_new, q_time;
+    for (int64_t b = 0, row = 0; b < 3; row += q_length[b], ++b) {
+      q_row_begin[b] = row;
+      const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+      q_new.insert(q_new.end(), q.begin() + first * H * dqk,
+                   q.begin() + (first + q_length[b]) * H * dqk);
+      q_time.insert(q_time.end(), batch.query_time.begin() + first,
+                    batch.query_time.begin() + first + q_length[b]);
     }
+    Sequences delta = batch.sequences();
+    delta.q_row_begin = q_row_begin.data();
+    delta.q_length = q_length.data();
+    BiasSource<double> delta_bias = bias;
+    delta_bias.query_time = q_time.data();
+    const HstuTensors<double> in_new{{q_new.data(), H * dqk}, in.k, in.v};
+    std::vector<double> got(q_new.size() / dqk * dv, 0.0);
+    hstu_forward(Fp32Precision<double>(delta, shape, in_new, false), mask, {delta_bias}, 2, layout,
+                 got.data());
+    std::vector<double> want;
+    for (int64_t b = 0; b < 3; ++b) {
+      const int64_t first = batch.row_begin[b] + batch.length[b] - q_length[b];
+      want.insert(want.end(), full.begin() + first * H * dv,
+                  full.begin() + (first + q_length[b]) * H * dv);
+    }
+    expect_near_all(got, want, 1e-12, "delta out");
+
+    // The same keys in pages of 4 rows, in reverse order of pages (KeyRows' paged runs): the
+    // same outputs exactly.
+    const int64_t page_rows = 4, width = (N + page_rows - 1) / page_rows;
+    int64_t pages = 0;
+    for (int64_t b = 0; b < 3; ++b) pages += (batch.length[b] + page_rows - 1) / page_rows;
+    std::vector<int64_t> table(3 * width, -1);
+    std::vector<double> k_pages(pages * page_rows * H * dqk), v_pages(pages * page_rows * H * dv),
+        t_pages(pages * page_rows);
+    for (int64_t b = 0, next = pages - 1; b < 3; ++b) {
+      for (int64_t key = 0; key < batch.length[b]; ++key) {
+        if (key % page_rows == 0) table[b * width + key / page_rows] = next--;
+        const int64_t slot = table[b * width + key / page_rows] * page_rows + key % page_rows;
+        const int64_t row = batch.row_begin[b] + key;
+        std::copy_n(k.begin() + row * H * dqk, H * dqk, k_pages.begin() + slot * H * dqk);
+        std::copy_n(v.begin() + row * H * dv, H * dv, v_pages.begin() + slot * H * dv);
+        t_pages[slot] = batch.key_time[row];
+      }
+    }
+    Sequences paged = delta;
+    paged.keys = KeyRows{nullptr, batch.length.data(), table.data(), width, page_rows};
+    BiasSource<double> paged_bias = delta_bias;
+    if (c.relative_bias) paged_bias.key_time = t_pages.data();
+    const HstuTensors<double> in_pages{
+        {q_new.data(), H * dqk}, {k_pages.data(), H * dqk}, {v_pages.data(), H * dv}};
+    std::vector<double> from_pages(got.size(), 0.0);
+    hstu_forward(Fp32Precision<double>(paged, shape, in_pages, false), mask, {paged_bias}, 2,
+                 layout, from_pages.data());
+    expect_near_all(from_pages, got, 1e-12, "paged delta out");
+  };
+  // The last 1, 5 (all) and 67 (or 16: few queries, kFewQueries, read K in place) positions of
+  // the three sequences, packed in rows of their own, with their query times.
+  for (const std::vector<int64_t>& q_length :
+       {std::vector<int64_t>{1, 5, 67}, std::vector<int64_t>{1, 5, kFewQueries}}) {
+    expect_delta_matches(q_length);
   }
-  Sequences paged = delta;
-  paged.keys = KeyRows{nullptr, batch.length.data(), table.data(), width, page_rows};
-  BiasSource<double> paged_bias = delta_bias;
-  if (c.relative_bias) paged_bias.key_time = t_pages.data();
-  const HstuTensors<double> in_pages{
-      {q_new.data(), H * dqk}, {k_pages.data(), H * dqk}, {v_pages.data(), H * dv}};
-  std::vector<double> from_pages(got.size(), 0.0);
-  hstu_forward(Fp32Precision<double>(paged, shape, in_pages, false), mask, {paged_bias}, 2, layout,
-               from_pages.data());
-  expect_near_all(from_pages, got, 0.0, "paged delta out");
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, HstuKernel,

@@ -32,16 +32,16 @@ void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src
 template <typename T>
 class KeyValueTransposes {
  public:
-  // v.data null: K^T only.
+  // v.data null: no V^T; with_k_t false: no K^T.
   KeyValueTransposes(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
-                     const Rows<T>& k, const Rows<T>& v)
+                     const Rows<T>& k, const Rows<T>& v, bool with_k_t = true)
       : heads_(heads),
         dqk_(dqk),
         dv_(dv),
         max_len_(seqs.max_len),
-        k_t_(new T[seqs.count * heads * dqk * max_len_]),
+        k_t_(with_k_t ? new T[seqs.count * heads * dqk * max_len_] : nullptr),
         v_t_(v.data != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
-    transpose_sequences(seqs, heads * dqk, k, k_t_.get());
+    if (with_k_t) transpose_sequences(seqs, heads * dqk, k, k_t_.get());
     if (v.data != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
   }
 
@@ -54,6 +54,7 @@ class KeyValueTransposes {
     return v_t_.get() + ((b * heads_ + h) * dv_) * max_len_ + key0;
   }
   int64_t ld() const { return max_len_; }
+  bool has_k_t() const { return k_t_ != nullptr; }
 
  private:
   int64_t heads_, dqk_, dv_, max_len_;

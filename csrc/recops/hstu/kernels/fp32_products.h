@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "recops/attention/kernels/tile_variants.h"
 #include "recops/common/blas.h"
@@ -22,15 +23,40 @@ void scale_rows(T* x, int64_t rows, int64_t cols, int64_t ld, T alpha) {
   }
 }
 
-// The fp32 precision policy: operands laid out once per call (K^T; V^T for backward), tiles of
-// rows_pad = rows query rows and `keys` keys (no padding), products on gemm_nn straight from the
-// inputs' rows, the SiLU pass in place on the fp32 score tile.
+// A forward whose sequences have at most this many query rows each (a serving step's new rows)
+// reads K where it lies: a product of so few rows streams K once, and laying out K^T first would
+// write and read a whole copy of it on top.
+constexpr int64_t kFewQueries = 16;
+
+inline bool few_queries(const Sequences& seqs) {
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    if (seqs.q_length[b] > kFewQueries) return false;
+  }
+  return true;
+}
+
+// The forward's per-thread scratch: the tiles, and for blocks of few queries (kFewQueries) their
+// Q^T [Dqk, rows] and S^T [keys, rows].
+template <typename T>
+struct Fp32ForwardScratch : TileArena<T> {
+  Fp32ForwardScratch(int tiles, int64_t max_len, bool with_buckets, int64_t slot, int64_t dqk,
+                     bool few)
+      : TileArena<T>(tiles, max_len, with_buckets, slot),
+        q_t(few ? kFewQueries * dqk : 0),
+        s_t(few ? kFewQueries * max_len : 0) {}
+  std::vector<T> q_t, s_t;
+};
+
+// The fp32 precision policy: operands laid out once per call (K^T unless every sequence has few
+// queries; V^T for backward), tiles of rows_pad = rows query rows and `keys` keys (no padding),
+// products on gemm_nn straight from the inputs' rows, the SiLU pass in place on the fp32 score
+// tile.
 template <typename T>
 class Fp32Precision {
  public:
   using Element = T;  // of q, k, v, the output and its gradient
   using Compute = T;  // of the tiles and the gradients
-  using Scratch = TileArena<T>;
+  using Scratch = Fp32ForwardScratch<T>;
   using BackwardScratch = kernels::BackwardScratch<TileArena<T>, KeyGradients<T>>;
   using Weights = const T*;  // a tile of weights for weighted_values
 
@@ -39,17 +65,18 @@ class Fp32Precision {
       : seqs_(seqs),
         shape_(shape),
         in_(in),
-        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{}),
+        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{},
+            backward || !few_queries(seqs)),
         passes_(tile_ops<T>()) {}
 
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, seqs_.max_len, with_buckets, slot);
+    return Scratch(tiles, seqs_.max_len, with_buckets, slot, shape_.dqk, !kv_.has_k_t());
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
-    return {scratch(tiles, with_buckets, slot),
+    return {TileArena<T>(tiles, seqs_.max_len, with_buckets, slot),
             KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.max_len, 1)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
@@ -57,8 +84,8 @@ class Fp32Precision {
   bool forward_mask_tile(const MaskSource<T>&) const { return true; }
   void begin_forward_block(Scratch&, const MaskSource<T>&, const PaddedBlock&) const {}
   // The weights of a tile are the fp32 tile itself.
-  void round_weights(Scratch&, const PaddedBlock&, int, int, bool) const {}
-  Weights weights(Scratch& t, int tile, int) const { return t.tile(tile); }
+  void round_weights(TileArena<T>&, const PaddedBlock&, int, int, bool) const {}
+  Weights weights(TileArena<T>& t, int tile, int) const { return t.tile(tile); }
 
   // out rows (row stride ld_out) = W V for head h of the block, run by run of key rows.
   void weighted_values(Scratch&, const PaddedBlock& pb, int64_t h, Weights w, T* out,
@@ -75,8 +102,12 @@ class Fp32Precision {
   void silu_head_forward(Scratch& t, const MaskSource<T>&, const PaddedBlock& pb, int64_t h,
                          const T* bias, const T* mask, T* s, T* out, int64_t ld_out) const {
     const Block& blk = pb.blk;
-    gemm_nn(blk.rows, blk.keys, shape_.dqk, in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride,
-            kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s, blk.keys, false);
+    if (kv_.has_k_t()) {
+      gemm_nn(blk.rows, blk.keys, shape_.dqk, in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride,
+              kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s, blk.keys, false);
+    } else {
+      scores_from_key_rows(t, blk, h, s);
+    }
     passes_.silu_scores(s, bias, mask, blk.rows * blk.keys, shape_.alpha, shape_.silu_scale);
     weighted_values(t, pb, h, s, out, ld_out);
   }
@@ -127,6 +158,18 @@ class Fp32Precision {
 
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
+
+  // s = Q K^T of a block of few queries (kFewQueries), reading K's rows in place: S^T = K Q^T run
+  // by run of key rows, then transposed.
+  void scores_from_key_rows(Scratch& t, const Block& blk, int64_t h, T* s) const {
+    const int64_t dqk = shape_.dqk, rows = blk.rows;
+    transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, t.q_t.data(), rows);
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      gemm_nn(n, rows, dqk, in_.k.at(row, h, dqk), in_.k.stride, t.q_t.data(), rows,
+              t.s_t.data() + (key - blk.key0) * rows, rows, false);
+    });
+    transpose(blk.keys, rows, t.s_t.data(), rows, s, blk.keys);
+  }
 
   const Sequences& seqs_;
   HstuShape<T> shape_;
