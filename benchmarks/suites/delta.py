@@ -21,21 +21,11 @@ import torch.nn.functional as F
 from harness import check_matches, measure_case
 
 import recops
+from suites.hstu import valid_causal_mask
 
 BATCH, HISTORY, HEADS, HEAD_DIM = 16, 2048, 2, 64
 DELTAS = [1, 4, 16, 32, 128]
 ALPHA = 1.0
-
-
-def valid_attn_mask(n):
-    """[1, N, N] bool, as `_get_valid_attn_mask` builds it for the causal mask without targets,
-    context or window (the ids and their distances, the identity, `dist > 0`)."""
-    ids = torch.arange(0, n).view(1, n)
-    row_ids = ids.view(n, 1).expand(n, n)
-    col_ids = row_ids.t()
-    row_col_dist = row_ids.view(1, n, n) - col_ids.view(1, n, n)
-    eye = torch.eye(n, dtype=torch.bool).view(1, n, n)
-    return torch.logical_or(eye, row_col_dist > 0)
 
 
 def padded_heads(t, offsets, n, batch):
@@ -56,7 +46,7 @@ def reference(max_seq_len, alpha, delta_q, k, v, seq_offsets):
     scores = torch.einsum("bhxa,bhya->bhxy", dq, full_k) * alpha
     scores = F.silu(scores) / max_seq_len
     lengths = seq_offsets[1:] - seq_offsets[:-1]
-    full_mask = valid_attn_mask(max_seq_len)
+    full_mask = valid_causal_mask(max_seq_len)  # _get_valid_attn_mask's causal mask
     positions = torch.arange(max_seq_len).view(1, -1)
     rows_of_delta = torch.logical_and(
         positions >= (lengths - delta).view(-1, 1), positions < lengths.view(-1, 1)

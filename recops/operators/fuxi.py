@@ -13,7 +13,7 @@ from recops.operators.hstu import (
     SequenceLayout,
     attention_backward,
     contiguous_like,
-    equal_deltas,
+    delta_step,
     save_attention_inputs,
     split_mask,
 )
@@ -121,19 +121,6 @@ def delta_fuxi_attention(
     ``delta_offsets`` is given; jagged keys with ``seq_offsets`` or pages with ``page_table`` and
     ``seq_lengths``), with :func:`recops.fuxi_attention`'s channels and layouts. ``options`` go to
     ``torch.ops.recops.fuxi_delta_attention`` by name."""
-    if delta_offsets is None:
-        batch = (
-            seq_offsets.shape[0] - 1 if seq_offsets is not None else options["page_table"].shape[0]
-        )
-        delta_offsets = equal_deltas(batch, delta_q.shape[0])
-    return ops.fuxi_delta_attention(
-        delta_q,
-        k,
-        v,
-        delta_offsets,
-        seq_offsets,
-        options.pop("page_table", None),
-        options.pop("seq_lengths", None),
-        max_seq_len,
-        **options,
+    return delta_step(
+        ops.fuxi_delta_attention, max_seq_len, delta_q, k, v, seq_offsets, delta_offsets, options
     )

@@ -145,15 +145,25 @@ def hstu_attention(
     return layout.restore(out)
 
 
-def equal_deltas(num_sequences: int, rows: int) -> torch.Tensor:
-    """``delta_offsets`` of ``rows`` new rows split equally among ``num_sequences`` sequences
-    (generative-recommenders' delta layout); raises when they do not split equally."""
-    if num_sequences < 1 or rows % num_sequences != 0:
-        raise ValueError(
-            f"delta_q's {rows} rows must split equally among the B = {num_sequences} sequences "
-            "of seq_offsets (or pass delta_offsets)"
-        )
-    return torch.arange(num_sequences + 1, dtype=torch.int64) * (rows // num_sequences)
+def delta_step(op, max_seq_len, delta_q, k, v, seq_offsets, delta_offsets, options):
+    """``op`` (a delta attention op) on new rows ``delta_q`` of sequences whose keys are jagged
+    rows (``seq_offsets``) or pages (``page_table`` and ``seq_lengths`` in ``options``); without
+    ``delta_offsets`` the rows split equally among the sequences (generative-recommenders' delta
+    layout), or raise."""
+    page_table = options.pop("page_table", None)
+    if delta_offsets is None:
+        batch = seq_offsets.shape[0] - 1 if seq_offsets is not None else page_table.shape[0]
+        rows = delta_q.shape[0]
+        if batch < 1 or rows % batch != 0:
+            raise ValueError(
+                f"delta_q's {rows} rows must split equally among the B = {batch} sequences "
+                "(or pass delta_offsets)"
+            )
+        delta_offsets = torch.arange(batch + 1, dtype=torch.int64) * (rows // batch)
+    seq_lengths = options.pop("seq_lengths", None)
+    return op(
+        delta_q, k, v, delta_offsets, seq_offsets, page_table, seq_lengths, max_seq_len, **options
+    )
 
 
 def delta_hstu_mha(
@@ -185,22 +195,12 @@ def delta_hstu_mha(
     ``k, v [pages, page_rows, H, D]`` with ``page_table [B, max_pages]`` and ``seq_lengths [B]``
     (pass ``seq_offsets=None``).
     """
-    batch = (seq_offsets if seq_offsets is not None else options["page_table"]).shape[0]
-    batch -= seq_offsets is not None  # offsets have B + 1 entries, a page table B rows
-    if delta_offsets is None:
-        delta_offsets = equal_deltas(batch, delta_q.shape[0])
-    return ops.hstu_delta_attention(
-        delta_q,
-        k,
-        v,
-        delta_offsets,
-        seq_offsets,
-        options.pop("page_table", None),
-        options.pop("seq_lengths", None),
-        max_seq_len,
+    options.update(
         alpha=alpha,
         num_targets=num_targets,
         max_attn_len=max_attn_len,
         contextual_seq_len=contextual_seq_len,
-        **options,
+    )
+    return delta_step(
+        ops.hstu_delta_attention, max_seq_len, delta_q, k, v, seq_offsets, delta_offsets, options
     )
