@@ -211,3 +211,31 @@ def test_quantized_item_table(bits, dim):
     torch.testing.assert_close(got, want, rtol=0, atol=0.02 if bits == 8 else 0.3)
     with pytest.raises(ValueError, match="item_table must be one of"):
         CachedRecommender(model, cache_bytes=1 << 20, item_table="int3")
+
+
+@pytest.mark.parametrize("name", ["hstu", "fuxi"])
+def test_long_histories_observed_in_pieces_equal_the_recompute(name):
+    """Hundreds of events, observed in pieces of uneven sizes (pages of 16 rows filled across
+    requests), then asked for: the recompute's top-k and scores."""
+    torch.manual_seed(0)
+    config = ModelConfig(
+        model=name, num_items=500, max_seq_len=640, dim=16, num_layers=2, num_heads=2,
+        attention_dim=8, linear_dim=8, ffn_hidden_dim=16, dropout=0.0, num_buckets=32,
+    )  # fmt: skip
+    model = SequentialRecommender(config).eval()
+    served = CachedRecommender(model, cache_bytes=1 << 22, page_rows=16)
+    gen = torch.Generator().manual_seed(8)
+    items = torch.randint(1, 501, (600,), generator=gen)
+    times = torch.cumsum(torch.randint(0, 10_000, (600,), generator=gen), 0)
+    start = 0
+    for size in (1, 250, 37, 16, 200, 95):
+        served.observe([3], [(items[start : start + size], times[start : start + size])])
+        start += size
+    assert served.cache.cached_rows(3) == start - 1
+    request = [int(times[start - 1]) + 77]
+    got_items, got_scores = served.recommend([3], 10, request_times=request)
+    want_items, want_scores = recommend(
+        model, [(items[:start], times[:start])], 10, request_times=request
+    )
+    assert torch.equal(got_items, want_items)
+    torch.testing.assert_close(got_scores, want_scores, rtol=1e-5, atol=1e-6)
