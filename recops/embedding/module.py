@@ -19,6 +19,7 @@ from recops.embedding.config import (
     writeback_settings,
 )
 from recops.embedding.counter import COUNTER_MODES, CounterWeightDecayMode, counter_settings
+from recops.embedding.ops import index_as
 from recops.embedding.optimizers import OPTIMIZERS, WITH_COUNTER, OptimType
 from recops.embedding.writeback import writeback_hook
 
@@ -414,12 +415,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         embedding_table_index_type, offsets to the indices' dtype. Narrowing to int32 is checked
         (an index of 2^32 raises IndexError instead of becoming row 0); other dtypes are left to
         the ops to reject."""
-        if self.embedding_table_index_type == torch.int32 and indices.dtype == torch.int64:
-            indices = ops.index_to_int32(indices, "indices")
-        if offsets.dtype == torch.int64 and indices.dtype == torch.int32:
-            offsets = ops.index_to_int32(offsets, "offsets")
-        elif offsets.dtype == torch.int32 and indices.dtype == torch.int64:
-            offsets = offsets.long()
+        if self.embedding_table_index_type == torch.int32:
+            indices = index_as(indices, torch.int32, "indices")
+        offsets = index_as(offsets, indices.dtype, "offsets")
         return indices.contiguous(), offsets.contiguous()
 
     # ----------------------------------------------------------------------- FBGEMM accessors
