@@ -5,7 +5,14 @@ against fbgemm-gpu-cpu's module holding the same bytes (skipped when FBGEMM is h
 import pytest
 import torch
 from accuracy import assert_close
-from test_int_nbit_lookup import decode_rows, fp8_values, lookup_reference, random_batch
+from test_int_nbit_lookup import (
+    MIXED,
+    SAME_DIM,
+    decode_rows,
+    fp8_values,
+    lookup_reference,
+    random_batch,
+)
 
 import recops
 from recops import BoundsCheckMode, EmbeddingLocation, PoolingMode, SparseType
@@ -29,16 +36,10 @@ OUTPUTS = {
 }
 FP8_FORMAT = (4, 7)  # FBGEMM's default exponent bits and bias
 
-# (rows, dim, type) per table: every type, mixed dims; and one dim for PoolingMode.NONE.
-MIXED = [(13, 8, INT4), (7, 16, INT8), (5, 4, FP16), (9, 12, FP32), (6, 8, INT2), (11, 20, FP8)]
-SAME_DIM = [
-    (13, 16, INT4),
-    (7, 16, INT8),
-    (5, 16, FP16),
-    (9, 16, FP32),
-    (6, 16, INT2),
-    (4, 16, FP8),
-]
+# (rows, dim, type) per table: test_int_nbit_lookup.py's tables (every type, mixed dims; one dim
+# for PoolingMode.NONE) with recops' SparseType members.
+MIXED, SAME_DIM = ([(r, d, SparseType(ty)) for r, d, ty in tables] for tables in (MIXED, SAME_DIM))
+POOLINGS = [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE]
 # Features 0 and 3 share table 1, feature 2 and 5 table 0: every table is read by some feature.
 SHARED_MAP = [1, 2, 0, 1, 3, 0, 4, 5]
 
@@ -98,6 +99,11 @@ def reference(module, indices, offsets, per_sample_weights=None):
     return lookup_reference(values, dtype=torch.float64)
 
 
+def tables_for(pooling_mode):
+    """Every row type; one dim for PoolingMode.NONE."""
+    return SAME_DIM if pooling_mode == PoolingMode.NONE else MIXED
+
+
 def feature_batch(tables, feature_table_map, B, gen, **kwargs):
     return random_batch([tables[t] for t in feature_table_map], B, gen, **kwargs)
 
@@ -117,13 +123,13 @@ def test_assigned_rows_are_stored_in_fbgemm_layout():
         assert not table[:, used:].any()
 
 
-@pytest.mark.parametrize("pooling_mode", [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE])
+@pytest.mark.parametrize("pooling_mode", POOLINGS)
 @pytest.mark.parametrize("output_dtype", list(OUTPUTS))
 @pytest.mark.parametrize("weighted", [False, True])
 def test_matches_dequantized_reference(pooling_mode, output_dtype, weighted):
     """Every row type in one module, shared tables, empty bags and pruned (-1) indices."""
     gen = torch.Generator().manual_seed(1)
-    tables = SAME_DIM if pooling_mode == PoolingMode.NONE else MIXED
+    tables = tables_for(pooling_mode)
     module, _ = filled_module(
         tables,
         gen,
@@ -375,13 +381,13 @@ def assert_same_output(fbgemm, ours, indices, offsets, weights=None):
     assert_close(out, expected)
 
 
-@pytest.mark.parametrize("pooling_mode", [PoolingMode.SUM, PoolingMode.MEAN, PoolingMode.NONE])
+@pytest.mark.parametrize("pooling_mode", POOLINGS)
 @pytest.mark.parametrize("output_dtype", list(OUTPUTS))
 @pytest.mark.parametrize("row_alignment", [None, 16])
 def test_matches_fbgemm(fbgemm_ops, pooling_mode, output_dtype, row_alignment):
     """Every row type, shared tables, weighted and unweighted, empty bags, int32 and int64."""
     gen = torch.Generator().manual_seed(8)
-    tables = SAME_DIM if pooling_mode == PoolingMode.NONE else MIXED
+    tables = tables_for(pooling_mode)
     fbgemm, ours = fbgemm_pair(
         tables,
         gen,

@@ -116,10 +116,10 @@ def _as_member(cls, value):
         return None
 
 
-# FBGEMM constructor arguments about its cache, UVM placement, prefetching and reporting: on the
-# host, where every table lives in weights_host, FBGEMM's CPU module ignores them, and so does
-# recops. max_norm too: FBGEMM's CPU kernels never renormalise rows.
-IGNORED_ARGS = frozenset(
+# The arguments of FBGEMM's modules (training and inference) about its GPU cache and UVM
+# placement: on the host, where every table lives in weights_host, FBGEMM's CPU modules ignore
+# them, and so does recops.
+CACHE_ARGS = frozenset(
     {
         "cache_algorithm",
         "cache_load_factor",
@@ -128,13 +128,19 @@ IGNORED_ARGS = frozenset(
         "enforce_hbm",
         "record_cache_metrics",
         "gather_uvm_cache_stats",
+        "uvm_host_mapped",
+    }
+)
+# The training module ignores those, its optimizer state's UVM placement, prefetching and
+# reporting, and max_norm (FBGEMM's CPU kernels never renormalise rows).
+IGNORED_ARGS = CACHE_ARGS | frozenset(
+    {
         "max_norm",
         "uvm_non_rowwise_momentum",
         "use_experimental_tbe",
         "prefetch_pipeline",
         "multipass_prefetch_config",
         "stats_reporter_config",
-        "uvm_host_mapped",
     }
 )
 # FBGEMM's configuration objects for features recops does not implement: None, or an object whose

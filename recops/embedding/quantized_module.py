@@ -8,6 +8,7 @@ from torch import nn
 
 from recops.embedding import layout
 from recops.embedding.config import (
+    CACHE_ARGS,
     FLOAT_OUTPUT_DTYPES,
     BoundsCheckMode,
     EmbeddingLocation,
@@ -28,21 +29,8 @@ ops = torch.ops.recops
 
 OWNER = "recops.IntNBitTableBatchedEmbeddingBagsCodegen"
 
-# FBGEMM's arguments about its GPU cache and UVM placement: on the host, where every table lives in
-# weights_host, FBGEMM's CPU module ignores them, and so does recops.
-IGNORED_ARGS = frozenset(
-    {
-        "cache_algorithm",
-        "cache_load_factor",
-        "cache_sets",
-        "cache_reserved_memory",
-        "enforce_hbm",
-        "record_cache_metrics",
-        "gather_uvm_cache_stats",
-        "cache_assoc",
-        "uvm_host_mapped",
-    }
-)
+# FBGEMM's cache and UVM arguments (and the cache's associativity), which its CPU module ignores.
+IGNORED_ARGS = CACHE_ARGS | {"cache_assoc"}
 # The row types the lookup reads (FBGEMM's inference module has no BF16 rows either), each with the
 # module attribute (and lookup argument) holding its largest dim.
 MAX_D_ATTRS = {
