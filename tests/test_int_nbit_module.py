@@ -489,3 +489,16 @@ def test_non_contiguous_inputs():
     spread_weights = torch.stack([weights, weights], 1)[:, 1]
     assert not spread.is_contiguous() and not spread_weights.is_contiguous()
     assert_close(module(spread, offsets, spread_weights), expected)
+
+
+def test_torch_export():
+    """torch.export traces the module (its ops have fake kernels): the exported program's graph
+    calls recops' bounds check and lookup and gives the module's output."""
+    gen = torch.Generator().manual_seed(16)
+    module, _ = filled_module(MIXED[:3], gen, output_dtype=SparseType.FP32)
+    indices, offsets = random_batch(MIXED[:3], 2, gen, pruned=0.0)
+    program = torch.export.export(module, (indices, offsets))
+    code = program.graph_module.code
+    assert "recops.int_nbit_split_embedding_codegen_lookup_function" in code
+    assert "recops.bounds_check_indices" in code
+    torch.testing.assert_close(program.module()(indices, offsets), module(indices, offsets))
