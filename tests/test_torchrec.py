@@ -333,3 +333,26 @@ def test_quantized_ebc_runs_on_recops_and_matches_fbgemm(dtype, per_table, outpu
     for a, e in zip(actual, expected, strict=True):
         assert a.dtype == e.dtype == output_dtype and a.shape == e.shape
         torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_recops_quantized_module_stands_in_for_fbgemms():
+    """recops.IntNBitTableBatchedEmbeddingBagsCodegen built from the arguments of the FBGEMM
+    modules torchrec's quantized EBC holds, with their bytes, gives the same collection output when
+    put in their place (torchrec calls it as it calls FBGEMM's)."""
+    per_table = {"t0": torch.quint4x2, "t1": torch.float16, "t2": torch.quint2x4}
+    module = _quantized_ebc(torch.qint8, torch.float16, per_table)
+    batches = list(_quant_batches(2))
+    expected = [module(kjt).values() for kjt in batches]
+    for i, fbgemm in enumerate(module._emb_modules):
+        ours = recops.IntNBitTableBatchedEmbeddingBagsCodegen(
+            fbgemm.embedding_specs,
+            feature_table_map=fbgemm.feature_table_map,
+            pooling_mode=fbgemm.pooling_mode,
+            output_dtype=fbgemm.output_dtype,
+            row_alignment=fbgemm.row_alignment,
+        )
+        ours.initialize_weights()
+        ours.weights_host.copy_(fbgemm.weights_host)
+        module._emb_modules[i] = ours
+    for kjt, e in zip(batches, expected, strict=True):
+        torch.testing.assert_close(module(kjt).values(), e, rtol=0, atol=0)
