@@ -502,3 +502,62 @@ def test_torch_export():
     assert "recops.int_nbit_split_embedding_codegen_lookup_function" in code
     assert "recops.bounds_check_indices" in code
     torch.testing.assert_close(program.module()(indices, offsets), module(indices, offsets))
+
+
+def inplace_update(tables, gen):
+    """Updates of rows of tables 2 and 0 (whole stored rows, random bytes)."""
+    updates = ([], [], [])
+    for t, rows in ((2, [4, 0]), (0, [7])):
+        _, dim, ty = tables[t]
+        updates[0].append(t)
+        updates[1].append(rows)
+        updates[2].append(
+            torch.randint(
+                0, 256, (len(rows), row_bytes(dim, ty, 1)), generator=gen, dtype=torch.uint8
+            )
+        )
+    return updates
+
+
+def test_embedding_inplace_update_writes_whole_rows():
+    gen = torch.Generator().manual_seed(17)
+    module, _ = filled_module(MIXED, gen)
+    before = [w.clone() for w, _ in module.split_embedding_weights(split_scale_shifts=False)]
+    tables, rows, weights = inplace_update(MIXED, gen)
+    module.embedding_inplace_update(tables, rows, weights)
+    after = [w for w, _ in module.split_embedding_weights(split_scale_shifts=False)]
+    for t, (old, new) in enumerate(zip(before, after, strict=True)):
+        for i, (table, table_rows) in enumerate(zip(tables, rows, strict=True)):
+            if table == t:
+                assert torch.equal(new[table_rows], weights[i])
+                old[table_rows] = weights[i]
+        assert torch.equal(new, old)
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda u: (u[0][:1], u[1], u[2]), ValueError, "one entry per update"),
+        (lambda u: ([6, 0], u[1], u[2]), ValueError, r"update_table_indices\[0\]"),
+        (lambda u: (u[0], [[4, 5], [7]], u[2]), IndexError, r"update_row_indices\[0\]"),
+        (lambda u: (u[0], [[4, 0], [-1]], u[2]), IndexError, r"update_row_indices\[1\]"),
+        (lambda u: (u[0], u[1], [u[2][0], u[2][1].int()]), ValueError, r"update_weights\[1\]"),
+        (lambda u: (u[0], u[1], [u[2][0][:, 1:], u[2][1]]), ValueError, r"update_weights\[0\]"),
+    ],
+)
+def test_bad_inplace_update_names_the_argument_and_writes_nothing(change, error, message):
+    gen = torch.Generator().manual_seed(18)
+    module, _ = filled_module(MIXED, gen)
+    before = module.weights_host.clone()
+    with pytest.raises(error, match=message):
+        module.embedding_inplace_update(*change(inplace_update(MIXED, gen)))
+    assert torch.equal(module.weights_host, before)
+
+
+def test_embedding_inplace_update_matches_fbgemm(fbgemm_ops):
+    gen = torch.Generator().manual_seed(19)
+    fbgemm, ours = fbgemm_pair(MIXED, gen)
+    updates = inplace_update(MIXED, gen)
+    fbgemm.embedding_inplace_update(*updates)
+    ours.embedding_inplace_update(*updates)
+    assert torch.equal(ours.weights_host, fbgemm.weights_host)

@@ -367,6 +367,44 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 if source is not None:
                     target.copy_(source)
 
+    @torch.no_grad()
+    def embedding_inplace_update(
+        self, update_table_indices, update_row_indices, update_weights
+    ) -> None:
+        """Overwrites whole stored rows: rows ``update_row_indices[i]`` of table
+        ``update_table_indices[i]`` become the rows of ``update_weights[i]``, uint8
+        ``[len(rows), row bytes]`` laid out as ``split_embedding_weights(split_scale_shifts=False)``
+        gives them (padding included). Every update is checked before any row is written."""
+        tables = self.split_embedding_weights(split_scale_shifts=False)
+        updates = (list(update_table_indices), list(update_row_indices), list(update_weights))
+        if len({len(u) for u in updates}) != 1:
+            raise ValueError(
+                "update_table_indices, update_row_indices and update_weights must have one entry "
+                f"per update, got {[len(u) for u in updates]}"
+            )
+        checked = []
+        for i, (t, rows, weights) in enumerate(zip(*updates, strict=True)):
+            if not 0 <= t < len(tables):
+                raise ValueError(f"update_table_indices[{i}] = {t} is not a table index")
+            target = tables[t][0]
+            rows = torch.as_tensor(rows, dtype=torch.int64)
+            if rows.dim() != 1 or (
+                rows.numel() and not 0 <= rows.min() <= rows.max() < target.shape[0]
+            ):
+                raise IndexError(
+                    f"update_row_indices[{i}] must list rows of table {t}, in [0, "
+                    f"{target.shape[0]})"
+                )
+            shape = (rows.numel(), target.shape[1])
+            if weights.dtype != torch.uint8 or tuple(weights.shape) != shape:
+                raise ValueError(
+                    f"update_weights[{i}] must be uint8 {list(shape)} (whole rows of table {t}), "
+                    f"got {weights.dtype} {list(weights.shape)}"
+                )
+            checked.append((target, rows, weights))
+        for target, rows, weights in checked:
+            target.index_copy_(0, rows, weights)
+
     def _require_initialized(self, what):
         if not self.weight_initialized:
             raise RuntimeError(f"{OWNER}.{what}: the weights are not initialized")
