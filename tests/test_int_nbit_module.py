@@ -561,3 +561,15 @@ def test_embedding_inplace_update_matches_fbgemm(fbgemm_ops):
     fbgemm.embedding_inplace_update(*updates)
     ours.embedding_inplace_update(*updates)
     assert torch.equal(ours.weights_host, fbgemm.weights_host)
+
+
+@pytest.mark.parametrize("cacheline_alignment", [True, False])
+def test_empty_table_and_unaligned_tables_match_fbgemm(fbgemm_ops, cacheline_alignment):
+    gen = torch.Generator().manual_seed(20)
+    tables = [(3, 8, INT8), (0, 8, INT4), (5, 4, FP16)]
+    fbgemm, ours = fbgemm_pair(
+        tables, gen, cacheline_alignment=cacheline_alignment, output_dtype=SparseType.FP32
+    )
+    indices = torch.tensor([2, 0, 1, 4, 4], dtype=torch.int32)
+    offsets = torch.tensor([0, 2, 3, 3, 3, 4, 5], dtype=torch.int32)  # table 1's bags are empty
+    assert_same_output(fbgemm, ours, indices, offsets)
