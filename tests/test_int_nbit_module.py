@@ -573,3 +573,14 @@ def test_empty_table_and_unaligned_tables_match_fbgemm(fbgemm_ops, cacheline_ali
     indices = torch.tensor([2, 0, 1, 4, 4], dtype=torch.int32)
     offsets = torch.tensor([0, 2, 3, 3, 3, 4, 5], dtype=torch.int32)  # table 1's bags are empty
     assert_same_output(fbgemm, ours, indices, offsets)
+
+
+@pytest.mark.parametrize("use_array", [True, False])
+def test_remapping_int32_cannot_hold_raises_and_changes_nothing(use_array):
+    module = Module(specs_of(MIXED[:1]))
+    with pytest.raises(IndexError, match="index_remapping"):
+        module.set_index_remappings(
+            [torch.tensor([0, 2**40, -1])], use_array_for_index_remapping=use_array
+        )
+    for name in ("index_remappings_array", "index_remapping_hash_table", "original_rows_per_table"):
+        assert getattr(module, name).numel() == 0

@@ -417,16 +417,15 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(nn.Module):
         mappings = self._checked_remappings(index_remapping)
         original_rows = [rows[t] if m is None else m.numel() for t, m in enumerate(mappings)]
         sizes = [0 if m is None else m.numel() for m in mappings]
+        given = [m.long() for m in mappings if m is not None]
+        remappings = torch.cat(given) if given else torch.empty(0, dtype=torch.int64)
+        # Checked first: a mapping int32 indices_dtype cannot hold raises and changes nothing.
+        remappings = index_as(remappings, self.indices_dtype, "index_remapping")
+        self.index_remappings_array = remappings
         self.index_remappings_array_offsets = torch.tensor(
             layout.running_offsets(sizes), dtype=torch.int64
         )
         self._set_original_rows(original_rows)
-        given = [m for m in mappings if m is not None]
-        self.index_remappings_array = (
-            torch.cat(given).to(self.indices_dtype)
-            if given
-            else torch.empty(0, dtype=self.indices_dtype)
-        )
 
     def set_index_remappings(
         self,
@@ -455,7 +454,6 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(nn.Module):
             torch.arange(r) if m is None else m.long() for m, r in zip(mappings, rows, strict=True)
         ]
         original_rows = [d.numel() for d in dense]
-        self._set_original_rows(original_rows)
         hash_table = torch.full((sum(capacities), 2), -1, dtype=self.indices_dtype)
         hash_offsets = torch.tensor(layout.running_offsets(capacities), dtype=torch.int64)
         # Every original row of each table is inserted (one bag per table) with its dense row,
@@ -472,6 +470,7 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(nn.Module):
         )
         self.index_remapping_hash_table = hash_table
         self.index_remapping_hash_table_offsets = hash_offsets
+        self._set_original_rows(original_rows)
 
     def _checked_remappings(self, index_remapping):
         """``index_remapping`` as a list of one 1-D integer tensor or None per table."""
