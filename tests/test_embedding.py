@@ -1021,7 +1021,10 @@ def test_enums_have_fbgemm_names_and_values():
         ("FP32", 0),
         ("FP16", 1),
         ("INT8", 2),
+        ("INT4", 3),
+        ("INT2", 4),
         ("BF16", 5),
+        ("FP8", 6),
     ]
     assert [(m.name, m.value) for m in OptimType] == [
         ("EXACT_SGD", "exact_sgd"),
@@ -1268,6 +1271,9 @@ class NonDefaultConfig:
         (dict(optimizer="lars_sgd"), "optimizer"),
         (dict(cache_precision=SparseType.FP16), "cache_precision"),
         (dict(output_dtype=SparseType.INT8), "output_dtype"),
+        (dict(output_dtype=SparseType.FP8), "output_dtype"),
+        (dict(weights_precision=SparseType.INT4), "weights_precision"),
+        (dict(weights_precision=SparseType.FP8), "weights_precision"),
         (dict(optimizer_state_dtypes={"momentum1": SparseType.FP16}), "optimizer_state_dtypes"),
         (
             dict(optimizer=OptimType.EXACT_ADAGRAD, uvm_non_rowwise_momentum=True),

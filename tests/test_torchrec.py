@@ -252,3 +252,107 @@ def test_kjt_and_keyed_tensor_ops_match_fbgemm():
         actual = run()
     for a, e in zip(actual, expected, strict=True):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- quantized inference
+QUANT_LOOKUP_OPS = ("bounds_check_indices", "int_nbit_split_embedding_codegen_lookup_function")
+
+
+def _quantized_ebc(dtype, output_dtype, per_table_weight_dtype=None):
+    """torchrec's quantized EmbeddingBagCollection (FBGEMM's IntNBitTableBatchedEmbeddingBagsCodegen
+    inside: one per pooling type) of TABLES plus a MEAN-pooled table."""
+    from torchrec.inference.modules import quantize_embeddings
+
+    torch.manual_seed(0)
+    configs = [
+        *_configs(),
+        torchrec.EmbeddingBagConfig(
+            name="t2",
+            num_embeddings=30,
+            embedding_dim=16,
+            feature_names=["f3"],
+            pooling=torchrec.PoolingType.MEAN,
+        ),
+    ]
+    ebc = torchrec.EmbeddingBagCollection(tables=configs)
+    return quantize_embeddings(
+        torch.nn.Sequential(ebc),
+        dtype=dtype,
+        inplace=False,
+        output_dtype=output_dtype,
+        per_table_weight_dtype=per_table_weight_dtype,
+    )[0]
+
+
+def _quant_batches(steps):
+    """_batches' KJTs with a fourth feature f3 (table t2)."""
+    g = torch.Generator().manual_seed(1)
+    for kjt in _batches(steps):
+        lengths = torch.randint(0, 4, (kjt.stride(),), generator=g)
+        values = torch.randint(0, 30, (int(lengths.sum()),), generator=g)
+        yield KeyedJaggedTensor.from_lengths_sync(
+            keys=[*kjt.keys(), "f3"],
+            values=torch.cat([kjt.values(), values]),
+            lengths=torch.cat([kjt.lengths(), lengths]),
+        )
+
+
+@pytest.mark.parametrize(
+    "dtype, per_table",
+    [
+        (torch.qint8, None),
+        (torch.quint4x2, None),
+        # FBGEMM's quantizer packs INT2 rows in whole 2-byte words: t1 (dim 4) cannot be INT2.
+        (torch.quint2x4, {"t1": torch.quint4x2}),
+        (torch.float16, None),
+        (torch.float32, None),
+        (torch.qint8, {"t0": torch.quint4x2, "t1": torch.float16, "t2": torch.quint2x4}),
+    ],
+)
+@pytest.mark.parametrize("output_dtype", [torch.float32, torch.float16])
+def test_quantized_ebc_runs_on_recops_and_matches_fbgemm(dtype, per_table, output_dtype):
+    """torchrec's quantized EBC keeps FBGEMM's module class (see docs/torchrec.md); with
+    recops.operators.torchrec enabled the ops its forward calls, bounds_check_indices and the
+    quantized lookup, run on recops' kernels (the profiler sees FBGEMM's ops called, and their CPU
+    kernel is recops' route), and the output equals the one on FBGEMM's kernels."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (
+        IntNBitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    module = _quantized_ebc(dtype, output_dtype, per_table)
+    assert all(type(m) is IntNBitTableBatchedEmbeddingBagsCodegen for m in module._emb_modules)
+    batches = list(_quant_batches(3))
+    expected = [module(kjt).values() for kjt in batches]
+    with recops.operators.torchrec.enabled():
+        for name in QUANT_LOOKUP_OPS:
+            assert all(_route_of(name, key) for key in _fbgemm._route_keys(name, "CPU")), name
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            actual = [module(kjt).values() for kjt in batches]
+    called = {e.name for e in prof.events()}
+    assert {f"fbgemm::{name}" for name in QUANT_LOOKUP_OPS} <= called
+    for a, e in zip(actual, expected, strict=True):
+        assert a.dtype == e.dtype == output_dtype and a.shape == e.shape
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_recops_quantized_module_stands_in_for_fbgemms():
+    """recops.IntNBitTableBatchedEmbeddingBagsCodegen built from the arguments of the FBGEMM
+    modules torchrec's quantized EBC holds, with their bytes, gives the same collection output when
+    put in their place (torchrec calls it as it calls FBGEMM's)."""
+    per_table = {"t0": torch.quint4x2, "t1": torch.float16, "t2": torch.quint2x4}
+    module = _quantized_ebc(torch.qint8, torch.float16, per_table)
+    batches = list(_quant_batches(2))
+    expected = [module(kjt).values() for kjt in batches]
+    for i, fbgemm in enumerate(module._emb_modules):
+        ours = recops.IntNBitTableBatchedEmbeddingBagsCodegen(
+            fbgemm.embedding_specs,
+            feature_table_map=fbgemm.feature_table_map,
+            pooling_mode=fbgemm.pooling_mode,
+            output_dtype=fbgemm.output_dtype,
+            row_alignment=fbgemm.row_alignment,
+        )
+        ours.initialize_weights()
+        ours.weights_host.copy_(fbgemm.weights_host)
+        module._emb_modules[i] = ours
+    for kjt, e in zip(batches, expected, strict=True):
+        torch.testing.assert_close(module(kjt).values(), e, rtol=0, atol=0)

@@ -10,7 +10,10 @@ dense gradient. Kernels live in csrc/recops/embedding. One job per file here:
 - ``optimizers``: the fused optimizers (and ``OptimType``), read from the C++ optimizer table;
 - ``layout``: the table layout arithmetic (flat buffers, per-feature offsets, per-table views);
 - ``ops``: the ops' fake kernels and the lookup ops' autograd;
-- ``module``: the module class.
+- ``module``: the module class;
+- ``quantized_layout``, ``quantized_module``: FBGEMM's quantized inference module
+  ``IntNBitTableBatchedEmbeddingBagsCodegen`` (INT8 / INT4 / INT2 / FP8 / FP16 / FP32 rows, looked
+  up only) and its byte layout.
 """
 
 from recops.embedding import ops  # noqa: F401  (registers the ops' fake kernels and autograd)
@@ -32,6 +35,7 @@ from recops.embedding.counter import (
 )
 from recops.embedding.module import SplitTableBatchedEmbeddingBagsCodegen
 from recops.embedding.optimizers import EmbOptimType, OptimType
+from recops.embedding.quantized_module import IntNBitTableBatchedEmbeddingBagsCodegen
 
 __all__ = [
     "BoundsCheckMode",
@@ -42,6 +46,7 @@ __all__ = [
     "EmbOptimType",
     "EmbeddingLocation",
     "GradSumDecay",
+    "IntNBitTableBatchedEmbeddingBagsCodegen",
     "LearningRateMode",
     "OptimType",
     "PoolingMode",

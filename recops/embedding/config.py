@@ -30,12 +30,16 @@ class ComputeDevice(enum.IntEnum):
 
 class SparseType(enum.IntEnum):
     """Storage precision; values are FBGEMM's ``SparseType.as_int()`` (FBGEMM's ``.value`` is a
-    string such as "fp32")."""
+    string such as "fp32"). INT4, INT2 and FP8 are the quantized inference module's row types
+    (quantized_module.py); the training module stores FP32, FP16, BF16 and INT8."""
 
     FP32 = 0
     FP16 = 1
     INT8 = 2
+    INT4 = 3
+    INT2 = 4
     BF16 = 5
+    FP8 = 6
 
     def as_int(self) -> int:
         return int(self)
@@ -43,12 +47,32 @@ class SparseType(enum.IntEnum):
     def as_dtype(self) -> torch.dtype:
         return _SPARSE_DTYPES[self]
 
+    def bit_rate(self) -> int:
+        """Bits per stored element."""
+        return _BIT_RATES[self]
+
+    def is_float(self) -> bool:
+        """Whether an element is a float of its own (no per-row scale and bias)."""
+        return self in (SparseType.FP32, SparseType.FP16, SparseType.BF16, SparseType.FP8)
+
 
 _SPARSE_DTYPES = {
     SparseType.FP32: torch.float32,
     SparseType.FP16: torch.float16,
     SparseType.INT8: torch.uint8,
     SparseType.BF16: torch.bfloat16,
+}
+# The training module's weight types (stored as torch dtypes), and the outputs of both modules.
+WEIGHTS_PRECISIONS = (SparseType.FP32, SparseType.FP16, SparseType.BF16, SparseType.INT8)
+FLOAT_OUTPUT_DTYPES = (SparseType.FP32, SparseType.FP16, SparseType.BF16)
+_BIT_RATES = {
+    SparseType.FP32: 32,
+    SparseType.FP16: 16,
+    SparseType.INT8: 8,
+    SparseType.INT4: 4,
+    SparseType.INT2: 2,
+    SparseType.BF16: 16,
+    SparseType.FP8: 8,
 }
 
 
@@ -67,9 +91,20 @@ class BoundsCheckMode(enum.IntEnum):
     NONE = 3  # trust the input
 
 
-def coerce(cls, value, arg):
+def coerce(cls, value, arg, owner="recops.SplitTableBatchedEmbeddingBagsCodegen", supported=None):
     """``value`` as a member of ``cls``: itself, a same-named member of another enum (FBGEMM's),
-    or a value; anything else is a feature recops does not support."""
+    or a value; anything else, or a member outside ``supported`` (default: every member), is a
+    feature ``owner`` does not support."""
+    member = _as_member(cls, value)
+    supported = tuple(cls) if supported is None else supported
+    if member not in supported:
+        names = ", ".join(m.name for m in supported)
+        raise NotImplementedError(f"{owner} does not support {arg}={value!r} (supported: {names})")
+    return member
+
+
+def _as_member(cls, value):
+    """``value`` as a member of ``cls``, or None."""
     if isinstance(value, cls):
         return value
     name = getattr(value, "name", None)
@@ -78,17 +113,13 @@ def coerce(cls, value, arg):
     try:
         return cls(value)
     except ValueError:
-        supported = ", ".join(cls.__members__)
-        raise NotImplementedError(
-            f"recops.SplitTableBatchedEmbeddingBagsCodegen does not support {arg}={value!r} "
-            f"(supported: {supported})"
-        ) from None
+        return None
 
 
-# FBGEMM constructor arguments about its cache, UVM placement, prefetching and reporting: on the
-# host, where every table lives in weights_host, FBGEMM's CPU module ignores them, and so does
-# recops. max_norm too: FBGEMM's CPU kernels never renormalise rows.
-IGNORED_ARGS = frozenset(
+# The arguments of FBGEMM's modules (training and inference) about its GPU cache and UVM
+# placement: on the host, where every table lives in weights_host, FBGEMM's CPU modules ignore
+# them, and so does recops.
+CACHE_ARGS = frozenset(
     {
         "cache_algorithm",
         "cache_load_factor",
@@ -97,13 +128,19 @@ IGNORED_ARGS = frozenset(
         "enforce_hbm",
         "record_cache_metrics",
         "gather_uvm_cache_stats",
+        "uvm_host_mapped",
+    }
+)
+# The training module ignores those, its optimizer state's UVM placement, prefetching and
+# reporting, and max_norm (FBGEMM's CPU kernels never renormalise rows).
+IGNORED_ARGS = CACHE_ARGS | frozenset(
+    {
         "max_norm",
         "uvm_non_rowwise_momentum",
         "use_experimental_tbe",
         "prefetch_pipeline",
         "multipass_prefetch_config",
         "stats_reporter_config",
-        "uvm_host_mapped",
     }
 )
 # FBGEMM's configuration objects for features recops does not implement: None, or an object whose

@@ -23,6 +23,14 @@ def state_widths(layout, dims):
     return list(dims) if layout == "elementwise" else [1] * len(dims)
 
 
+def checked_feature_table_map(feature_table_map, num_tables):
+    """``feature_table_map`` as a list (one feature per table when None), naming every table."""
+    ftm = list(range(num_tables)) if feature_table_map is None else list(feature_table_map)
+    if sorted(set(ftm)) != list(range(num_tables)):
+        raise ValueError("feature_table_map must name every table, and only tables, in range")
+    return ftm
+
+
 def per_feature(per_table, feature_table_map):
     """A per-table list read per feature."""
     return [per_table[t] for t in feature_table_map]

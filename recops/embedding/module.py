@@ -6,6 +6,8 @@ from torch import nn
 
 from recops.embedding import int8, layout
 from recops.embedding.config import (
+    FLOAT_OUTPUT_DTYPES,
+    WEIGHTS_PRECISIONS,
     BoundsCheckMode,
     ComputeDevice,
     EmbeddingLocation,
@@ -17,6 +19,7 @@ from recops.embedding.config import (
     writeback_settings,
 )
 from recops.embedding.counter import COUNTER_MODES, CounterWeightDecayMode, counter_settings
+from recops.embedding.ops import index_as
 from recops.embedding.optimizers import OPTIMIZERS, WITH_COUNTER, OptimType
 from recops.embedding.writeback import writeback_hook
 
@@ -99,7 +102,7 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         self.embedding_specs = _checked_specs(embedding_specs)
         rows = [spec[0] for spec in self.embedding_specs]
         dims = [spec[1] for spec in self.embedding_specs]
-        self.feature_table_map = _checked_feature_table_map(feature_table_map, len(rows))
+        self.feature_table_map = layout.checked_feature_table_map(feature_table_map, len(rows))
         self._set_modes(
             optimizer,
             pooling_mode,
@@ -161,14 +164,16 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         """The enum arguments as recops' enums, refusing the settings recops does not implement."""
         self.optimizer = coerce(OptimType, optimizer, "optimizer")
         self.pooling_mode = coerce(PoolingMode, pooling_mode, "pooling_mode")
-        self.weights_precision = coerce(SparseType, weights_precision, "weights_precision")
-        self.output_dtype = coerce(SparseType, output_dtype, "output_dtype")
-        self.weight_decay_mode = coerce(WeightDecayMode, weight_decay_mode, "weight_decay_mode")
-        self.bounds_check_mode = coerce(BoundsCheckMode, bounds_check_mode, "bounds_check_mode")
         # INT8 weights are FBGEMM's quantized rows, looked up only (see int8.py); the output is
         # floating point.
-        if self.output_dtype == SparseType.INT8:
-            raise NotImplementedError("recops does not support output_dtype=SparseType.INT8")
+        self.weights_precision = coerce(
+            SparseType, weights_precision, "weights_precision", supported=WEIGHTS_PRECISIONS
+        )
+        self.output_dtype = coerce(
+            SparseType, output_dtype, "output_dtype", supported=FLOAT_OUTPUT_DTYPES
+        )
+        self.weight_decay_mode = coerce(WeightDecayMode, weight_decay_mode, "weight_decay_mode")
+        self.bounds_check_mode = coerce(BoundsCheckMode, bounds_check_mode, "bounds_check_mode")
         # No cache on the host: a cache precision other than the weights' would ask for one.
         if cache_precision is not None and (
             coerce(SparseType, cache_precision, "cache_precision") != self.weights_precision
@@ -410,12 +415,9 @@ class SplitTableBatchedEmbeddingBagsCodegen(nn.Module):
         embedding_table_index_type, offsets to the indices' dtype. Narrowing to int32 is checked
         (an index of 2^32 raises IndexError instead of becoming row 0); other dtypes are left to
         the ops to reject."""
-        if self.embedding_table_index_type == torch.int32 and indices.dtype == torch.int64:
-            indices = ops.index_to_int32(indices, "indices")
-        if offsets.dtype == torch.int64 and indices.dtype == torch.int32:
-            offsets = ops.index_to_int32(offsets, "offsets")
-        elif offsets.dtype == torch.int32 and indices.dtype == torch.int64:
-            offsets = offsets.long()
+        if self.embedding_table_index_type == torch.int32:
+            indices = index_as(indices, torch.int32, "indices")
+        offsets = index_as(offsets, indices.dtype, "offsets")
         return indices.contiguous(), offsets.contiguous()
 
     # ----------------------------------------------------------------------- FBGEMM accessors
@@ -520,11 +522,3 @@ def _checked_specs(embedding_specs):
         if rows < 0 or dim < 1:
             raise ValueError(f"embedding_specs[{i}] needs rows >= 0 and dim >= 1")
     return specs
-
-
-def _checked_feature_table_map(feature_table_map, num_tables):
-    """``feature_table_map`` as a list (one feature per table when None), naming every table."""
-    ftm = list(range(num_tables)) if feature_table_map is None else list(feature_table_map)
-    if sorted(set(ftm)) != list(range(num_tables)):
-        raise ValueError("feature_table_map must name every table, and only tables, in range")
-    return ftm

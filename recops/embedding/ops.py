@@ -17,6 +17,17 @@ ops = torch.ops.recops
 _OUTPUT_DTYPES = {0: torch.float32, 1: torch.float16, 5: torch.bfloat16}
 
 
+def index_as(t: torch.Tensor, dtype: torch.dtype, name: str) -> torch.Tensor:
+    """Index tensor ``t`` (int32 or int64) in index dtype ``dtype``. Narrowing to int32 is checked
+    (a value of 2^32 raises IndexError naming ``name`` instead of becoming 0); tensors of other
+    dtypes, or other target dtypes, are returned as they are, for the ops to reject."""
+    if t.dtype == torch.int64 and dtype == torch.int32:
+        return ops.index_to_int32(t, name)
+    if t.dtype == torch.int32 and dtype == torch.int64:
+        return t.long()
+    return t
+
+
 # --------------------------------------------------------------------------- fake kernels
 def _forward_fake(
     weights,
