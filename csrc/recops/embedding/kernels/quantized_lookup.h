@@ -17,6 +17,7 @@ namespace recops::embedding::kernels::RECOPS_ISA_NS {
 template <int kBits>
 struct IntRows {  // INT8, INT4, INT2: scale * code + bias
   static constexpr int64_t kPerByte = 8 / kBits;
+  static constexpr int kMask = (1 << kBits) - 1;
   template <int64_t kWidth>
   static void add(float* __restrict acc, const uint8_t* row, int64_t c, int64_t, float scale) {
     Fp16 scale_bias[2];
@@ -24,11 +25,23 @@ struct IntRows {  // INT8, INT4, INT2: scale * code + bias
     const float code_scale = scale * static_cast<float>(scale_bias[0]);
     const float offset = scale * static_cast<float>(scale_bias[1]);
     const uint8_t* codes = row + kQuantizedScaleBiasBytes;
-    for (int64_t i = 0; i < kWidth; ++i) {
-      const int64_t d = c + i;
-      const int code = (codes[d / kPerByte] >> ((d % kPerByte) * kBits)) & ((1 << kBits) - 1);
-      acc[i] += code_scale * static_cast<float>(code) + offset;
+    float values[kWidth];
+    if constexpr (kWidth % kPerByte == 0) {
+      // Whole bytes (blocks of 4 or more columns start at multiples of 4): each byte's codes
+      // unpacked at fixed shifts, which vectorises; a position-dependent shift does not.
+      const uint8_t* bytes = codes + c / kPerByte;
+      for (int64_t j = 0; j < kWidth / kPerByte; ++j) {
+        for (int64_t k = 0; k < kPerByte; ++k) {
+          values[j * kPerByte + k] = static_cast<float>((bytes[j] >> (k * kBits)) & kMask);
+        }
+      }
+    } else {  // single columns at the end of a row
+      for (int64_t i = 0; i < kWidth; ++i) {
+        const int64_t d = c + i;
+        values[i] = static_cast<float>((codes[d / kPerByte] >> ((d % kPerByte) * kBits)) & kMask);
+      }
     }
+    for (int64_t i = 0; i < kWidth; ++i) acc[i] += code_scale * values[i] + offset;
   }
 };
 
