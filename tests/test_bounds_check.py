@@ -116,3 +116,21 @@ def test_fbgemm_only_arguments_are_accepted_and_ignored():
         rows, indices, offsets, IGNORE, warning, None, None, -1, None, 3, 7, 2, True
     )
     assert indices.tolist() == [1, 0, -1] and warning.item() == 0
+
+
+@pytest.mark.parametrize("mode", [WARNING, IGNORE])
+def test_strided_views_are_repaired_in_place(mode):
+    """Non-contiguous indices and offsets (every other element of larger tensors) are checked
+    and their repairs land in the caller's views, as FBGEMM's do; the elements between them are
+    untouched."""
+    rows = torch.tensor([10, 4])
+    index_base = torch.tensor([1, -9, 12, -9, 3, -9, 2, -9, 7, -9])
+    offset_base = torch.tensor([0, -9, 2, -9, 3, -9, 9, -9, 5])
+    indices, offsets = index_base[::2], offset_base[::2]
+    ops.bounds_check_indices(rows, indices, offsets, mode, torch.zeros(1, dtype=torch.long))
+    dense_i, dense_o = indices.contiguous(), offsets.contiguous()
+    expected_i, expected_o = torch.tensor([1, 12, 3, 2, 7]), torch.tensor([0, 2, 3, 9, 5])
+    ops.bounds_check_indices(rows, expected_i, expected_o, mode, torch.zeros(1, dtype=torch.long))
+    assert torch.equal(dense_i, expected_i) and torch.equal(dense_o, expected_o)
+    assert (index_base[1::2] == -9).all() and (offset_base[1::2] == -9).all()
+    assert not torch.equal(expected_i, torch.tensor([1, 12, 3, 2, 7]))  # something was repaired

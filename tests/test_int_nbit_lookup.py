@@ -206,7 +206,8 @@ def lookup_reference(a, dtype=None):
     if pooling == NONE or weights is None or weights.numel() == 0:
         weights = None
     else:
-        weights = cpu_tensor(a, "indice_weights", (torch.float32,), (1,))
+        # Read as a flat array, whatever its shape (torchrec passes [N, 1]).
+        weights = cpu_tensor(a, "indice_weights", (torch.float32,)).reshape(-1)
         require(weights.numel() == indices.numel(), "indice_weights")
     out_dtype = dtype or OUT_DTYPES[a["output_dtype"]]
     if pooling == NONE:
@@ -272,6 +273,17 @@ def test_pooled_matches_dequantized_reference(pooling_mode, weighted, row_alignm
     out = op(*tables.args(indices, offsets, pooling_mode, weights))
     assert out.dtype == torch.float32 and out.shape == (6, tables.total_D)
     assert_close(out, tables.reference(indices, offsets, pooling_mode, weights))
+
+
+def test_per_sample_weights_of_any_shape_are_read_flat():
+    """torchrec passes indice_weights as [N, 1]; FBGEMM reads them as a flat array."""
+    gen = torch.Generator().manual_seed(11)
+    tables = Tables(MIXED, 1, gen)
+    indices, offsets = random_batch(MIXED, 4, gen)
+    weights = torch.rand(indices.numel(), generator=gen)
+    flat = op(*tables.args(indices, offsets, SUM, weights))
+    column = op(*tables.args(indices, offsets, SUM, weights[:, None]))
+    assert torch.equal(column, flat)
 
 
 @pytest.mark.parametrize("ty", TYPES)

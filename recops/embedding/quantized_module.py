@@ -203,9 +203,6 @@ class IntNBitTableBatchedEmbeddingBagsCodegen(nn.Module):
                 f"{OWNER}: the weights are not initialized; call initialize_weights(), "
                 "fill_random_weights() or assign_embedding_weights() first"
             )
-        # The bounds check repairs in place, so it takes contiguous tensors (as in the training
-        # module); contiguous ones are checked and repaired as FBGEMM does, in the caller's tensors.
-        indices, offsets = indices.contiguous(), offsets.contiguous()
         if self.index_remapping_hash_table.numel() > 0 or self.index_remappings_array.numel() > 0:
             indices, offsets = self._remapped(indices, offsets)
         self._bounds_check(self.rows_per_table, indices, offsets)

@@ -73,17 +73,21 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
               " features, got ", offsets.numel());
   const int64_t num_bags = offsets.numel() - 1;
   const at::Tensor bag_offsets = checked_bag_offsets(T, num_bags, B_offsets, max_B);
-  TORCH_CHECK(indices.is_contiguous() && offsets.is_contiguous(),
-              "indices and offsets must be contiguous: bad entries are repaired in place");
   TORCH_CHECK_VALUE(
       indices.scalar_type() == at::kLong || num_indices <= std::numeric_limits<int32_t>::max(),
       "int32 indices cannot number ", num_indices, " entries; use int64");
-  // FBGEMM checks offsets of another dtype than the indices' in a converted copy (its repairs do
-  // not reach the caller's offsets); the narrowing is checked.
-  const at::Tensor checked_offsets = offsets.scalar_type() == indices.scalar_type() ? offsets
+  // Non-contiguous indices and offsets are checked in contiguous copies whose repairs are copied
+  // back (FBGEMM repairs strided views in place). FBGEMM checks offsets of another dtype than the
+  // indices' in a converted copy (its repairs do not reach the caller's offsets); the narrowing
+  // is checked.
+  const at::Tensor dense_indices = indices.contiguous();
+  const at::Tensor checked_offsets = offsets.scalar_type() == indices.scalar_type()
+                                         ? offsets.contiguous()
                                      : indices.scalar_type() == at::kLong
-                                         ? offsets.to(at::kLong)
-                                         : checked_int32(offsets, "offsets");
+                                         ? offsets.to(at::kLong).contiguous()
+                                         : checked_int32(offsets, "offsets").contiguous();
+  const bool offsets_copied = offsets.scalar_type() == indices.scalar_type() &&
+                              !checked_offsets.is_same(offsets);
   const at::Tensor rows = rows_per_table.contiguous();
   // FBGEMM's rule: the last bag ends at the last index. FATAL raises otherwise; a repair moves the
   // last offset there (the kernel does, before the bags are checked, as FBGEMM does).
@@ -97,10 +101,12 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
       dispatch_index_kind(index_kind(indices.scalar_type()), [&](auto tag) {
         using index_t = typename decltype(tag)::type;
         return kernels::check_bounds(rows.const_data_ptr<int64_t>(), T, first_bag, num_bags,
-                                     indices.mutable_data_ptr<index_t>(),
+                                     dense_indices.mutable_data_ptr<index_t>(),
                                      checked_offsets.mutable_data_ptr<index_t>(), num_indices,
                                      !fatal);
       });
+  if (!dense_indices.is_same(indices)) indices.copy_(dense_indices);
+  if (offsets_copied) offsets.copy_(checked_offsets);
   if (fatal) {
     const int64_t k = report.first_bad_bag;
     int64_t t = 0;  // the feature of bag k

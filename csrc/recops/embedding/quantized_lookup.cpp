@@ -186,10 +186,11 @@ at::Tensor int_nbit_split_embedding_codegen_lookup_function(
                     num_indices, " indices");
   // FBGEMM reads offsets in the indices' dtype; their values (<= num_indices) fit it.
   batch.offsets = batch.offsets.to(indices.scalar_type());
-  // Per-sample weights: pooled only; an empty tensor means none, as in FBGEMM.
+  // Per-sample weights: pooled only; an empty tensor means none, as in FBGEMM, which reads them
+  // as a flat array whatever their shape ([N] or torchrec's [N, 1]).
   if (pooled && indice_weights.has_value() && indice_weights->numel() > 0) {
     batch.per_sample_weights =
-        checked_sample_weights(*indice_weights, "indice_weights", num_indices);
+        checked_sample_weights(indice_weights->flatten(), "indice_weights", num_indices);
   }
 
   at::Tensor out;
