@@ -161,6 +161,7 @@ def run(argv: list[str]) -> dict:
     record = {
         "command": ["python", "-m", "recops.train", *argv],
         **run,
+        "train": dataclasses.asdict(train_config),  # run's has epochs 0: what a resume compares
         "epochs": train_config.epochs,
         "threads": torch.get_num_threads(),
         "train_seconds": train_seconds,  # of this invocation's epochs

@@ -167,6 +167,7 @@ def test_command_line_trains_reports_and_resumes(data, tmp_path, capsys):
     assert "HR@10" in out and "NDCG@50" in out and "x speed-up" in out
     saved = json.loads((tmp_path / "a" / "results.json").read_text())
     assert saved["test"] == straight["test"] and len(saved["history"]) == 2
+    assert saved["train"]["epochs"] == saved["epochs"] == 2
     assert saved["throughput"]["recops"]["train_sequences_per_second"] > 0
     assert (tmp_path / "a" / "training.png").read_bytes()[:4] == b"\x89PNG"
 
