@@ -57,7 +57,7 @@ def import_fbgemm() -> bool:
         return False
     if importlib.util.find_spec("fbgemm_gpu") is None:
         return False
-    if "fbgemm_gpu" not in sys.modules and hasattr(torch.ops.recops, "_fbgemm_binding"):
+    if "fbgemm_gpu" not in sys.modules and _defined_at_load():
         warnings.warn(
             "recops' library was loaded before fbgemm_gpu, so it defined torch.ops.fbgemm's "
             "schemas and fbgemm_gpu cannot be imported into this process: torch.ops.fbgemm runs "
@@ -69,6 +69,13 @@ def import_fbgemm() -> bool:
     import fbgemm_gpu  # noqa: F401
 
     return True
+
+
+def _defined_at_load() -> list[str]:
+    """The fbgemm ops whose schemas recops' library defined as it loaded (none before it is)."""
+    if not hasattr(torch.ops.recops, "_fbgemm_binding"):
+        return []
+    return torch.ops.recops._fbgemm_binding()[2]
 
 
 def recops_schema(name: str) -> str:
