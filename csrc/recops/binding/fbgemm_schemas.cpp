@@ -61,6 +61,7 @@ std::vector<std::string> define_missing_schemas() {
   return defined;
 }
 
+// The definition, run as the library loads (see the order at the top of this file).
 [[maybe_unused]] const std::vector<std::string>& defined_at_load = fbgemm_ops_defined_at_load();
 
 }  // namespace
