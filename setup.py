@@ -43,6 +43,31 @@ def _sources(pattern):
     return sorted(glob.glob(os.path.join("csrc", "recops", "**", pattern), recursive=True))
 
 
+def _binding_last(objects):
+    """The objects with the FBGEMM binding's last."""
+    binding = os.sep + os.path.join("csrc", "recops", "binding") + os.sep
+    return [o for o in objects if binding not in o] + [o for o in objects if binding in o]
+
+
+class _BuildExtension(BuildExtension):
+    """Links the FBGEMM binding's objects last (setuptools sorts the sources). Static initialisers
+    run in link order, and the binding's define torch.ops.fbgemm's schemas from the recops:: twins,
+    with their kernels, that every other source registers (csrc/recops/binding/fbgemm_schemas.cpp).
+    """
+
+    def build_extension(self, ext):
+        link = self.compiler.link_shared_object
+
+        def link_binding_last(objects, *args, **kwargs):
+            return link(_binding_last(objects), *args, **kwargs)
+
+        self.compiler.link_shared_object = link_binding_last
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.link_shared_object = link
+
+
 def _nvcc_major():
     try:
         out = subprocess.check_output(
@@ -115,5 +140,5 @@ setup(
     packages=find_packages(include=["recops", "recops.*"]),
     package_data={"recops": ["py.typed"]},
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": _BuildExtension.with_options(use_ninja=True)},
 )

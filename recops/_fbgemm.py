@@ -1,10 +1,12 @@
 """Binds recops' kernels to ``torch.ops.fbgemm`` (docs/design.md, "FBGEMM binding").
 
-- **FBGEMM absent** (or ignored with ``RECOPS_HIDE_FBGEMM=1``): recops defines FBGEMM's schemas,
-  taking each one's text from its ``torch.ops.recops`` twin (one copy of every schema), and serves
-  them with the twin's C++ kernels, autograd and fake kernel. The composites
-  (``jagged_to_padded_dense``, ``dense_to_jagged``) decompose into ``fbgemm::`` ops, so a graph
-  traced through ``torch.ops.fbgemm`` runs wherever FBGEMM is installed.
+- **FBGEMM absent** (or ignored with ``RECOPS_HIDE_FBGEMM=1``): recops' library defines FBGEMM's
+  schemas when it loads, each one its ``torch.ops.recops`` twin's renamed (one copy of every
+  schema), and serves them with the twin's C++ kernels (csrc/recops/binding/fbgemm_schemas.cpp,
+  so a process with no Python has them too); :func:`bind` adds the twin's autograd registered
+  from Python and its fake kernel. The composites (``jagged_to_padded_dense``,
+  ``dense_to_jagged``, ``jagged_index_select``) decompose into ``fbgemm::`` ops, so a graph traced
+  through ``torch.ops.fbgemm`` runs wherever FBGEMM is installed.
 - **FBGEMM installed**: it is imported first and its schemas and kernels stay; recops only fills
   backend keys FBGEMM leaves empty.
 - :func:`use_for_fbgemm` routes FBGEMM's own kernels for a device to recops, on request and
@@ -18,95 +20,24 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import warnings
 from collections.abc import Iterable
 
 import torch
 
-# FBGEMM's ops that recops implements with FBGEMM's schemas (docs/ops.md section 1).
-FBGEMM_OPS = (
-    "asynchronous_complete_cumsum",
-    "asynchronous_exclusive_cumsum",
-    "asynchronous_inclusive_cumsum",
-    "jagged_to_padded_dense",
-    "jagged_to_padded_dense_forward",
-    "jagged_to_padded_dense_backward",
-    "dense_to_jagged",
-    "dense_to_jagged_forward",
-    "jagged_2d_to_dense",
-    "jagged_1d_to_dense",
-    "permute_2D_sparse_data",
-    "permute_1D_sparse_data",
-    "invert_permute",
-    "block_bucketize_sparse_features",
-    "offsets_range",
-    "permute_pooled_embs",
-    "permute_pooled_embs_split",
-    "permute_pooled_embs_auto_grad",
-    "permute_pooled_embs_auto_grad_split",
-    # torchrec utilities: managed-collision hashing, feature gates, memory kinds, index select
-    "create_zch_buffer",
-    "zero_collision_hash",
-    "check_feature_gate_key",
-    "is_uvm_tensor",
-    # sparse: new ops
-    "block_bucketize_sparse_features_inference",
-    "permute_sparse_features",
-    "permute_2D_sparse_data_input1D",
-    "permute_2D_sparse_preallocated_out",
-    "expand_into_jagged_permute",
-    # keyed: pooled embeddings of several features side by side (recops/operators/keyed.py)
-    "merge_pooled_embeddings",
-    "permute_multi_embedding_function",
-    "permute_multi_embedding",
-    "kt_regroup_arguments",
-    "regroup_keyed_tensor",
-    # jagged: index selection, segment sums, batched cumsum
-    "asynchronous_batched_complete_cumsum",
-    "segment_sum_csr",
-    "jagged_index_select",
-    "jagged_index_select_2d_forward",
-    "jagged_index_select_2d_forward_v2",
-    "jagged_index_add_2d_forward",
-    "jagged_index_add_2d_forward_v2",
-    "keyed_jagged_index_select_dim1",
-    "jagged_unique_indices",
-    # index select: row gathers of several tables (torchrec's EBC with inverse indices, sharded EBC)
-    "group_index_select_dim0",
-    "group_index_select_dim0_gpu_impl",
-    "group_index_select_dim0_gpu_backward",
-    "batch_index_select_dim0",
-    "batch_index_select_dim0_tensor",
-    "batch_index_select_dim0_backward_cpu_impl",
-    # quantize: row-wise quantized embedding tables and pruned-index remapping (inference)
-    "FloatToFused8BitRowwiseQuantized",
-    "HalfToFused8BitRowwiseQuantized",
-    "FloatOrHalfToFused8BitRowwiseQuantized",
-    "Fused8BitRowwiseQuantizedToFloat",
-    "Fused8BitRowwiseQuantizedToHalf",
-    "Fused8BitRowwiseQuantizedToFloatOrHalf",
-    "FloatToFusedNBitRowwiseQuantizedSBHalf",
-    "HalfToFusedNBitRowwiseQuantizedSBHalf",
-    "FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf",
-    "FusedNBitRowwiseQuantizedSBHalfToFloat",
-    "FusedNBitRowwiseQuantizedSBHalfToHalf",
-    "FusedNBitRowwiseQuantizedSBHalfToFloatOrHalf",
-    "pruned_hashmap_lookup",
-    "pruned_hashmap_insert",
-    "pruned_array_lookup",
-    # embedding: the TBE modules' index and offset check, the quantized inference TBE lookup
-    # (IntNBitTableBatchedEmbeddingBagsCodegen)
-    "bounds_check_indices",
-    "int_nbit_split_embedding_codegen_lookup_function",
-)
-# Composites call their `_forward` op; they hold no kernel of their own to route.
-COMPOSITES = ("jagged_to_padded_dense", "dense_to_jagged", "jagged_index_select")
+# FBGEMM's ops that recops implements with FBGEMM's schemas (docs/ops.md section 1), and the
+# composites among them, which call their `_forward` op and hold no kernel of their own to route:
+# read from the library by bind() (the list is csrc/recops/binding/fbgemm_ops.h).
+FBGEMM_OPS: tuple[str, ...] = ()
+COMPOSITES: tuple[str, ...] = ()
 
 # Backend keys recops may fill in for an FBGEMM-defined op, by device.
 _BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 HIDE_FBGEMM_VARIABLE = "RECOPS_HIDE_FBGEMM"
 CPU_OVERRIDE_VARIABLE = "RECOPS_FBGEMM_CPU_OVERRIDE"
 
-_library = None  # the torch.library.Library holding the fbgemm schemas recops defined
+_library = None  # the torch.library.Library with the fake kernels of the fbgemm ops recops defined
 bound: dict[str, str | list[str]] = {}  # op -> "defined", or the keys recops serves
 # (op, key) that recops serves because FBGEMM has no kernel there (e.g. ops FBGEMM implements on
 # CUDA only): use_for_fbgemm(enable=False) keeps them, having no FBGEMM kernel to give them to.
@@ -117,15 +48,34 @@ def import_fbgemm() -> bool:
     """Imports fbgemm_gpu when it is installed and not hidden; returns whether it is loaded.
 
     ``RECOPS_HIDE_FBGEMM=1`` makes recops ignore an installed fbgemm_gpu: it defines
-    ``torch.ops.fbgemm`` itself, after which fbgemm_gpu cannot be imported into the process.
+    ``torch.ops.fbgemm`` itself, after which fbgemm_gpu cannot be imported into the process. The
+    same holds when recops' library was loaded before ``import recops`` (``torch.ops.load_library``)
+    and before fbgemm_gpu: it defined FBGEMM's schemas as it loaded, so FBGEMM's library no longer
+    can, and recops goes on without it, with a warning.
     """
     if os.environ.get(HIDE_FBGEMM_VARIABLE) == "1":
         return False
     if importlib.util.find_spec("fbgemm_gpu") is None:
         return False
+    if "fbgemm_gpu" not in sys.modules and _defined_at_load():
+        warnings.warn(
+            "recops' library was loaded before fbgemm_gpu, so it defined torch.ops.fbgemm's "
+            "schemas and fbgemm_gpu cannot be imported into this process: torch.ops.fbgemm runs "
+            "recops' kernels. Import fbgemm_gpu (or recops) before loading recops' library to use "
+            "FBGEMM's.",
+            stacklevel=2,
+        )
+        return False
     import fbgemm_gpu  # noqa: F401
 
     return True
+
+
+def _defined_at_load() -> list[str]:
+    """The fbgemm ops whose schemas recops' library defined as it loaded (none before it is)."""
+    if not hasattr(torch.ops.recops, "_fbgemm_binding"):
+        return []
+    return torch.ops.recops._fbgemm_binding()[2]
 
 
 def recops_schema(name: str) -> str:
@@ -169,14 +119,15 @@ def _route_keys(name: str, key: str) -> list[str]:
     return keys
 
 
-def _define(name: str) -> None:
-    _library.define(recops_schema(name), tags=(torch.Tag.pt2_compliant_tag,))
+def _complete(name: str) -> None:
+    """Adds to an ``fbgemm::`` op that recops' library defined when it loaded
+    (csrc/recops/binding/fbgemm_schemas.cpp) what Python holds: the twin's autograd kernel where it
+    is registered from Python (a route registered in C++ already stays as it is), and the fake
+    kernel, which calls the twin's."""
     if name in COMPOSITES or _tensorless(name):
-        _route(name, "CompositeImplicitAutograd")
         return
-    for key in ("CPU", "CUDA", "Autograd"):
-        if _has_kernel(f"recops::{name}", key):
-            _route(name, key)
+    if _has_kernel(f"recops::{name}", "Autograd"):
+        _route(name, "Autograd")
     recops_op = getattr(torch.ops.recops, name).default
 
     def fake(*args, **kwargs):  # the twin's fake kernel, reached through the twin
@@ -186,16 +137,24 @@ def _define(name: str) -> None:
 
 
 def bind() -> dict[str, str | list[str]]:
-    """Defines or fills in ``torch.ops.fbgemm``'s ops once per process; returns :data:`bound`."""
-    global _library
+    """Completes or fills in ``torch.ops.fbgemm``'s ops once per process; returns :data:`bound`."""
+    global _library, FBGEMM_OPS, COMPOSITES
     if _library is not None:
         return bound
+    served, composites, defined = torch.ops.recops._fbgemm_binding()
+    FBGEMM_OPS, COMPOSITES = tuple(served), tuple(composites)
     _library = torch.library.Library("fbgemm", "FRAGMENT")
-    defined = {s.name for s in torch._C._jit_get_all_schemas()}
+    schemas = {s.name for s in torch._C._jit_get_all_schemas()}
+    missing = [name for name in FBGEMM_OPS if f"fbgemm::{name}" not in schemas]
+    if missing:
+        raise ImportError(
+            f"recops' library did not define {missing} in torch.ops.fbgemm: its FBGEMM binding "
+            "must be linked after the op families (setup.py)"
+        )
     for name in FBGEMM_OPS:
         qualname = f"fbgemm::{name}"
-        if qualname not in defined:
-            _define(name)
+        if name in defined:
+            _complete(name)
             bound[name] = "defined"
         elif name not in COMPOSITES and not _has_fbgemm_composite(qualname):
             for key in _BACKEND_KEYS.values():

@@ -110,6 +110,27 @@ def test_import_order_does_not_matter(imports):
     assert report["bindings"] == _filled()
 
 
+@pytest.mark.skipif(not recops.fbgemm_loaded, reason="fbgemm_gpu is not installed")
+def test_library_loaded_before_fbgemm_serves_fbgemm_ops_with_a_warning():
+    # recops' library alone defines torch.ops.fbgemm as it loads, so FBGEMM's can no longer load:
+    # `import recops` goes on without it and says so.
+    code = """
+import glob, json, warnings, torch
+torch.ops.load_library(glob.glob("recops/_C*.so")[0])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import recops
+cumsum = torch.ops.fbgemm.asynchronous_complete_cumsum(torch.tensor([1, 2])).tolist()
+print(json.dumps({"fbgemm_loaded": recops.fbgemm_loaded, "bindings": recops.fbgemm_bindings,
+                  "cumsum": cumsum, "warnings": [str(w.message) for w in caught]}))
+"""
+    report, _ = _python(code, hide_fbgemm=False)
+    assert not report["fbgemm_loaded"]
+    assert report["bindings"] == {name: "defined" for name in _fbgemm.FBGEMM_OPS}
+    assert report["cumsum"] == [0, 1, 3]
+    assert any("loaded before fbgemm_gpu" in w for w in report["warnings"]), report["warnings"]
+
+
 # FBGEMM's CPU invert_permute does not check its input; recops' raises on a repeated entry, which
 # tells whose kernel ran.
 _ROUTED = """

@@ -15,8 +15,8 @@ row-wise, column-wise) and take about a minute.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -306,12 +306,13 @@ def fbgemm_cpu_kernel(name: str) -> bool:
 
 
 def recops_fbgemm_ops() -> tuple[str, ...]:
-    """recops._fbgemm.FBGEMM_OPS, read from the source (no recops build needed)."""
-    source = os.path.join(os.path.dirname(__file__), "..", "recops", "_fbgemm.py")
-    for node in ast.parse(open(source).read()).body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == "FBGEMM_OPS":
-            return ast.literal_eval(node.value)
-    raise RuntimeError("recops/_fbgemm.py has no FBGEMM_OPS")
+    """recops._fbgemm.FBGEMM_OPS, read from its source, csrc/recops/binding/fbgemm_ops.h (no
+    recops build needed)."""
+    source = os.path.join(ROOT, "csrc", "recops", "binding", "fbgemm_ops.h")
+    names = tuple(re.findall(r'^\s*\{"(\w+)", k\w+\},$', open(source).read(), re.MULTILINE))
+    if not names:
+        raise RuntimeError(f"{source} lists no FBGEMM op")
+    return names
 
 
 def trace(sharded: bool = True) -> dict[str, tuple[set[str], str | None]]:

@@ -1,8 +1,11 @@
 // Serves torch.ops.fbgemm.<op> with recops' kernels at one dispatch key, registered and removed on
-// request (recops/_fbgemm.py decides which: when recops defines the fbgemm schemas itself, and when
-// a user routes FBGEMM's own CPU ops to recops with recops.use_for_fbgemm). The kernel is a boxed
-// C++ redispatch to torch.ops.recops.<op>, so no Python runs on the call path; removing the
-// registration gives the key back to whichever kernel held it before (FBGEMM's, if any).
+// request: when recops defines the fbgemm schemas itself (fbgemm_schemas.cpp at load, completed by
+// recops/_fbgemm.py with the autograd kernels registered from Python), and when a user routes
+// FBGEMM's own CPU ops to recops with recops.use_for_fbgemm. The kernel is a boxed C++ redispatch
+// to torch.ops.recops.<op>, so no Python runs on the call path; removing the registration gives the
+// key back to whichever kernel held it before (FBGEMM's, if any).
+#include "recops/binding/fbgemm_route.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -12,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "recops/binding/fbgemm_ops.h"
 #include "recops/jagged/ops.h"
 
 namespace recops::binding {
@@ -31,8 +35,8 @@ class RedispatchToRecops final : public c10::OperatorKernel {
   c10::OperatorHandle recops_op_;
 };
 
-// The jagged composites call fbgemm::<op>_forward, so a graph traced through torch.ops.fbgemm holds
-// fbgemm nodes only.
+// The jagged composites call fbgemm::<op>_forward (_2d_forward_v2), so a graph traced through
+// torch.ops.fbgemm holds fbgemm nodes only.
 torch::CppFunction fbgemm_composite(const std::string& name) {
   using jagged::kFbgemmNamespace;
   if (name == "jagged_to_padded_dense") {
@@ -45,10 +49,6 @@ torch::CppFunction fbgemm_composite(const std::string& name) {
   return torch::CppFunction(TORCH_FN(jagged::dense_to_jagged<kFbgemmNamespace>));
 }
 
-bool jagged_composite(const std::string& name) {
-  return name == "jagged_to_padded_dense" || name == "dense_to_jagged";
-}
-
 struct Routes {
   std::mutex mutex;
   std::map<std::pair<std::string, c10::DispatchKey>, std::unique_ptr<torch::Library>> libraries;
@@ -59,9 +59,9 @@ Routes& routes() {
   return *instance;
 }
 
-void route_fbgemm_op(c10::string_view op_name, c10::string_view dispatch_key, bool enable) {
-  const std::string name(op_name);
-  const c10::DispatchKey key = c10::parseDispatchKey(std::string(dispatch_key));
+}  // namespace
+
+void route_fbgemm_op(const std::string& name, c10::DispatchKey key, bool enable) {
   Routes& state = routes();
   std::lock_guard<std::mutex> guard(state.mutex);
   auto found = state.libraries.find({name, key});
@@ -72,7 +72,7 @@ void route_fbgemm_op(c10::string_view op_name, c10::string_view dispatch_key, bo
   if (found != state.libraries.end()) return;
   auto library =
       std::make_unique<torch::Library>(torch::Library::IMPL, "fbgemm", key, __FILE__, __LINE__);
-  if (key == c10::DispatchKey::CompositeImplicitAutograd && jagged_composite(name)) {
+  if (key == c10::DispatchKey::CompositeImplicitAutograd && is_fbgemm_composite(name)) {
     library->impl(name.c_str(), fbgemm_composite(name));
   } else {
     // Every other route redispatches to the twin, at CompositeImplicitAutograd too: an op with no
@@ -85,11 +85,4 @@ void route_fbgemm_op(c10::string_view op_name, c10::string_view dispatch_key, bo
   state.libraries.emplace(std::make_pair(name, key), std::move(library));
 }
 
-}  // namespace
 }  // namespace recops::binding
-
-TORCH_LIBRARY_FRAGMENT(recops, m) {
-  // Private: called by recops/_fbgemm.py only. A catch-all kernel, as the op has no tensor input.
-  m.def("_route_fbgemm_op(str name, str dispatch_key, bool enable) -> ()",
-        TORCH_FN(recops::binding::route_fbgemm_op));
-}
