@@ -81,13 +81,12 @@ void bounds_check_indices(const at::Tensor& rows_per_table, const at::Tensor& in
   // indices' in a converted copy (its repairs do not reach the caller's offsets); the narrowing
   // is checked.
   const at::Tensor dense_indices = indices.contiguous();
-  const at::Tensor checked_offsets = offsets.scalar_type() == indices.scalar_type()
-                                         ? offsets.contiguous()
-                                     : indices.scalar_type() == at::kLong
-                                         ? offsets.to(at::kLong).contiguous()
-                                         : checked_int32(offsets, "offsets").contiguous();
-  const bool offsets_copied = offsets.scalar_type() == indices.scalar_type() &&
-                              !checked_offsets.is_same(offsets);
+  const at::Tensor checked_offsets =
+      offsets.scalar_type() == indices.scalar_type() ? offsets.contiguous()
+      : indices.scalar_type() == at::kLong           ? offsets.to(at::kLong).contiguous()
+                                           : checked_int32(offsets, "offsets").contiguous();
+  const bool offsets_copied =
+      offsets.scalar_type() == indices.scalar_type() && !checked_offsets.is_same(offsets);
   const at::Tensor rows = rows_per_table.contiguous();
   // FBGEMM's rule: the last bag ends at the last index. FATAL raises otherwise; a repair moves the
   // last offset there (the kernel does, before the bags are checked, as FBGEMM does).
