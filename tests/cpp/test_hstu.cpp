@@ -501,10 +501,10 @@ TEST_P(HstuKernel, QueriesAfterCachedKeysMatchTheFullSequences) {
                  layout, from_pages.data());
     expect_near_all(from_pages, got, 1e-12, "paged delta out");
   };
-  // The last 1, 5 (all) and 67 (or 16: few queries, kFewQueries, read K in place) positions of
+  // The last 1, 5 (all) and 67 (or 64: one query block per sequence, K read in place) positions of
   // the three sequences, packed in rows of their own, with their query times.
   for (const std::vector<int64_t>& q_length :
-       {std::vector<int64_t>{1, 5, 67}, std::vector<int64_t>{1, 5, kFewQueries}}) {
+       {std::vector<int64_t>{1, 5, 67}, std::vector<int64_t>{1, 5, kQueryBlock}}) {
     expect_delta_matches(q_length);
   }
 }

@@ -23,34 +23,32 @@ void scale_rows(T* x, int64_t rows, int64_t cols, int64_t ld, T alpha) {
   }
 }
 
-// A forward whose sequences have at most this many query rows each (a serving step's new rows)
-// reads K where it lies: a product of so few rows streams K once, and laying out K^T first would
-// write and read a whole copy of it on top.
-constexpr int64_t kFewQueries = 16;
-
-inline bool few_queries(const Sequences& seqs) {
+// Whether every sequence's queries fit one query block (a serving step's new rows). A forward
+// then reads each sequence's keys in one block only, so it reads K in place: laying out K^T
+// first, a write and a read of a whole copy of K, pays off only when several blocks reuse it.
+inline bool one_block_per_sequence(const Sequences& seqs) {
   for (int64_t b = 0; b < seqs.count; ++b) {
-    if (seqs.q_length[b] > kFewQueries) return false;
+    if (seqs.q_length[b] > kQueryBlock) return false;
   }
   return true;
 }
 
-// The forward's per-thread scratch: the tiles, and for blocks of few queries (kFewQueries) their
-// Q^T [Dqk, rows] and S^T [keys, rows].
+// The forward's per-thread scratch: the tiles, and when K is read in place (one_block_per_sequence)
+// a block's Q^T [Dqk, rows] and S^T [keys, rows].
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
   Fp32ForwardScratch(int tiles, int64_t max_len, bool with_buckets, int64_t slot, int64_t dqk,
-                     bool few)
+                     bool in_place)
       : TileArena<T>(tiles, max_len, with_buckets, slot),
-        q_t(few ? kFewQueries * dqk : 0),
-        s_t(few ? kFewQueries * max_len : 0) {}
+        q_t(in_place ? kQueryBlock * dqk : 0),
+        s_t(in_place ? kQueryBlock * max_len : 0) {}
   std::vector<T> q_t, s_t;
 };
 
-// The fp32 precision policy: operands laid out once per call (K^T unless every sequence has few
-// queries; V^T for backward), tiles of rows_pad = rows query rows and `keys` keys (no padding),
-// products on gemm_nn straight from the inputs' rows, the SiLU pass in place on the fp32 score
-// tile.
+// The fp32 precision policy: operands laid out once per call (K^T unless a forward reads K in
+// place, one_block_per_sequence; V^T for backward), tiles of rows_pad = rows query rows and `keys`
+// keys (no padding), products on gemm_nn straight from the inputs' rows, the SiLU pass in place on
+// the fp32 score tile.
 template <typename T>
 class Fp32Precision {
  public:
@@ -66,7 +64,7 @@ class Fp32Precision {
         shape_(shape),
         in_(in),
         kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{},
-            backward || !few_queries(seqs)),
+            backward || !one_block_per_sequence(seqs)),
         passes_(tile_ops<T>()) {}
 
   const Sequences& sequences() const { return seqs_; }
@@ -159,8 +157,8 @@ class Fp32Precision {
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
 
-  // s = Q K^T of a block of few queries (kFewQueries), reading K's rows in place: S^T = K Q^T run
-  // by run of key rows, then transposed.
+  // s = Q K^T of a block, reading K's rows in place: S^T = K Q^T run by run of key rows, then
+  // transposed.
   void scores_from_key_rows(Scratch& t, const Block& blk, int64_t h, T* s) const {
     const int64_t dqk = shape_.dqk, rows = blk.rows;
     transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, t.q_t.data(), rows);
