@@ -3,6 +3,7 @@
 // instruction set and called through tile_variants.h's table.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -63,6 +64,57 @@ RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, c
       silu_score_grad(s, dp, x, scale * mask[j], j);
     }
   });
+}
+
+// Products of a few query rows (a serving step's) with key and value rows read where they lie,
+// vectorised along the rows' values: a product with a padded operand would multiply mostly zeros.
+//
+// s[r * ld_s + j] = q_r . k_j for r < rows, j < n (rows of d values, row strides ld_q, ld_k).
+// Lanes of partial sums let the dot products vectorise without reassociating a sum.
+template <typename T>
+RECOPS_ALWAYS_INLINE void key_row_dots_generic(const T* q, int64_t ld_q, int64_t rows, const T* k,
+                                               int64_t ld_k, int64_t n, int64_t d, T* s,
+                                               int64_t ld_s) {
+  constexpr int64_t kLanes = 16;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* kj = k + j * ld_k;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* qr = q + r * ld_q;
+      T lanes[kLanes] = {};
+      int64_t c = 0;
+      for (; c + kLanes <= d; c += kLanes) {
+        for (int64_t l = 0; l < kLanes; ++l) lanes[l] += qr[c + l] * kj[c + l];
+      }
+      T sum = 0;
+      for (; c < d; ++c) sum += qr[c] * kj[c];
+      for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+      s[r * ld_s + j] = sum;
+    }
+  }
+}
+
+// out_r (+)= sum_j w[r * ld_w + j] v_j for r < rows over n value rows v_j of dv values (row
+// strides ld_v, ld_out), accumulating when `accumulate`; columns in blocks summed in registers.
+template <typename T>
+RECOPS_ALWAYS_INLINE void weighted_value_rows_generic(const T* w, int64_t ld_w, int64_t rows,
+                                                      const T* v, int64_t ld_v, int64_t n,
+                                                      int64_t dv, T* out, int64_t ld_out,
+                                                      bool accumulate) {
+  constexpr int64_t kBlock = 64;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* wr = w + r * ld_w;
+    for (int64_t c0 = 0; c0 < dv; c0 += kBlock) {
+      const int64_t width = std::min(kBlock, dv - c0);
+      T acc[kBlock] = {};
+      for (int64_t j = 0; j < n; ++j) {
+        const T wj = wr[j];
+        const T* vj = v + j * ld_v + c0;
+        for (int64_t c = 0; c < width; ++c) acc[c] += wj * vj[c];
+      }
+      T* o = out + r * ld_out + c0;
+      for (int64_t c = 0; c < width; ++c) o[c] = accumulate ? o[c] + acc[c] : acc[c];
+    }
+  }
 }
 
 template <typename T>

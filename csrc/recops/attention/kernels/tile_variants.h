@@ -31,6 +31,10 @@ struct TileOps {
   // HSTU family (tile_ops.h).
   void (*silu_scores)(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale);
   void (*silu_score_grads)(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale);
+  void (*key_row_dots)(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld_k, int64_t n,
+                       int64_t d, T* s, int64_t ld_s);
+  void (*weighted_value_rows)(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,
+                              int64_t n, int64_t dv, T* out, int64_t ld_out, bool accumulate);
   // Softmax attention (softmax_tile_ops.h).
   T (*mask_row)(T* s, int64_t n, const uint8_t* keep);
   T (*exp_row)(T* s, int64_t n, T m);

@@ -22,6 +22,18 @@ void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T al
 }
 
 template <typename T>
+void key_row_dots(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld_k, int64_t n,
+                  int64_t d, T* s, int64_t ld_s) {
+  key_row_dots_generic(q, ld_q, rows, k, ld_k, n, d, s, ld_s);
+}
+
+template <typename T>
+void weighted_value_rows(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,
+                         int64_t n, int64_t dv, T* out, int64_t ld_out, bool accumulate) {
+  weighted_value_rows_generic(w, ld_w, rows, v, ld_v, n, dv, out, ld_out, accumulate);
+}
+
+template <typename T>
 T mask_row(T* s, int64_t n, const uint8_t* keep) {
   return mask_row_generic(s, n, keep);
 }
@@ -312,6 +324,8 @@ template <typename T>
 constexpr TileOps<T> make_tile_ops() {
   return {&silu_scores<T>,
           &silu_score_grads<T>,
+          &key_row_dots<T>,
+          &weighted_value_rows<T>,
           &mask_row<T>,
           &exp_row<T>,
           &dropout_row<T>,

@@ -3,9 +3,11 @@
 // V^T.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
+#include "recops/attention/kernels/bf16_layouts.h"
 #include "recops/attention/kernels/tile_variants.h"
 #include "recops/common/blas.h"
 #include "recops/hstu/kernels/batch.h"
@@ -34,15 +36,20 @@ inline bool one_block_per_sequence(const Sequences& seqs) {
 }
 
 // The forward's per-thread scratch: the tiles, and when K is read in place (one_block_per_sequence)
-// a block's Q^T [Dqk, rows] and S^T [keys, rows].
+// a block's operands padded to the brgemm granule (gemm_nn): Q^T [Dqk, cols] and S^T [keys, cols]
+// with cols = rows rounded up, the weights [cols, keys rounded up] and their product with V
+// [cols, Dv]. A product with one query row is then a brgemm on 16 columns, not a gemv, which the
+// BLAS runs on its generic path on some CPUs (MKL's on AMD).
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
   Fp32ForwardScratch(int tiles, int64_t max_len, bool with_buckets, int64_t slot, int64_t dqk,
-                     bool in_place)
+                     int64_t dv, bool in_place)
       : TileArena<T>(tiles, max_len, with_buckets, slot),
-        q_t(in_place ? kQueryBlock * dqk : 0),
-        s_t(in_place ? kQueryBlock * max_len : 0) {}
-  std::vector<T> q_t, s_t;
+        q_t(in_place ? new T[kQueryBlock * dqk] : nullptr),
+        s_t(in_place ? new T[kQueryBlock * max_len] : nullptr),
+        weights(in_place ? new T[kQueryBlock * round_up(max_len, kBrgemmGranule)] : nullptr),
+        values(in_place ? new T[kQueryBlock * dv] : nullptr) {}
+  std::unique_ptr<T[]> q_t, s_t, weights, values;  // uninitialised: each use writes first
 };
 
 // The fp32 precision policy: operands laid out once per call (K^T unless a forward reads K in
@@ -70,7 +77,7 @@ class Fp32Precision {
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, seqs_.max_len, with_buckets, slot, shape_.dqk, !kv_.has_k_t());
+    return Scratch(tiles, seqs_.max_len, with_buckets, slot, shape_.dqk, shape_.dv, !kv_.has_k_t());
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
@@ -86,9 +93,13 @@ class Fp32Precision {
   Weights weights(TileArena<T>& t, int tile, int) const { return t.tile(tile); }
 
   // out rows (row stride ld_out) = W V for head h of the block, run by run of key rows.
-  void weighted_values(Scratch&, const PaddedBlock& pb, int64_t h, Weights w, T* out,
+  void weighted_values(Scratch& t, const PaddedBlock& pb, int64_t h, Weights w, T* out,
                        int64_t ld_out) const {
     const Block& blk = pb.blk;
+    if (!kv_.has_k_t()) {
+      padded_weighted_values(t, blk, h, w, out, ld_out);
+      return;
+    }
     seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
       gemm_nn(blk.rows, shape_.dv, n, w + (key - blk.key0), blk.keys, in_.v.at(row, h, shape_.dv),
               in_.v.stride, out, ld_out, key != blk.key0);
@@ -157,16 +168,72 @@ class Fp32Precision {
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
 
-  // s = Q K^T of a block, reading K's rows in place: S^T = K Q^T run by run of key rows, then
-  // transposed.
+  // m rows of a product of key rows in pieces gemm_nn takes to the brgemm: the rows in whole
+  // granules, then the rest; fn(first row, rows) for each nonempty piece.
+  template <typename Fn>
+  static void in_granules(int64_t m, Fn&& fn) {
+    const int64_t whole = m / kBrgemmGranule * kBrgemmGranule;
+    if (whole > 0) fn(int64_t{0}, whole);
+    if (m > whole) fn(whole, m - whole);
+  }
+
+  // Blocks of at most this many query rows multiply vector by vector (TileOps' key_row_dots,
+  // weighted_value_rows); larger ones on the brgemm, padded to whole granules of rows.
+  static constexpr int64_t kDotRows = 4;
+
+  // s = Q K^T of a block, reading K's rows in place: dot products for a few rows; else
+  // S^T = K Q^T run by run of key rows (Q^T padded to whole granules of columns), transposed.
   void scores_from_key_rows(Scratch& t, const Block& blk, int64_t h, T* s) const {
-    const int64_t dqk = shape_.dqk, rows = blk.rows;
-    transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, t.q_t.data(), rows);
+    const int64_t dqk = shape_.dqk, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
+    if (rows <= kDotRows) {
+      seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+        passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, rows,
+                             in_.k.at(row, h, dqk), in_.k.stride, n, dqk, s + (key - blk.key0),
+                             blk.keys);
+      });
+      return;
+    }
+    T* q_t = t.q_t.get();
+    transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, q_t, cols);
+    for (int64_t d = 0; d < dqk; ++d) std::fill(q_t + d * cols + rows, q_t + (d + 1) * cols, T(0));
     seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-      gemm_nn(n, rows, dqk, in_.k.at(row, h, dqk), in_.k.stride, t.q_t.data(), rows,
-              t.s_t.data() + (key - blk.key0) * rows, rows, false);
+      in_granules(n, [&](int64_t first, int64_t m) {
+        gemm_nn(m, cols, dqk, in_.k.at(row + first, h, dqk), in_.k.stride, q_t, cols,
+                t.s_t.get() + (key - blk.key0 + first) * cols, cols, false);
+      });
     });
-    transpose(blk.keys, rows, t.s_t.data(), rows, s, blk.keys);
+    transpose(blk.keys, rows, t.s_t.get(), cols, s, blk.keys);
+  }
+
+  // weighted_values reading V in place: row by row for a few rows; else W padded to
+  // [cols, keys rounded up] (zeros outside), its product with V's key rows in a [cols, Dv]
+  // scratch, whose first rows are the output.
+  void padded_weighted_values(Scratch& t, const Block& blk, int64_t h, const T* w, T* out,
+                              int64_t ld_out) const {
+    const int64_t dv = shape_.dv, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
+    if (rows <= kDotRows) {
+      seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+        passes_.weighted_value_rows(w + (key - blk.key0), blk.keys, rows, in_.v.at(row, h, dv),
+                                    in_.v.stride, n, dv, out, ld_out, key != blk.key0);
+      });
+      return;
+    }
+    const int64_t ld = round_up(blk.keys, kBrgemmGranule);
+    T* weights = t.weights.get();
+    for (int64_t r = 0; r < cols; ++r) {
+      T* dst = weights + r * ld;
+      if (r < rows) std::copy_n(w + r * blk.keys, blk.keys, dst);
+      std::fill(dst + (r < rows ? blk.keys : 0), dst + ld, T(0));
+    }
+    bool accumulate = false;
+    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+      in_granules(n, [&](int64_t first, int64_t m) {
+        gemm_nn(cols, dv, m, weights + (key - blk.key0 + first), ld, in_.v.at(row + first, h, dv),
+                in_.v.stride, t.values.get(), dv, accumulate);
+        accumulate = true;
+      });
+    });
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(t.values.get() + r * dv, dv, out + r * ld_out);
   }
 
   const Sequences& seqs_;
