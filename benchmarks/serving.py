@@ -57,35 +57,48 @@ LATENCY_HISTORIES = (200, 4096)
 
 
 class Users:
-    """The synthetic users: their histories (kept by every system alike) and each one's stream
-    of visits, drawn from a per-user generator."""
+    """The synthetic users: ``count`` slots, each a returning user with a history (kept by every
+    system alike) and a stream of visits drawn from the slot's generator. A user whose history
+    would outgrow ``max_events`` (the model's window, past which no system can cache it) leaves,
+    and a new user with a history as long as the slot's first takes the slot: its first request
+    brings its whole history."""
 
     def __init__(
-        self, count: int, min_history: int, max_history: int, num_items: int, seed=0,
-        new_events: int | None = None,
+        self, count: int, min_history: int, max_history: int, num_items: int, max_events: int,
+        seed=0, new_events: int | None = None,
     ):  # fmt: skip
-        self.num_items = num_items
+        self.num_items, self.max_events = num_items, max_events
         self.new_events = new_events  # per visit; None: 1 to MAX_NEW_EVENTS
         gen = torch.Generator().manual_seed(seed)
         log_lengths = torch.empty(count).uniform_(
             math.log(min_history), math.log(max_history), generator=gen
         )
-        self.histories = []
-        for length in log_lengths.exp().round().long().tolist():
-            items = torch.randint(1, num_items + 1, (length,), generator=gen)
-            times = torch.cumsum(torch.randint(0, 3600, (length,), generator=gen), 0)
-            self.histories.append((items, times))
+        self.lengths = log_lengths.exp().round().long().tolist()
         self._visits = [torch.Generator().manual_seed(seed + 1 + u) for u in range(count)]
+        self.ids = list(range(count))  # the user in each slot
+        self.histories = [self._history(slot) for slot in range(count)]
 
-    def visit(self, user: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """User ``user``'s next visit: new items, their times and the request time; appended."""
-        gen = self._visits[user]
+    def _history(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen, length = self._visits[slot], self.lengths[slot]
+        items = torch.randint(1, self.num_items + 1, (length,), generator=gen)
+        times = torch.cumsum(torch.randint(0, 3600, (length,), generator=gen), 0)
+        return items, times
+
+    def visit(self, slot: int) -> tuple[int, torch.Tensor, torch.Tensor, int]:
+        """The next visit to ``slot``: its user, the events the visit brings (the whole history
+        of a user new in the slot) and the request time; appended to the slot's history."""
+        gen = self._visits[slot]
         n = self.new_events or int(torch.randint(1, MAX_NEW_EVENTS + 1, (1,), generator=gen))
-        items, times = self.histories[user]
+        items, times = self.histories[slot]
+        fresh = items.numel() + n > self.max_events
+        if fresh:
+            self.ids[slot] += len(self.ids)
+            items, times = self._history(slot)
         new_items = torch.randint(1, self.num_items + 1, (n,), generator=gen)
         new_times = times[-1] + torch.cumsum(torch.randint(0, 3600, (n,), generator=gen), 0)
-        self.histories[user] = (torch.cat([items, new_items]), torch.cat([times, new_times]))
-        return new_items, new_times, int(new_times[-1]) + 60
+        self.histories[slot] = (torch.cat([items, new_items]), torch.cat([times, new_times]))
+        brought = self.histories[slot] if fresh else (new_items, new_times)
+        return self.ids[slot], *brought, int(new_times[-1]) + 60
 
 
 class Recompute:
@@ -94,11 +107,9 @@ class Recompute:
     def __init__(self, model, users: Users):
         self.model, self.users = model, users
 
-    def serve(self, user_ids: list[int]) -> None:
-        times = [self.users.visit(u)[2] for u in user_ids]
-        recommend(
-            self.model, [self.users.histories[u] for u in user_ids], TOP_K, request_times=times
-        )
+    def serve(self, slots: list[int]) -> None:
+        times = [self.users.visit(s)[3] for s in slots]
+        recommend(self.model, [self.users.histories[s] for s in slots], TOP_K, request_times=times)
 
 
 class Cached:
@@ -113,10 +124,13 @@ class Cached:
             batch = everyone[start : start + 8]
             self.served.observe(batch, [users.histories[u] for u in batch])
 
-    def serve(self, user_ids: list[int]) -> None:
-        visits = [self.users.visit(u) for u in user_ids]
-        self.served.observe(user_ids, [(items, times) for items, times, _ in visits], encode=False)
-        self.served.recommend(user_ids, TOP_K, request_times=[v[2] for v in visits])
+    def serve(self, slots: list[int]) -> None:
+        visits = [self.users.visit(s) for s in slots]
+        user_ids = [user for user, _, _, _ in visits]
+        self.served.observe(
+            user_ids, [(items, times) for _, items, times, _ in visits], encode=False
+        )
+        self.served.recommend(user_ids, TOP_K, request_times=[v[3] for v in visits])
 
 
 class LoadGenSUT:
@@ -244,8 +258,9 @@ def request_latency(recops_model, torch_model, history: int, repeats: int) -> di
     request meets the same history length."""
     medians = {}
     for name in SYSTEMS:
+        config = recops_model.config
         users = Users(
-            repeats, history, history, recops_model.config.num_items, seed=history,
+            repeats, history, history, config.num_items, config.max_seq_len - 1, seed=history,
             new_events=MAX_NEW_EVENTS,
         )  # fmt: skip
         system = make_system(name, recops_model, torch_model, users)
@@ -308,7 +323,9 @@ def main() -> None:
             flush=True,
         )
     for name in args.systems.split(","):
-        users = Users(args.users, args.min_history, args.max_history, config.num_items)
+        users = Users(
+            args.users, args.min_history, args.max_history, config.num_items, max_seq_len - 1
+        )
         system = make_system(name, recops_model, torch_model, users)
         sut = LoadGenSUT(system, args.users, max_batch=16)
         count = max(2 * args.users, 32)

@@ -18,12 +18,14 @@ from recops.data.sequences import complete_offsets
 def evaluating(model: torch.nn.Module):
     """``model`` in eval mode without autograd, its previous mode restored afterwards."""
     was_training = model.training
-    model.eval()
+    if was_training:  # (eval() walks every module: a served model, already in eval, skips it)
+        model.eval()
     try:
         with torch.no_grad():
             yield model
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def catalogue_scores(model, batch: JaggedBatch) -> torch.Tensor:

@@ -21,13 +21,16 @@ ITEM_TABLES = ("fp32", "int8", "int4")
 
 
 class ServedItemTable:
-    """``model``'s item table as ``kind`` (one of ITEM_TABLES) stores it."""
+    """``model``'s item table as ``kind`` (one of ITEM_TABLES) stores it. A served model is
+    frozen: the table, and the unit-norm catalogue the scores are taken against, are the model's
+    as this table is built."""
 
     def __init__(self, model, kind: str = "fp32"):
         if kind not in ITEM_TABLES:
             raise ValueError(f"item_table must be one of {ITEM_TABLES}, got {kind!r}")
         self.model, self.kind = model, kind
         weight = model.item_table.weight.detach().float()
+        self._dtype = model.encoder.dtype
         fbgemm = torch.ops.fbgemm
         if kind == "int8":
             self.quantized = fbgemm.FloatToFused8BitRowwiseQuantized(weight)
@@ -39,6 +42,9 @@ class ServedItemTable:
             padded = torch.cat([weight, weight[:, :1].expand(-1, padding)], dim=1)
             self.quantized = fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(padded, 4)
         self.dim = weight.shape[1]
+        # fp32: the normalised catalogue once (a second copy of the table, as a search index
+        # keeps); quantized: per request, so that the quantized table is all that is kept.
+        self._candidates = l2_normalize(weight.to(self._dtype)) if kind == "fp32" else None
 
     @property
     def nbytes(self) -> int:
@@ -51,7 +57,7 @@ class ServedItemTable:
             out = torch.ops.fbgemm.Fused8BitRowwiseQuantizedToFloat(rows)
         else:
             out = torch.ops.fbgemm.FusedNBitRowwiseQuantizedSBHalfToFloat(rows, 4)[:, : self.dim]
-        return out.to(self.model.encoder.dtype)
+        return out.to(self._dtype)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """``[n, d]`` embeddings of items ``ids`` in the encoder's dtype."""
@@ -61,6 +67,6 @@ class ServedItemTable:
 
     def candidates(self) -> torch.Tensor:
         """``[num_items + 1, d]`` unit-norm embeddings of the catalogue (row 0 is no item)."""
-        if self.kind == "fp32":
-            return self.model.candidate_embeddings()
+        if self._candidates is not None:
+            return self._candidates
         return l2_normalize(self._dequantized(self.quantized))
