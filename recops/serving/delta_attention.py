@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from recops.data.sequences import complete_offsets
 from recops.serving.paged_cache import PageTables
 
 ops = torch.ops.recops
@@ -32,7 +33,7 @@ def delta_attention(
     page_rows]`` float64). Returns ``[R, H * Dv]`` for HSTU, ``[R, H * 3 * Dv]`` (per head position,
     time, semantic) for FuXi-alpha, as the models' attention returns them, in q's dtype; the
     attention runs in the pages' dtype (bf16 pages: the bf16 tiles)."""
-    delta_offsets = torch.cat([tables.new_rows.new_zeros(1), torch.cumsum(tables.new_rows, 0)])
+    delta_offsets = complete_offsets(tables.new_rows)
     args = (
         q.to(keys.dtype),
         keys,
