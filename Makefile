@@ -80,12 +80,12 @@ train: build
 format-check: setup
 	$(VENV)/bin/ruff check recops tests benchmarks setup.py
 	$(VENV)/bin/ruff format --check recops tests benchmarks setup.py
-	clang-format --dry-run --Werror $$(find csrc tests/cpp -name '*.h' -o -name '*.cpp' -o -name '*.cu')
+	clang-format --dry-run --Werror $$(find csrc tests/cpp tests/cpp_dispatch examples -name '*.h' -o -name '*.cpp' -o -name '*.cu')
 
 format: setup
 	$(VENV)/bin/ruff check --fix recops tests benchmarks setup.py
 	$(VENV)/bin/ruff format recops tests benchmarks setup.py
-	clang-format -i $$(find csrc tests/cpp -name '*.h' -o -name '*.cpp' -o -name '*.cu')
+	clang-format -i $$(find csrc tests/cpp tests/cpp_dispatch examples -name '*.h' -o -name '*.cpp' -o -name '*.cu')
 
 # The kernel wall, the C++ tests, then the Python suite.
 test: build format-check check-kernel-wall test-cpp

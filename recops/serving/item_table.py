@@ -14,43 +14,49 @@ The ops are ``torch.ops.fbgemm``'s: recops serves them, bit-exact with FBGEMM.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from recops.models.encoder import l2_normalize
 
 ITEM_TABLES = ("fp32", "int8", "int4")
 
 
-class ServedItemTable:
-    """``model``'s item table as ``kind`` (one of ITEM_TABLES) stores it. A served model is
-    frozen: the table, and the unit-norm catalogue the scores are taken against, are the model's
-    as this table is built."""
+class ServedItemTable(nn.Module):
+    """``model``'s item table as ``kind`` (one of ITEM_TABLES) stores it, in buffers (so that an
+    exported graph carries them). A served model is frozen: the table, and the unit-norm catalogue
+    the scores are taken against, are the model's as this table is built (fp32 reads the model's
+    own table in place)."""
 
     def __init__(self, model, kind: str = "fp32"):
+        super().__init__()
         if kind not in ITEM_TABLES:
             raise ValueError(f"item_table must be one of {ITEM_TABLES}, got {kind!r}")
-        self.model, self.kind = model, kind
-        weight = model.item_table.weight.detach().float()
+        self.kind = kind
+        weight = model.item_table.weight.detach()
         self._dtype = model.encoder.dtype
         fbgemm = torch.ops.fbgemm
-        if kind == "int8":
-            self.quantized = fbgemm.FloatToFused8BitRowwiseQuantized(weight)
-        elif kind == "int4":
+        if kind == "fp32":
+            stored = weight
+        elif kind == "int8":
+            stored = fbgemm.FloatToFused8BitRowwiseQuantized(weight.float())
+        else:
             # FBGEMM's int4 rows hold a whole number of fp16s (dim a multiple of 4): a row is
             # padded with copies of its first value, which leaves its range, and so its
             # quantization, as they are; the padding is cut off when read.
             padding = -weight.shape[1] % 4
             padded = torch.cat([weight, weight[:, :1].expand(-1, padding)], dim=1)
-            self.quantized = fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(padded, 4)
+            stored = fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(padded.float(), 4)
+        self.register_buffer("stored", stored, persistent=False)
         self.dim = weight.shape[1]
         # fp32: the normalised catalogue once (a second copy of the table, as a search index
         # keeps); quantized: per request, so that the quantized table is all that is kept.
-        self._candidates = l2_normalize(weight.to(self._dtype)) if kind == "fp32" else None
+        normalised = l2_normalize(weight.to(self._dtype)) if kind == "fp32" else None
+        self.register_buffer("normalised", normalised, persistent=False)
 
     @property
     def nbytes(self) -> int:
         """The bytes the table is kept in."""
-        table = self.model.item_table.weight if self.kind == "fp32" else self.quantized
-        return table.numel() * table.element_size()
+        return self.stored.numel() * self.stored.element_size()
 
     def _dequantized(self, rows: torch.Tensor) -> torch.Tensor:
         if self.kind == "int8":
@@ -62,11 +68,11 @@ class ServedItemTable:
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """``[n, d]`` embeddings of items ``ids`` in the encoder's dtype."""
         if self.kind == "fp32":
-            return self.model.item_embeddings(ids)
-        return self._dequantized(self.quantized.index_select(0, ids))
+            return self.stored.index_select(0, ids).to(self._dtype)
+        return self._dequantized(self.stored.index_select(0, ids))
 
     def candidates(self) -> torch.Tensor:
         """``[num_items + 1, d]`` unit-norm embeddings of the catalogue (row 0 is no item)."""
-        if self._candidates is not None:
-            return self._candidates
-        return l2_normalize(self._dequantized(self.quantized))
+        if self.normalised is not None:
+            return self.normalised
+        return l2_normalize(self._dequantized(self.stored))
