@@ -27,7 +27,8 @@ from recops.serving.item_table import ServedItemTable
 def segment_ids(offsets: torch.Tensor, rows: int) -> torch.Tensor:
     """``[rows]``: the segment of ``offsets`` each row falls in."""
     positions = torch.arange(rows, dtype=offsets.dtype, device=offsets.device)
-    return torch.searchsorted(offsets[1:], positions, right=True)
+    # (offsets[1:] would be a slice whose contiguity check specialises the batch size to >= 2.)
+    return torch.searchsorted(offsets, positions, right=True) - 1
 
 
 class RecommenderGraph(nn.Module):
