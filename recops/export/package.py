@@ -6,6 +6,7 @@ import os
 
 import torch
 from torch.export import Dim
+from torch.export.pt2_archive._package import load_pt2
 
 import recops
 from recops.export.graph import RecommenderGraph
@@ -76,10 +77,12 @@ def package_recommender(model, path, k: int = 10, item_table: str = "fp32") -> s
 
 class PackagedRecommender:
     """A package from package_recommender, loaded in this process (``recommend`` as the eager
-    ``recops.recommend`` takes its arguments, at the package's k)."""
+    ``recops.recommend`` takes its arguments, at the package's k); ``runners`` threads may call
+    it at once."""
 
-    def __init__(self, path):
-        self.runner = torch._inductor.aoti_load_package(os.fspath(path))
+    def __init__(self, path, runners: int = 1):
+        archive = load_pt2(os.fspath(path), num_runners=runners)
+        self.runner = archive.aoti_runners["model"]
         metadata = self.runner.get_metadata()
         self.max_seq_len = int(metadata["recops.max_seq_len"])
         self.num_items = int(metadata["recops.num_items"])
