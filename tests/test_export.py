@@ -1,7 +1,8 @@
 """recops.export (docs/deploy.md): a trained HSTU / FuXi-alpha / SASRec recommender exported with
 torch.export as one graph from user histories to top-k items, compiled with AOTInductor, and
 served from Python (aoti_load_package) and from the C++ program examples/cpp_serving, each giving
-the eager ``recommend``'s top-k and scores for batches of 1 to 256 users of every length."""
+the eager ``recommend``'s top-k and scores for batches of 1 to 256 users of every length; and the
+cached server's delta step exported and packaged, its pages written in place."""
 
 import dataclasses
 import os
@@ -17,13 +18,18 @@ import recops
 from recops.export import (
     PackagedRecommender,
     RecommenderGraph,
+    export_delta_step,
     export_recommender,
     graph_inputs,
+    load_delta_step,
+    package_delta_step,
     read_answers,
     write_requests,
 )
+from recops.export.delta_step import example_step_inputs
 from recops.models import ModelConfig, SequentialRecommender
 from recops.models.recommend import recommend
+from recops.serving import CachedRecommender
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_ITEMS, MAX_SEQ_LEN, K = 300, 24, 10
@@ -242,3 +248,49 @@ def test_cpp_program_rejects_bad_requests(program, packages, tmp_path):
         assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     result = _serve(program, packages["hstu"], requests, tmp_path / "out.txt", "--workers", "0")
     assert result.returncode == 2 and "--workers must be at least 1" in result.stderr
+
+
+# --- The cached server's delta step: pages in (written in place), the new rows' states out. ---
+
+
+def _server(name, **options):
+    return CachedRecommender(make_model(name), cache_bytes=1 << 20, page_rows=8, **options)
+
+
+@pytest.mark.parametrize("name", ["hstu", "fuxi"])
+def test_exported_delta_step_equals_eager_step_and_writes_the_pages(name):
+    served = _server(name)
+    program = export_delta_step(served)
+    targets = {str(n.target) for n in program.graph.nodes}
+    assert f"recops.{name}_delta_attention.default" in targets
+    inputs = example_step_inputs(served)
+    eager, exported = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    with torch.no_grad():
+        expected = served.step(*eager)
+    torch.testing.assert_close(program.module()(*exported), expected, rtol=1e-6, atol=1e-6)
+    for written, reference, before in zip(exported[7:], eager[7:], inputs[7:], strict=True):
+        torch.testing.assert_close(written, reference, rtol=1e-6, atol=1e-6)
+        assert not torch.equal(written, before)
+
+
+def test_delta_step_export_refuses_the_torch_reference():
+    with pytest.raises(ValueError, match="only a server on recops' delta op"):
+        export_delta_step(_server("hstu", attention="torch"))
+
+
+def test_cached_server_on_a_packaged_delta_step_equals_full_recompute(tmp_path):
+    served = _server("hstu")
+    load_delta_step(served, package_delta_step(served, tmp_path / "delta.pt2"))
+    model = served.model
+    history = histories(6, seed=11)
+    # Observed in two parts: the second encodes against the rows the package cached.
+    for part in (slice(0, -2), slice(-2, None)):
+        users = [u for u, (items, _) in enumerate(history) if items[part]]
+        events = [(history[u][0][part], history[u][1][part]) for u in users]
+        served.observe(users, events)
+    users = list(range(len(history)))
+    times = [t[-1] + 60 for _, t in history]
+    got = served.recommend(users, K, request_times=times)
+    assert_same_top_k(*got, *recommend(model, history, K, request_times=times))
+    served.set_step(None)  # eager again: the same answers from the same cache
+    assert_same_top_k(*served.recommend(users, K, request_times=times), *got)

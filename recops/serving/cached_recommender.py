@@ -18,15 +18,14 @@ user is encoded whole on each request, as the full recompute does, and not cache
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 
 import torch
 
-from recops.models.encoder import l2_normalize
 from recops.models.recommend import evaluating, state_scores
 from recops.serving.delta_attention import delta_attention
+from recops.serving.delta_step import DeltaStep
 from recops.serving.item_table import ServedItemTable
 from recops.serving.paged_cache import CacheFull, CacheLayout, PagedKVCache
 from recops.serving.torch_delta_attention import torch_delta_attention
@@ -59,8 +58,10 @@ class CachedRecommender:
             raise ValueError(f"model must be one of {CACHED_MODELS}, got {config.model!r}")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {tuple(ATTENTIONS)}, got {attention!r}")
-        self._attention = ATTENTIONS[attention]
         self.items = ServedItemTable(model, item_table)
+        # The delta step: DeltaStep eagerly, or what set_step swapped it for.
+        self.step = DeltaStep(model, self.items, ATTENTIONS[attention])
+        self._step = self.step
         self.model = model
         self.config = config
         layout = CacheLayout(
@@ -104,6 +105,11 @@ class CachedRecommender:
                 torch.cat([old_items, items]),
                 torch.cat([old_times, timestamps]),
             )
+
+    def set_step(self, step=None) -> None:
+        """Runs the delta step through ``step``, a callable taking DeltaStep.forward's arguments
+        (an AOTInductor package of it: recops.export.load_delta_step), or eagerly again (None)."""
+        self._step = self.step if step is None else step
 
     # ------------------------------------------------------------------------------ requests
     def observe(
@@ -221,25 +227,9 @@ class CachedRecommender:
         return torch.cat(items), torch.cat(times), torch.cat(positions)
 
     def _forward(self, items, times, positions, tables) -> torch.Tensor:
-        """The encoder (recops.models.encoder.SequenceEncoder) on the delta rows, each block's
-        attention reading every key and value through the page tables."""
-        encoder = self.model.encoder
-        embeddings = self.items.rows(items)
-        x = embeddings * math.sqrt(embeddings.shape[-1]) + encoder.positions(positions)
-        slots = self.cache.slots(tables)
-        for layer, block in enumerate(encoder.blocks):
-            u, q, k, v = block.project(x)
-            self.cache.write(layer, slots, k, v, times if layer == 0 else None)
-            attn = self._attention(
-                self.config.model,
-                q,
-                self.cache.keys[layer],
-                self.cache.values[layer],
-                self.cache.timestamps,
-                tables,
-                self.config.max_seq_len,
-                block.relative_bias.ts_w,
-                block.relative_bias.pos_w,
-            )
-            x = block.combine(x, u, attn)
-        return l2_normalize(x)
+        """The delta step (DeltaStep, or the package it was swapped for) on the new rows."""
+        cache = self.cache
+        return self._step(
+            items, times, positions, cache.slots(tables), tables.pages, tables.lengths,
+            tables.new_rows, cache.keys, cache.values, cache.timestamps,
+        )  # fmt: skip

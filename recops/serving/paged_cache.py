@@ -79,6 +79,12 @@ class PageTables:
     new_rows: torch.Tensor  # [B] int64
 
 
+def store_rows(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    """Writes ``rows`` at row ``slots`` of ``pool [pages, page_rows, ...]`` in place, in the pool's
+    dtype: the one place the cache's pages are written."""
+    pool.flatten(0, 1).index_copy_(0, slots, rows.to(pool.dtype))
+
+
 class PagedKVCache:
     """Keys, values and timestamps of users' encoded rows in a pool of at most ``capacity_bytes``.
 
@@ -249,16 +255,10 @@ class PagedKVCache:
     ) -> None:
         """Stores one layer's keys ``[R, num_heads, key_dim]`` and values of a held request's new
         rows at ``slots`` (:meth:`slots`), and their timestamps once (any layer)."""
-        layout = self.layout
-        rows = layout.page_rows * self.num_pages
-        self.keys[layer].view(rows, layout.num_heads, layout.key_dim).index_copy_(
-            0, slots, keys.to(layout.dtype)
-        )
-        self.values[layer].view(rows, layout.num_heads, layout.value_dim).index_copy_(
-            0, slots, values.to(layout.dtype)
-        )
+        store_rows(self.keys[layer], slots, keys)
+        store_rows(self.values[layer], slots, values)
         if timestamps is not None:
-            self.timestamps.view(rows).index_copy_(0, slots, timestamps.to(torch.float64))
+            store_rows(self.timestamps, slots, timestamps)
 
     def gather(self, layer: int, tables: PageTables, user: int) -> tuple[torch.Tensor, ...]:
         """Row ``user`` of ``tables``: its cached rows and the request's new ones (written
