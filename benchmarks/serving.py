@@ -11,13 +11,16 @@ Scenarios: Offline (all queries at once; throughput) and Server (Poisson arrival
 system, a search for the highest QPS whose p99 latency stays under --target-p99-ms, with
 latency percentiles of every QPS tried.
 
-Systems: `cached` (recops.serving.CachedRecommender on recops' delta op), `cached-torch` (the
-same cache with the plain-PyTorch cached reference standing for generative-recommenders'
-pytorch_cached_hstu_mha, recops/serving/torch_delta_attention.py), `recompute` (the whole history
-on recops' ops) and `torch` (the whole history on the plain-PyTorch backend). Before LoadGen, the
-latency of one request of a user with 200 and 4096 events encoded and 8 new ones, per system.
+Systems: `cached` (recops.serving.CachedRecommender on recops' delta op), `cached-aoti` (the
+same with its delta step run from an AOTInductor package, recops.export.load_delta_step),
+`cached-torch` (the same cache with the plain-PyTorch cached reference standing for
+generative-recommenders' pytorch_cached_hstu_mha, recops/serving/torch_delta_attention.py),
+`recompute` (the whole history on recops' ops) and `torch` (the whole history on the plain-PyTorch
+backend). Before LoadGen, the latency of one request of a user with 200 and 4096 events encoded
+and 8 new ones, per system.
 
-Usage: python benchmarks/serving.py [--quick] [--systems cached,cached-torch,recompute,torch]
+Usage: python benchmarks/serving.py [--quick]
+                                    [--systems cached,cached-aoti,cached-torch,recompute,torch]
 Writes benchmarks/results/serving.json, serving.md and serving.png (latency vs QPS); --quick
 writes them to a temporary folder.
 """
@@ -44,6 +47,7 @@ import mlperf_loadgen as lg  # noqa: E402
 import torch  # noqa: E402
 from harness import measure_limits  # noqa: E402
 
+from recops.export import load_delta_step, package_delta_step  # noqa: E402
 from recops.models import ModelConfig, SequentialRecommender  # noqa: E402
 from recops.models.recommend import recommend  # noqa: E402
 from recops.serving import CachedRecommender  # noqa: E402
@@ -51,7 +55,7 @@ from recops.serving import CachedRecommender  # noqa: E402
 RESULTS = os.path.join(HERE, "results")
 TOP_K = 10
 MAX_NEW_EVENTS = 8
-SYSTEMS = ("cached", "cached-torch", "recompute", "torch")
+SYSTEMS = ("cached", "cached-aoti", "cached-torch", "recompute", "torch")
 # Single-request latency: history lengths (ML-100K's users have at most a few hundred events).
 LATENCY_HISTORIES = (200, 4096)
 
@@ -116,9 +120,13 @@ class Cached:
     """recops.serving.CachedRecommender: a visit's events are appended and encoded with the
     request in one pass. Every history is observed (encoded and cached) before the test."""
 
-    def __init__(self, model, users: Users, cache_bytes: int, attention: str = "recops"):
+    def __init__(
+        self, model, users: Users, cache_bytes: int, attention: str = "recops", aoti: bool = False
+    ):
         self.users = users
         self.served = CachedRecommender(model, cache_bytes, attention=attention)
+        if aoti:  # the delta step from its AOTInductor package (recops.export)
+            load_delta_step(self.served, _delta_step_package(self.served))
         everyone = list(range(len(users.histories)))
         for start in range(0, len(everyone), 8):
             batch = everyone[start : start + 8]
@@ -240,9 +248,23 @@ def peak_server_qps(sut, start_qps: float, target_ms: float, count: int, seconds
     return passed, tried
 
 
+_packages: dict[int, str] = {}
+
+
+def _delta_step_package(served) -> str:
+    """The AOTInductor package of ``served``'s delta step, compiled once per model (every
+    server here has the same cache layout)."""
+    key = id(served.model)
+    if key not in _packages:
+        _packages[key] = package_delta_step(served, os.path.join(tempfile.mkdtemp(), "step.pt2"))
+    return _packages[key]
+
+
 def make_system(name: str, recops_model, torch_model, users: Users):
     if name == "cached":
         return Cached(recops_model, users, cache_bytes=1 << 30)
+    if name == "cached-aoti":
+        return Cached(recops_model, users, cache_bytes=1 << 30, aoti=True)
     if name == "cached-torch":
         return Cached(recops_model, users, cache_bytes=1 << 30, attention="torch")
     if name == "recompute":
