@@ -69,28 +69,51 @@ RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, c
 // Products of a few query rows (a serving step's) with key and value rows read where they lie,
 // vectorised along the rows' values: a product with a padded operand would multiply mostly zeros.
 //
+// The sum of lanes[0, kWidth) in a fixed tree, halves added lane by lane (kWidth a power of two).
+template <int64_t kWidth, typename T>
+RECOPS_ALWAYS_INLINE T fold_lanes(T* lanes) {
+  if constexpr (kWidth == 1) {
+    return lanes[0];
+  } else {
+    for (int64_t l = 0; l < kWidth / 2; ++l) lanes[l] += lanes[l + kWidth / 2];
+    return fold_lanes<kWidth / 2>(lanes);
+  }
+}
+
 // s[r * ld_s + j] = q_r . k_j for r < rows, j < n (rows of d values, row strides ld_q, ld_k).
-// Lanes of partial sums let the dot products vectorise without reassociating a sum.
+// Lanes of partial sums let the dot products vectorise; the lanes are then added in a fixed tree,
+// which vectorises too (a sequential sum of the lanes cost more than the products at one query
+// row). Keys go kKeys at a time so that each load of q serves all of them.
 template <typename T>
 RECOPS_ALWAYS_INLINE void key_row_dots_generic(const T* q, int64_t ld_q, int64_t rows, const T* k,
                                                int64_t ld_k, int64_t n, int64_t d, T* s,
                                                int64_t ld_s) {
   constexpr int64_t kLanes = 16;
-  for (int64_t j = 0; j < n; ++j) {
-    const T* kj = k + j * ld_k;
+  constexpr int64_t kKeys = 4;
+  const auto dots = [&](auto keys, int64_t j) {
+    constexpr int64_t kCount = decltype(keys)::value;
     for (int64_t r = 0; r < rows; ++r) {
       const T* qr = q + r * ld_q;
-      T lanes[kLanes] = {};
+      T lanes[kCount][kLanes] = {};
+      T tail[kCount] = {};
       int64_t c = 0;
       for (; c + kLanes <= d; c += kLanes) {
-        for (int64_t l = 0; l < kLanes; ++l) lanes[l] += qr[c + l] * kj[c + l];
+        for (int64_t i = 0; i < kCount; ++i) {
+          const T* kj = k + (j + i) * ld_k + c;
+          for (int64_t l = 0; l < kLanes; ++l) lanes[i][l] += qr[c + l] * kj[l];
+        }
       }
-      T sum = 0;
-      for (; c < d; ++c) sum += qr[c] * kj[c];
-      for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-      s[r * ld_s + j] = sum;
+      for (; c < d; ++c) {
+        for (int64_t i = 0; i < kCount; ++i) tail[i] += qr[c] * k[(j + i) * ld_k + c];
+      }
+      for (int64_t i = 0; i < kCount; ++i) {
+        s[r * ld_s + j + i] = fold_lanes<kLanes>(lanes[i]) + tail[i];
+      }
     }
-  }
+  };
+  int64_t j = 0;
+  for (; j + kKeys <= n; j += kKeys) dots(std::integral_constant<int64_t, kKeys>{}, j);
+  for (; j < n; ++j) dots(std::integral_constant<int64_t, 1>{}, j);
 }
 
 // out_r (+)= sum_j w[r * ld_w + j] v_j for r < rows over n value rows v_j of dv values (row
