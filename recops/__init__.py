@@ -33,6 +33,8 @@ from recops.operators import (  # noqa: E402  (registers fake kernels and autogr
     hstu,
     jagged,
     keyed,
+    layer,
+    loss,
     quantize,
     relative_bias,
     sparse,
@@ -42,6 +44,13 @@ from recops.operators.deberta import DisentangledSelfAttention, disentangled_att
 from recops.operators.fuxi import delta_fuxi_attention, fuxi_attention  # noqa: E402
 from recops.operators.hstu import delta_hstu_mha, hstu_attention  # noqa: E402
 from recops.operators.keyed import PermutePooledEmbeddings, PermutePooledEmbeddingsSplit  # noqa: E402
+from recops.operators.layer import (  # noqa: E402
+    counter_dropout,
+    fuxi_layer_ffn,
+    hstu_layer_input,
+    hstu_layer_output,
+)
+from recops.operators.loss import sampled_softmax_loss  # noqa: E402
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
@@ -65,6 +74,7 @@ __all__ = [
     "SparseType",
     "SplitTableBatchedEmbeddingBagsCodegen",
     "WeightDecayMode",
+    "counter_dropout",
     "deberta",
     "delta_fuxi_attention",
     "delta_hstu_mha",
@@ -74,16 +84,22 @@ __all__ = [
     "fbgemm_loaded",
     "fuxi",
     "fuxi_attention",
+    "fuxi_layer_ffn",
     "gather",
     "hashing",
     "hstu",
     "hstu_attention",
+    "hstu_layer_input",
+    "hstu_layer_output",
     "jagged",
     "keyed",
+    "layer",
     "library_path",
+    "loss",
     "ops",
     "quantize",
     "relative_bias",
+    "sampled_softmax_loss",
     "sparse",
     "use_for_fbgemm",
     "utility",

@@ -49,3 +49,20 @@ def grads_by_name(ctx, forward, backward, results):
     for position, grad in zip(_grad_positions(forward, backward), results, strict=True):
         grads[position] = grad
     return input_grads(ctx, *grads)
+
+
+def saving_setup(forward, tensors):
+    """A setup_context that keeps a call's ``tensors`` (by name) as saved tensors and its other
+    arguments by name, for call_backward."""
+
+    def setup(ctx, inputs, output):
+        ctx.arguments = named_arguments(forward, inputs)
+        ctx.save_for_backward(*(ctx.arguments.pop(name) for name in tensors))
+
+    return setup
+
+
+def call_backward(ctx, backward, tensors, grad_output):
+    """``backward`` called on ``grad_output`` with what saving_setup kept."""
+    saved = dict(zip(tensors, ctx.saved_tensors, strict=True))
+    return backward(grad_output, **saved, **ctx.arguments)

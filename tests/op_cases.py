@@ -22,6 +22,9 @@ from test_int_nbit_lookup import Invalid as LookupInvalid
 from test_int_nbit_lookup import lookup_reference
 from test_jagged_index_select import add_reference, keyed_select_reference, select_reference
 from test_jagged_unique_indices import unique_indices_reference
+from test_layer import composition as layer_output_composition
+from test_layer import ffn_composition, reference_keep
+from test_layer import input_composition as layer_input_composition
 from test_relative_bias import reference_time_buckets
 from test_segment_sum import segment_sum_reference
 
@@ -1585,6 +1588,284 @@ def ref_deberta_backward(a):
     return reference_grads(out, grad, leaves, ("q", "k", "v", "pos_key", "pos_query"), a)
 
 
+# --------------------------------------------------------------------------- layer ops
+def make_counter_dropout(d):
+    gen = d.generator()
+    shape = [d.int(0, 5) for _ in range(d.int(0, 3))]
+    return {
+        "x": torch.randn(shape, generator=gen, dtype=F64).to(d.choice(FLOAT_DTYPES)),
+        "p": d.choice((0.0, 0.3, 0.5, 1.0)),
+        "seed": torch.tensor(d.int(-(2**40), 2**40)),
+        "offset": d.int(0, 3),
+    }
+
+
+def dropout_seed(a):
+    seed = tensor(a, "seed", (I64,))
+    require(seed.numel() == 1, "seed has one element")
+    return int(seed.item())
+
+
+def ref_counter_dropout(a):
+    x = tensor(a, "x", FLOAT_DTYPES)
+    p = a["p"]
+    require(isinstance(p, float | int) and 0 <= p <= 1, "p in [0, 1]")
+    keep = reference_keep(tuple(x.shape), p, dropout_seed(a), a["offset"])
+    scale = 1 / (1 - p) if p < 1 else 0.0
+    return (x.double() * keep * scale).to(x.dtype)
+
+
+def make_layer_output(d):
+    gen = d.generator()
+    rows, width, dim = d.int(0, 70), d.int(1, 6), d.int(1, 5)
+    dtype = d.choice((F64, F32, BF16))
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    return {
+        "x": leaf(rows, dim),
+        "u": leaf(rows, width),
+        "attn": leaf(rows, width),
+        "weight": leaf(dim, width),
+        "bias": leaf(dim) if d.bool() else None,
+        "norm": d.choice(("layer_norm", "rms_norm")),
+        "eps": d.choice((1e-6, 1e-3)),
+        "dropout_p": d.choice((0.0, 0.4)),
+        "seed": torch.tensor(d.int(0, 2**40)),
+        "offset": d.int(0, 3),
+    }
+
+
+LAYER_OUTPUT_INPUTS = ("x", "u", "attn", "weight", "bias")
+
+
+def layer_output_expected(a):
+    x = tensor(a, "x", FLOAT_DTYPES, (2,))
+    u = tensor(a, "u", (x.dtype,), (2,))
+    attn = tensor(a, "attn", (x.dtype,), (2,))
+    weight = tensor(a, "weight", (x.dtype,), (2,))
+    bias = optional_tensor(a, "bias", (x.dtype,), (1,))
+    require(u.shape[0] == x.shape[0] and attn.shape == u.shape, "u, attn shape")
+    require(weight.shape == (x.shape[1], u.shape[1]), "weight shape")
+    require(bias is None or bias.shape == (x.shape[1],), "bias shape")
+    require(a["norm"] in ("layer_norm", "rms_norm"), "norm")
+    eps = finite(a["eps"], "eps", compute_dtype(x))
+    p = a["dropout_p"]
+    require(isinstance(p, float | int) and 0 <= p <= 1, "dropout_p in [0, 1]")
+    seed = 0 if a["seed"] is None and p == 0 else dropout_seed(a)
+    leaves = {
+        n: a[n].detach().double().requires_grad_() for n in LAYER_OUTPUT_INPUTS if a[n] is not None
+    }
+    out = layer_output_composition(
+        *(leaves.get(n) for n in LAYER_OUTPUT_INPUTS),
+        a["norm"],
+        p,
+        seed,
+        a["offset"],
+        eps,
+    )
+    return out, leaves
+
+
+def ref_layer_output(a):
+    out, _ = layer_output_expected(a)
+    return out.detach().to(a["x"].dtype)
+
+
+def ref_layer_output_backward(a):
+    out, leaves = layer_output_expected(a)
+    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, leaves, ("u", "attn", "weight", "bias"), a)
+
+
+# The norms' backward subtracts terms of the size of rstd * |dy| to leave a gradient that may be
+# far smaller, so float64 results differing only in the order of their sums differ by about
+# rstd * 1e-16 (rstd <= 1 / sqrt(eps)): the float64 tolerance of these cases allows for it.
+LAYER_TOLERANCE = {**TOLERANCE, F64: (1e-10, 1e-10)}
+
+
+def make_layer_input(d):
+    gen = d.generator()
+    rows, dim, width = d.int(0, 70), d.int(1, 6), d.int(1, 8)
+    dtype = d.choice((F64, F32, BF16))
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    return {
+        "x": leaf(rows, dim),
+        "weight": leaf(dim, width),
+        "bias": leaf(width) if d.bool() else None,
+        "norm": d.choice(("layer_norm", "rms_norm")),
+        "eps": d.choice((1e-6, 1e-3)),
+    }
+
+
+LAYER_INPUT_INPUTS = ("x", "weight", "bias")
+
+
+def layer_input_expected(a):
+    x = tensor(a, "x", FLOAT_DTYPES, (2,))
+    weight = tensor(a, "weight", (x.dtype,), (2,))
+    bias = optional_tensor(a, "bias", (x.dtype,), (1,))
+    require(weight.shape[0] == x.shape[1], "weight rows")
+    require(bias is None or bias.shape == (weight.shape[1],), "bias shape")
+    require(a["norm"] in ("layer_norm", "rms_norm"), "norm")
+    eps = finite(a["eps"], "eps", compute_dtype(x))
+    leaves = {
+        n: a[n].detach().double().requires_grad_() for n in LAYER_INPUT_INPUTS if a[n] is not None
+    }
+    out = layer_input_composition(*(leaves.get(n) for n in LAYER_INPUT_INPUTS), a["norm"], eps)
+    return out, leaves
+
+
+def ref_layer_input(a):
+    out, _ = layer_input_expected(a)
+    return out.detach().to(a["x"].dtype)
+
+
+def ref_layer_input_backward(a):
+    out, leaves = layer_input_expected(a)
+    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, leaves, LAYER_INPUT_INPUTS, a)
+
+
+def make_layer_ffn(d):
+    gen = d.generator()
+    rows, dim, hidden = d.int(0, 70), d.int(1, 5), d.int(1, 6)
+    dtype = d.choice((F64, F32, BF16))
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    return {
+        "x": leaf(rows, dim),
+        "gate": leaf(hidden, dim),
+        "up": leaf(hidden, dim),
+        "down": leaf(dim, hidden),
+        "norm": d.choice(("layer_norm", "rms_norm")),
+        "eps": d.choice((1e-6, 1e-3)),
+        "dropout_p": d.choice((0.0, 0.4)),
+        "seed": torch.tensor(d.int(0, 2**40)),
+        "offset": d.int(0, 3),
+    }
+
+
+LAYER_FFN_INPUTS = ("x", "gate", "up", "down")
+
+
+def layer_ffn_expected(a):
+    x = tensor(a, "x", FLOAT_DTYPES, (2,))
+    gate = tensor(a, "gate", (x.dtype,), (2,))
+    up = tensor(a, "up", (x.dtype,), (2,))
+    down = tensor(a, "down", (x.dtype,), (2,))
+    require(gate.shape[1] == x.shape[1] and up.shape == gate.shape, "gate, up shape")
+    require(down.shape == (x.shape[1], gate.shape[0]), "down shape")
+    require(a["norm"] in ("layer_norm", "rms_norm"), "norm")
+    eps = finite(a["eps"], "eps", compute_dtype(x))
+    p = a["dropout_p"]
+    require(isinstance(p, float | int) and 0 <= p <= 1, "dropout_p in [0, 1]")
+    seed = 0 if a["seed"] is None and p == 0 else dropout_seed(a)
+    leaves = {n: a[n].detach().double().requires_grad_() for n in LAYER_FFN_INPUTS}
+    out = ffn_composition(
+        *(leaves[n] for n in LAYER_FFN_INPUTS), a["norm"], p, seed, a["offset"], eps
+    )
+    return out, leaves
+
+
+def ref_layer_ffn(a):
+    out, _ = layer_ffn_expected(a)
+    return out.detach().to(a["x"].dtype)
+
+
+def ref_layer_ffn_backward(a):
+    out, leaves = layer_ffn_expected(a)
+    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, leaves, LAYER_FFN_INPUTS, a)
+
+
+# --------------------------------------------------------------------------- loss
+def make_sampled_softmax(d):
+    gen = d.generator()
+    rows, dim, count = d.int(1, 40), d.int(1, 6), d.int(0, 7)
+    dtype = d.choice((F64, F32, BF16))
+    distinct = d.int(1, 5)  # few ids, so that some negatives are a row's positive
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
+
+    def ids(n):
+        return torch.randint(1, distinct + 1, (n,), generator=gen).to(d.choice(INDEX_DTYPES))
+
+    weights = torch.rand(rows, generator=gen) > 0.3 if d.bool() else torch.rand(rows, generator=gen)
+    weights[0] = 1  # a nonzero total weight
+    return {
+        "queries": leaf(rows, dim),
+        "positives": leaf(rows, dim),
+        "positive_ids": ids(rows),
+        "negatives": leaf(count, dim),
+        "negative_ids": ids(count),
+        "weights": weights,
+        "temperature": d.choice((0.25, 1.0)),
+        "eps": d.choice((1e-6, 1e-2)),
+    }
+
+
+SOFTMAX_INPUTS = ("queries", "positives", "negatives")
+
+
+def positive_number(a, name):
+    value = a[name]
+    require(isinstance(value, float | int) and math.isfinite(value) and value > 0, name)
+    return value
+
+
+def sampled_softmax_expected(a):
+    """The loss from its definition, in float64: a softmax over [q.p^, q.n^_1, ...] / T per row,
+    a negative equal to the row's positive masked to -5e4, the weighted mean of -log p(positive)."""
+    q = tensor(a, "queries", FLOAT_DTYPES, (2,))
+    p = tensor(a, "positives", (q.dtype,), (2,))
+    n = tensor(a, "negatives", (q.dtype,), (2,))
+    require(p.shape == q.shape, "positives shape")
+    require(n.shape[1] == q.shape[1], "negatives columns")
+    positive_ids = tensor(a, "positive_ids", INDEX_DTYPES, (1,))
+    negative_ids = tensor(a, "negative_ids", INDEX_DTYPES, (1,))
+    require(positive_ids.shape[0] == q.shape[0], "positive_ids length")
+    require(negative_ids.shape[0] == n.shape[0], "negative_ids length")
+    weights = tensor(a, "weights", (*FLOAT_DTYPES, torch.bool), (1,))
+    require(weights.shape[0] == q.shape[0], "weights length")
+    temperature, eps = positive_number(a, "temperature"), positive_number(a, "eps")
+    leaves = {name: a[name].detach().double().requires_grad_() for name in SOFTMAX_INPUTS}
+
+    def unit(x):
+        return x / x.norm(dim=-1, keepdim=True).clamp(min=eps)
+
+    queries = leaves["queries"]
+    positive = (queries * unit(leaves["positives"])).sum(-1, keepdim=True) / temperature
+    negative = queries @ unit(leaves["negatives"]).T / temperature
+    same = positive_ids.long()[:, None] == negative_ids.long()[None, :]
+    logits = torch.cat([positive, negative.masked_fill(same, -5e4)], dim=1)
+    losses = torch.logsumexp(logits, dim=1) - positive[:, 0]
+    w = weights.double()
+    return (losses * w).sum() / w.sum(), leaves
+
+
+def ref_sampled_softmax(a):
+    out, _ = sampled_softmax_expected(a)
+    return out.detach().to(a["queries"].dtype)
+
+
+def ref_sampled_softmax_backward(a):
+    out, leaves = sampled_softmax_expected(a)
+    grad = tensor(a, "grad_output", FLOAT_DTYPES)
+    require(grad.numel() == 1, "grad_output one element")
+    return reference_grads(out, grad.reshape(()), leaves, SOFTMAX_INPUTS, a)
+
+
 # --------------------------------------------------------------------------- TBE ops
 def make_tbe_layout(d):
     """Two features on tables of 6 x 4 and 5 x 2 rows (shared by a third feature)."""
@@ -2636,6 +2917,34 @@ CASES = [
         make_deberta_backward,
         ref_deberta_backward,
         unmodelled=tuple(DEBERTA_BACKWARD_ARGS - {"grad_output"}),
+    ),
+    case("counter_dropout", make_counter_dropout, ref_counter_dropout),
+    OpCase("hstu_layer_input", make_layer_input, ref_layer_input, LAYER_TOLERANCE),
+    OpCase(
+        "hstu_layer_input_backward",
+        with_grad_output(make_layer_input, ref_layer_input),
+        ref_layer_input_backward,
+        LAYER_TOLERANCE,
+    ),
+    OpCase("hstu_layer_output", make_layer_output, ref_layer_output, LAYER_TOLERANCE),
+    OpCase(
+        "hstu_layer_output_backward",
+        with_grad_output(make_layer_output, ref_layer_output),
+        ref_layer_output_backward,
+        LAYER_TOLERANCE,
+    ),
+    OpCase("fuxi_layer_ffn", make_layer_ffn, ref_layer_ffn, LAYER_TOLERANCE),
+    OpCase(
+        "fuxi_layer_ffn_backward",
+        with_grad_output(make_layer_ffn, ref_layer_ffn),
+        ref_layer_ffn_backward,
+        LAYER_TOLERANCE,
+    ),
+    case("sampled_softmax_loss", make_sampled_softmax, ref_sampled_softmax),
+    case(
+        "sampled_softmax_loss_backward",
+        with_grad_output(make_sampled_softmax, ref_sampled_softmax),
+        ref_sampled_softmax_backward,
     ),
     # The TBE ops' results and state are checked through the module (TBE property).
     case("split_embedding_codegen_forward", make_tbe_forward),

@@ -33,6 +33,8 @@ FAMILIES = {
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),
     "deberta": ("disentangled", "deberta_"),
+    "layer": ("counter_dropout", "hstu_layer_", "fuxi_layer_"),
+    "loss": ("sampled_softmax_loss",),
     "hashing": ("zero_collision_hash", "create_zch_buffer"),
     "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),
     "quantize": ("RowwiseQuantized", "pruned_", "int_nbit_"),

@@ -27,6 +27,8 @@ EXAMPLES = {
     "hstu": 1000,
     "fuxi": 1000,
     "deberta": 1000,
+    "layer": 800,
+    "loss": 400,
     "hashing": 600,
     "tbe": 1600,
     "keyed": 1000,

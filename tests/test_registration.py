@@ -20,6 +20,10 @@ AUTOGRAD_PAIRS = [
     ("hstu_dense_forward", "hstu_dense_backward"),
     ("hstu_dense_forward_fuxi", "hstu_dense_backward_fuxi"),
     ("disentangled_attention", "disentangled_attention_backward"),
+    ("hstu_layer_input", "hstu_layer_input_backward"),
+    ("hstu_layer_output", "hstu_layer_output_backward"),
+    ("fuxi_layer_ffn", "fuxi_layer_ffn_backward"),
+    ("sampled_softmax_loss", "sampled_softmax_loss_backward"),
 ]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recops.data.batches import JaggedBatch
@@ -46,7 +45,7 @@ class SequenceEncoder(nn.Module):
         layout = self.backend.layout(batch, self.dtype, self.num_buckets)
         x = embeddings * math.sqrt(embeddings.shape[-1])
         x = x + self.positions(self.backend.positions(layout))
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.backend.dropout(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x, layout)
         return l2_normalize(x)

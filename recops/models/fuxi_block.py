@@ -12,7 +12,6 @@ multi-stage feed-forward network (MFFN), with RMS norms as in the paper's code:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recops.models.model_config import ModelConfig
@@ -46,8 +45,8 @@ class FuXiBlock(nn.Module):
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``u [L, 3 H Dv]`` and the heads ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` of rows ``x``."""
-        normed = F.rms_norm(x, x.shape[-1:], eps=RMS_NORM_EPS)
-        u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
+        projected = self.backend.layer_input(x, self.uvqk, "rms_norm", RMS_NORM_EPS)
+        u, v, q, k = torch.split(projected, self.split_sizes, dim=1)
         q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
         return u, q, k, v
 
@@ -61,9 +60,14 @@ class FuXiBlock(nn.Module):
     def combine(self, x: torch.Tensor, u: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """The block's output rows from its input rows, ``u`` and the three channels'
         attention ``[L, H * 3 * Dv]``: the AMS output, then the MFFN."""
-        ams = u * F.rms_norm(attn, attn.shape[-1:], eps=RMS_NORM_EPS)
-        x = self.ams_output(F.dropout(ams, p=self.dropout, training=self.training)) + x
-        h = F.dropout(
-            F.rms_norm(x, x.shape[-1:], eps=RMS_NORM_EPS), p=self.dropout, training=self.training
+        x = self.backend.layer_output(
+            x, u, attn, self.ams_output, "rms_norm", RMS_NORM_EPS, self.dropout, self.training
         )
-        return self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h)) + x
+        return self.backend.feed_forward(
+            x,
+            (self.ffn_gate, self.ffn_up, self.ffn_down),
+            "rms_norm",
+            RMS_NORM_EPS,
+            self.dropout,
+            self.training,
+        )

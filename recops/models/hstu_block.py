@@ -8,7 +8,6 @@ x = x + W_o(dropout(u * layer_norm(a)))
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recops.models.model_config import ModelConfig
@@ -37,15 +36,17 @@ class HSTUBlock(nn.Module):
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``u [L, H * Dv]`` and the heads ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` of rows ``x``."""
-        normed = F.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS)
-        u, v, q, k = torch.split(F.silu(normed @ self.uvqk), self.split_sizes, dim=1)
+        projected = self.backend.layer_input(x, self.uvqk, "layer_norm", LAYER_NORM_EPS)
+        u, v, q, k = torch.split(projected, self.split_sizes, dim=1)
         q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
         return u, q, k, v
 
     def combine(self, x: torch.Tensor, u: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """The block's output rows from its input rows, ``u`` and the attention ``[L, H * Dv]``."""
-        gated = u * F.layer_norm(attn, attn.shape[-1:], eps=LAYER_NORM_EPS)
-        return self.output(F.dropout(gated, p=self.dropout, training=self.training)) + x
+        """The block's output rows from its input rows, ``u`` and the attention ``[L, H * Dv]``:
+        ``x + W_o(dropout(u * layer_norm(attn)))``."""
+        return self.backend.layer_output(
+            x, u, attn, self.output, "layer_norm", LAYER_NORM_EPS, self.dropout, self.training
+        )
 
     def forward(self, x: torch.Tensor, layout) -> torch.Tensor:
         u, q, k, v = self.project(x)

@@ -7,7 +7,6 @@ from torch import nn
 
 from recops.data.batches import JaggedBatch
 from recops.models.encoder import SequenceEncoder, l2_normalize
-from recops.models.loss import sampled_softmax_loss
 from recops.models.model_config import ModelConfig
 from recops.models.recops_backend import RecopsBackend
 from recops.models.torch_backend import TorchBackend
@@ -71,7 +70,7 @@ class SequentialRecommender(nn.Module):
         # Row i predicts row i + 1 where both are in one sequence: shifted views weighted by
         # predicts_next instead of gathers (generative-recommenders weights its shifted
         # supervision the same way), which spares the gathers and their scatter-add backward.
-        return sampled_softmax_loss(
+        return self.backend.sampled_softmax_loss(
             states[:-1],
             sequence[1:],
             batch.item_ids[1:],

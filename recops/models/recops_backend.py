@@ -1,6 +1,8 @@
 """The recops op backend: fused jagged attention kernels (the relative time and position bias
-computed in-tile from the timestamps and the bias tables), recops' jagged ops where a batch is
-padded or unpacked, and the TBE with its fused optimizer for the items."""
+computed in-tile from the timestamps and the bias tables), the fused layer input and output and the
+counter-based dropout (masks regenerated in backward, not stored), the fused sampled softmax
+loss, recops' jagged ops where a batch is padded or unpacked, and the TBE with its fused optimizer
+for the items."""
 
 from __future__ import annotations
 
@@ -60,6 +62,47 @@ class RecopsBackend:
             pos_w=pos_w,
             reference_layout=True,
         )
+
+    def layer_input(self, x, weight, norm: str, eps: float) -> torch.Tensor:
+        """A layer's projection ``silu(norm(x) @ weight)`` in one fused op."""
+        return recops.hstu_layer_input(x, weight, norm=norm, eps=eps)
+
+    def layer_output(self, x, u, attn, linear, norm: str, eps: float, dropout: float, training):
+        """A layer's output rows ``x + linear(dropout(u * norm(attn)))`` in one fused op, the
+        dropout's mask regenerated in backward instead of stored."""
+        return recops.hstu_layer_output(
+            x,
+            u,
+            attn,
+            linear.weight,
+            linear.bias,
+            norm=norm,
+            eps=eps,
+            dropout_p=dropout if training else 0.0,
+        )
+
+    def feed_forward(self, x, linears, norm: str, eps: float, dropout: float, training):
+        """FuXi-alpha's MFFN stage 2 ``x + down(silu(gate(h)) * up(h))``,
+        ``h = dropout(norm(x))``, in one fused op (the mask regenerated in backward)."""
+        gate, up, down = linears
+        return recops.fuxi_layer_ffn(
+            x,
+            gate.weight,
+            up.weight,
+            down.weight,
+            norm=norm,
+            eps=eps,
+            dropout_p=dropout if training else 0.0,
+        )
+
+    def dropout(self, x, p: float, training: bool) -> torch.Tensor:
+        """Dropout with a counter-based mask (seeded from torch's generator), not stored."""
+        return recops.counter_dropout(x, p, training)
+
+    def sampled_softmax_loss(self, *args) -> torch.Tensor:
+        """recops.models.loss.sampled_softmax_loss (its arguments) in one fused op, the [M, R]
+        logits never stored."""
+        return recops.sampled_softmax_loss(*args)
 
     def item_table(self, weights, learning_rate, eps) -> TbeItemTable:
         return TbeItemTable(weights, learning_rate, eps)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from recops.data.batches import JaggedBatch
 from recops.models.item_table import TorchItemTable
+from recops.models.loss import sampled_softmax_loss
 
 # HSTU's bucketisation: floor(ln(max(|dt|, 1)) / 0.301), clamped to the table.
 BUCKET_DIVISOR = 0.301
@@ -135,6 +136,34 @@ class TorchBackend:
             dim=-1,
         )  # per head [position, time, semantic]
         return self.unpad(out.reshape(b, n, -1), layout)
+
+    def layer_input(self, x, weight, norm: str, eps: float) -> torch.Tensor:
+        """A layer's projection ``silu(norm(x) @ weight)`` (HSTU: layer norm, FuXi-alpha: RMS
+        norm), before its split into u, v, q, k."""
+        normalize = F.layer_norm if norm == "layer_norm" else F.rms_norm
+        return F.silu(normalize(x, x.shape[-1:], eps=eps) @ weight)
+
+    def layer_output(self, x, u, attn, linear, norm: str, eps: float, dropout: float, training):
+        """A layer's output rows ``x + linear(dropout(u * norm(attn)))`` (HSTU: layer norm,
+        FuXi-alpha's AMS output: RMS norm), as the reference code writes it."""
+        normalize = F.layer_norm if norm == "layer_norm" else F.rms_norm
+        gated = u * normalize(attn, attn.shape[-1:], eps=eps)
+        return linear(F.dropout(gated, p=dropout, training=training)) + x
+
+    def dropout(self, x, p: float, training: bool) -> torch.Tensor:
+        return F.dropout(x, p=p, training=training)
+
+    def feed_forward(self, x, linears, norm: str, eps: float, dropout: float, training):
+        """FuXi-alpha's MFFN stage 2: ``x + down(silu(gate(h)) * up(h))``,
+        ``h = dropout(norm(x))``, as the reference code writes it."""
+        gate, up, down = linears
+        normalize = F.layer_norm if norm == "layer_norm" else F.rms_norm
+        h = F.dropout(normalize(x, x.shape[-1:], eps=eps), p=dropout, training=training)
+        return down(F.silu(gate(h)) * up(h)) + x
+
+    def sampled_softmax_loss(self, *args) -> torch.Tensor:
+        """recops.models.loss.sampled_softmax_loss: the loss as PyTorch ops."""
+        return sampled_softmax_loss(*args)
 
     def item_table(self, weights, learning_rate, eps) -> TorchItemTable:
         return TorchItemTable(weights, learning_rate, eps)

@@ -293,7 +293,7 @@ TEST(AttentionTiles, Bf16Operands) {
 // transpose_bf16 and transpose_bf16_pairs of `k` on shapes with full 16 x 16 blocks and edges,
 // with row strides past the columns read, against element-by-element transposes.
 void expect_bf16_transposes(const TileKernels& k) {
-  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 45}, {16, 32}, {5, 3}, {0, 7}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 45}, {16, 32}, {5, 3}, {0, 7}}) {
     const int64_t ld_src = 2 * cols + 3, ld_dst = rows + 5;
     std::vector<uint16_t> src(std::max<int64_t>(rows, 1) * ld_src);
     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 7919 + 13);

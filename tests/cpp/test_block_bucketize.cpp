@@ -120,7 +120,9 @@ void check(const std::vector<FeatureBuckets<index_t>>& features,
   EXPECT_EQ(std::vector<int64_t>(new_pos.begin(), new_pos.end()), want.pos);
   EXPECT_EQ(std::vector<int64_t>(unbucketize.begin(), unbucketize.end()), want.unbucketize);
   EXPECT_EQ(std::vector<int64_t>(mapping.begin(), mapping.end()), want.buckets);
-  if (with_weights) EXPECT_EQ(new_weights, want.weights);
+  if (with_weights) {
+    EXPECT_EQ(new_weights, want.weights);
+  }
 }
 
 // T features of `batch` bags each (first_bag laid out in order), with the given rule.

@@ -5,12 +5,15 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "recops/common/blas.h"
 #include "recops/common/half_bits.h"
+#include "recops/common/kernels/small_gemm.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
+#include "test_util.h"
 
 namespace recops {
 namespace {
@@ -168,6 +171,41 @@ TEST(Kinds, DispatchPicksTheKernelType) {
   EXPECT_EQ(width(FloatKind::kDouble), 8u);
   EXPECT_EQ(width(FloatKind::kHalf), 2u);
   EXPECT_EQ(width(FloatKind::kBFloat16), 2u);
+}
+
+// small_gemm against plain loops (in double) on the shapes tiles have: rows and columns that are
+// and are not whole vectors or row blocks, leading dimensions past the columns, k = 0, accumulate.
+TEST(SmallGemm, EqualsLoopsOnRaggedShapes) {
+  if (!small_gemm_available()) GTEST_SKIP() << "small_gemm needs AVX-512";
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 200, 50},
+                                {1, 1, 1},
+                                {7, 17, 3},
+                                {6, 32, 64},
+                                {13, 50, 83},
+                                {5, 16, 0},
+                                {37, 95, 200}}) {
+    const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+    const std::vector<float> a = test::random_floats(m * lda, 1),
+                             b = test::random_floats(k * ldb, 2);
+    const std::vector<float> c0 = test::random_floats(m * ldc, 3);
+    for (const bool accumulate : {false, true}) {
+      std::vector<float> c = c0;
+      small_gemm(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, accumulate);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          if (j >= n) {
+            ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j])
+                << "wrote past column n at " << i << "," << j;
+            continue;
+          }
+          double want = accumulate ? c0[i * ldc + j] : 0.0;
+          for (int64_t p = 0; p < k; ++p) want += double(a[i * lda + p]) * b[p * ldb + j];
+          ASSERT_NEAR(c[i * ldc + j], want, 1e-5 * (k + 1))
+              << m << "x" << n << "x" << k << " at " << i << "," << j;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

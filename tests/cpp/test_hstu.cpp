@@ -244,7 +244,9 @@ TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
           const int runs = visible_runs(structured, blk, r, begin, end);
           for (int k = 0; k < runs; ++k) {
             ASSERT_LT(begin[k], end[k]);
-            if (k > 0) ASSERT_GT(begin[k], end[k - 1]) << "runs sorted and disjoint";
+            if (k > 0) {
+              ASSERT_GT(begin[k], end[k - 1]) << "runs sorted and disjoint";
+            }
             std::fill(from_runs.begin() + begin[k], from_runs.begin() + end[k], 1.0f);
           }
           const std::vector<float> want(tile.begin() + r * blk.keys,

@@ -41,7 +41,9 @@ constexpr int64_t kBrgemmGranule = 16;
 // (about 60 us) and keeps (about 24 KB) one kernel per shape, leading dimensions included, and
 // thread; only products whose sizes and leading dimensions are all multiples of kBrgemmGranule
 // take it, which bounds that set by the lengths a model sees divided by the granule. The rest
-// (ragged tails) and double go to the BLAS.
+// (ragged tails, head dims like 50) go to kernels/small_gemm.h's register-blocked AVX-512 kernel
+// when k is at most kSmallGemmMaxK (at tile sizes MKL's sgemm spends as long packing as
+// multiplying), else, and double, to the BLAS.
 void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
              int64_t ldb, float* c, int64_t ldc, bool accumulate);
 void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,

@@ -9,6 +9,7 @@
 
 #include "recops/common/blas.h"
 #include "recops/common/cpu_isa.h"
+#include "recops/common/kernels/small_gemm.h"
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
@@ -67,6 +68,10 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   const bool regular = (m | n | k | lda | ldb | ldc) % kBrgemmGranule == 0;
   if (k > 0 && regular) {
     at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c);
+    return;
+  }
+  if (k <= kSmallGemmMaxK && small_gemm_available()) {
+    small_gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
     return;
   }
   blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);

@@ -47,6 +47,11 @@ inline void check_finite(double value, const char* name, at::ScalarType compute 
                     compute == at::kDouble ? "" : " in float32's range", ", got ", value);
 }
 
+// A probability argument (a dropout rate): a number in [0, 1] (NaN is not).
+inline void check_probability(double p, const char* name) {
+  TORCH_CHECK_VALUE(p >= 0.0 && p <= 1.0, name, " must be in [0, 1], got ", p);
+}
+
 // Reads the i-th element of a 1-D int32/int64 CPU tensor.
 inline int64_t index_at(const at::Tensor& t, int64_t i) {
   return t.scalar_type() == at::kInt ? t.const_data_ptr<int32_t>()[i]

@@ -45,4 +45,23 @@ inline uint32_t keep_threshold(double drop_probability) {
   return static_cast<uint32_t>(drop_probability * double(1 << 24) + 0.5);
 }
 
+// The seed of stream `offset` of a call's seed: the dropouts that share one seed (the layers or
+// sites of a step) draw independent masks by taking distinct offsets.
+inline uint64_t stream_seed(uint64_t seed, uint64_t offset) {
+  return mix64(seed ^ mix64(offset + 0x9E3779B97F4A7C15ULL));
+}
+
+// Dropout of one row: element j of the row is kept iff rng.bits(j) >> 8 >= threshold, and kept
+// values are multiplied by scale = 1 / (1 - p).
+template <typename T>
+struct RowDropout {
+  CounterRow rng;
+  uint32_t threshold;
+  T scale;
+
+  RECOPS_ALWAYS_INLINE T factor(int64_t j) const {
+    return (rng.bits(static_cast<uint32_t>(j)) >> 8) >= threshold ? scale : T(0);
+  }
+};
+
 }  // namespace recops

@@ -46,6 +46,33 @@
 #define RECOPS_ALWAYS_INLINE inline
 #endif
 
+// A family's per-variant table: RECOPS_DECLARE_VARIANT_TABLE(Type, name) declares the `name` each
+// of its variant_<isa>.cpp defines in namespace baseline / avx2 / avx512 (inside the family's
+// kernels namespace), and RECOPS_VARIANT_TABLE(isa, name) is the one of the widest variant `isa`
+// allows.
+#if RECOPS_X86_VARIANTS
+#define RECOPS_DECLARE_VARIANT_TABLE(Type, name) \
+  namespace baseline {                           \
+  extern const Type name;                        \
+  }                                              \
+  namespace avx2 {                               \
+  extern const Type name;                        \
+  }                                              \
+  namespace avx512 {                             \
+  extern const Type name;                        \
+  }
+#define RECOPS_VARIANT_TABLE(isa, name)              \
+  ((isa) >= ::recops::CpuIsa::kAvx512 ? avx512::name \
+   : (isa) == ::recops::CpuIsa::kAvx2 ? avx2::name   \
+                                      : baseline::name)
+#else
+#define RECOPS_DECLARE_VARIANT_TABLE(Type, name) \
+  namespace baseline {                           \
+  extern const Type name;                        \
+  }
+#define RECOPS_VARIANT_TABLE(isa, name) (static_cast<void>(isa), baseline::name)
+#endif
+
 namespace recops {
 
 enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };

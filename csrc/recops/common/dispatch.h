@@ -104,6 +104,12 @@ decltype(auto) dispatch_element_width(int64_t element_size, Fn&& fn) {
   }
 }
 
+// A 2-D tensor as kernels read rows: t itself when its columns are contiguous (any row stride),
+// else a contiguous copy.
+inline at::Tensor with_unit_columns(const at::Tensor& t) {
+  return t.size(1) <= 1 || t.stride(1) == 1 ? t : t.contiguous();
+}
+
 // The compute dtype of a floating input: float64 computes in float64, every other floating dtype
 // in fp32.
 inline at::ScalarType compute_dtype(const at::Tensor& t) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "recops/common/half_bits.h"
 
@@ -43,5 +44,27 @@ decltype(auto) dispatch_float_kind(FloatKind kind, Fn&& fn) {
       return fn(TypeTag<float>{});
   }
 }
+
+// One instruction-set variant's tables of a family's entry points (Table<T>), one per floating
+// type it compiles per variant; of<T>() is T's. (float64 kernels, which serve validation, are the
+// baseline's only and live beside these tables.)
+template <template <typename> class Table>
+struct FloatTables {
+  Table<float> fp32;
+  Table<Bf16> bf16;
+  Table<Fp16> fp16;
+
+  template <typename T>
+  const Table<T>& of() const {
+    if constexpr (std::is_same_v<T, float>) {
+      return fp32;
+    } else if constexpr (std::is_same_v<T, Bf16>) {
+      return bf16;
+    } else {
+      static_assert(std::is_same_v<T, Fp16>, "FloatTables hold float, Bf16 and Fp16 tables");
+      return fp16;
+    }
+  }
+};
 
 }  // namespace recops

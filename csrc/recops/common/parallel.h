@@ -95,6 +95,13 @@ inline int64_t num_chunks(int64_t n, int64_t min_items) {
   return std::max<int64_t>(1, std::min<int64_t>(max_threads(), by_size));
 }
 
+// Chunks of n items for a reduction whose result must be the same bits for any thread count:
+// min(n, kFixedChunks) whatever the threads (partials added in chunk order).
+constexpr int64_t kFixedChunks = 8;
+inline int64_t fixed_chunks(int64_t n) {
+  return std::min(n, kFixedChunks);
+}
+
 // Calls fn(chunk, begin, end) for the `chunks` contiguous, near-equal ranges of [0, n), in
 // parallel.
 template <typename Fn>

@@ -1,5 +1,7 @@
 // Branch-free float math written so that GCC auto-vectorises loops calling it (no libm calls):
-// exp by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (rel. error ~2e-7).
+// exp by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (rel. error ~2e-7); and
+// sums in lanes of partial sums, which vectorise where one running sum would not (GCC does not
+// reassociate floating-point additions) and add up in the same order on every instruction set.
 #pragma once
 
 #include <cmath>
@@ -53,6 +55,32 @@ inline double fast_sigmoid(double x) {
 }
 inline double softmax_exp(double x) {
   return std::exp(x);
+}
+
+// The sum of lanes[0, kWidth) in a fixed tree, halves added lane by lane (kWidth a power of two).
+template <int64_t kWidth, typename T>
+RECOPS_ALWAYS_INLINE T fold_lanes(T* lanes) {
+  if constexpr (kWidth == 1) {
+    return lanes[0];
+  } else {
+    for (int64_t l = 0; l < kWidth / 2; ++l) lanes[l] += lanes[l + kWidth / 2];
+    return fold_lanes<kWidth / 2>(lanes);
+  }
+}
+
+// The sum of term(j) over j < n in double: term j goes to lane j % 8 (the tail after the last
+// whole group of 8 to a sum of its own), then the lanes fold_lanes.
+template <typename Term>
+RECOPS_ALWAYS_INLINE double lane_sum(int64_t n, const Term& term) {
+  constexpr int64_t kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
+  }
+  double tail = 0;
+  for (; j < n; ++j) tail += term(j);
+  return fold_lanes<kLanes>(lanes) + tail;
 }
 
 }  // namespace recops

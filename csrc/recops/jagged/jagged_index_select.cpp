@@ -39,7 +39,7 @@ int64_t covered_rows(const at::Tensor& ends) {
 at::Tensor checked_values(const at::Tensor& values) {
   check_cpu(values, "values");
   TORCH_CHECK(values.dim() == 2, "values must be 2-D [rows, columns], got shape ", values.sizes());
-  return values.size(1) <= 1 || values.stride(1) == 1 ? values : values.contiguous();
+  return with_unit_columns(values);
 }
 
 void check_segment(int64_t bad, const at::Tensor& indices, int64_t num_targets,

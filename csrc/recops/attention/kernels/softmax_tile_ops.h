@@ -27,19 +27,6 @@ namespace recops::attention::kernels {
 
 constexpr int64_t kShearGroup = 16;
 
-// Dropout of one score row: element j of the row is kept iff rng.bits(j) >> 8 >= threshold, and
-// kept values are multiplied by scale = 1 / (1 - p).
-template <typename T>
-struct RowDropout {
-  CounterRow rng;
-  uint32_t threshold;
-  T scale;
-
-  RECOPS_ALWAYS_INLINE T factor(int64_t j) const {
-    return (rng.bits(static_cast<uint32_t>(j)) >> 8) >= threshold ? scale : T(0);
-  }
-};
-
 // s[j] <- keep[j] ? s[j] : -inf (keep may be null); returns the row max.
 template <typename T>
 RECOPS_ALWAYS_INLINE T mask_row_generic(T* s, int64_t n, const uint8_t* keep) {

@@ -68,17 +68,6 @@ RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, c
 
 // Products of a few query rows (a serving step's) with key and value rows read where they lie,
 // vectorised along the rows' values: a product with a padded operand would multiply mostly zeros.
-//
-// The sum of lanes[0, kWidth) in a fixed tree, halves added lane by lane (kWidth a power of two).
-template <int64_t kWidth, typename T>
-RECOPS_ALWAYS_INLINE T fold_lanes(T* lanes) {
-  if constexpr (kWidth == 1) {
-    return lanes[0];
-  } else {
-    for (int64_t l = 0; l < kWidth / 2; ++l) lanes[l] += lanes[l + kWidth / 2];
-    return fold_lanes<kWidth / 2>(lanes);
-  }
-}
 
 // s[r * ld_s + j] = q_r . k_j for r < rows, j < n (rows of d values, row strides ld_q, ld_k).
 // Lanes of partial sums let the dot products vectorise; the lanes are then added in a fixed tree,

@@ -187,24 +187,10 @@ struct TbeKernels {
   int64_t (*quantized_forward)(const QuantizedForwardArgs&);
 };
 
-namespace baseline {
-extern const TbeKernels kTbeKernels;
-}
-#if RECOPS_X86_VARIANTS
-namespace avx2 {
-extern const TbeKernels kTbeKernels;
-}
-namespace avx512 {
-extern const TbeKernels kTbeKernels;
-}
-#endif
+RECOPS_DECLARE_VARIANT_TABLE(TbeKernels, kTbeKernels)
 
 inline const TbeKernels& tbe_kernels(CpuIsa isa) {
-#if RECOPS_X86_VARIANTS
-  if (isa >= CpuIsa::kAvx512) return avx512::kTbeKernels;
-  if (isa == CpuIsa::kAvx2) return avx2::kTbeKernels;
-#endif
-  return baseline::kTbeKernels;
+  return RECOPS_VARIANT_TABLE(isa, kTbeKernels);
 }
 
 }  // namespace recops::embedding::kernels

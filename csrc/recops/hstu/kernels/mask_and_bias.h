@@ -296,40 +296,52 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
   });
 }
 
-// bias tile; for the relative bias also the time bucket of every pair (reused by backward).
+// bias tile; for the relative bias also the time bucket of every pair (reused by backward). The
+// time term, a bucket lookup per pair, is computed for the keys each row sees under `mask` only
+// (for_each_row_runs; half the tile under a causal mask): the others hold the position term and
+// bucket 0, which the mask multiplies and the backward's zero gradient adds nothing to.
 template <typename T>
-void build_bias_tile(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
-                     int64_t head, T* tile, int32_t* bucket_tile) {
-  for (int64_t r = 0; r < blk.rows; ++r) {
+void build_bias_tile(const BiasSource<T>& src, const MaskSource<T>& mask, const Sequences& seqs,
+                     const Block& blk, int64_t head, T* tile, int32_t* bucket_tile) {
+  if (src.kind == BiasKind::kDense) {
+    for (int64_t r = 0; r < blk.rows; ++r) {
+      T* row = tile + r * blk.stride();
+      const T* bias = src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
+                      (blk.row0 + r) * src.dense_stride_row + blk.key0;
+      std::memcpy(row, bias, blk.keys * sizeof(T));
+      std::fill(row + blk.keys, row + blk.stride(), T(0));
+    }
+    return;
+  }
+  // Relative: ts_w[bucket(tq_i - t_j)] + pos_w[N - 1 + j - i].
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
     std::fill(row + blk.keys, row + blk.stride(), T(0));
-    if (src.kind == BiasKind::kDense) {
-      const T* bias = src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
-                      i * src.dense_stride_row + blk.key0;
-      std::memcpy(row, bias, blk.keys * sizeof(T));
-      continue;
-    }
-    // Relative: ts_w[bucket(tq_i - t_j)] + pos_w[N - 1 + j - i].
     if (src.pos_w != nullptr) {
       std::memcpy(row, src.pos_w + (seqs.max_len - 1 - i + blk.key0), blk.keys * sizeof(T));
     } else {
       std::fill(row, row + blk.keys, T(0));
     }
-    if (src.ts_w == nullptr) continue;
+    if (src.ts_w == nullptr) return;
+    int32_t* bucket_row = bucket_tile + r * blk.stride();
+    std::fill(bucket_row, bucket_row + blk.keys, 0);
     const double query_time = src.query_time[seqs.query_row(blk.b, i)];
-    seqs.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t key_row, int64_t key, int64_t n) {
-      const double* key_time = src.key_time + key_row;
-      int32_t* buckets = bucket_tile + r * blk.stride() + (key - blk.key0);
-      T* out = row + (key - blk.key0);
-      const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
-      const T* ts_w = src.ts_w;
-      for (int64_t j = 0; j < n; ++j) {
-        buckets[j] = bucket(std::abs(query_time - key_time[j]));
-        out[j] += ts_w[buckets[j]];
-      }
-    });
-  }
+    const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
+    const T* ts_w = src.ts_w;
+    for (int k = 0; k < runs; ++k) {
+      seqs.keys.for_each_run(blk.b, blk.key0 + begin[k], end[k] - begin[k],
+                             [&](int64_t key_row, int64_t key, int64_t n) {
+                               const double* key_time = src.key_time + key_row;
+                               int32_t* buckets = bucket_row + (key - blk.key0);
+                               T* out = row + (key - blk.key0);
+                               for (int64_t j = 0; j < n; ++j) {
+                                 buckets[j] = bucket(std::abs(query_time - key_time[j]));
+                                 out[j] += ts_w[buckets[j]];
+                               }
+                             });
+    }
+  });
 }
 
 // A bias tile of a block: its bias and the tile (null: none) that holds the bias (HSTU's, added
@@ -358,7 +370,7 @@ bool build_head_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Bl
   bool rebuilt_masked = false;
   for (const BiasTile<T>& b : tiles) {
     if (b.tile == nullptr || !(h == 0 || b.bias.per_head() || (b.masked && new_mask))) continue;
-    build_bias_tile(b.bias, seqs, blk, h, b.tile, buckets);
+    build_bias_tile(b.bias, mask, seqs, blk, h, b.tile, buckets);
     zero_padded_rows(b.tile, blk, rows_pad);
     if (!b.masked) continue;
     multiply_into(b.tile, static_cast<const T*>(mask_tile), rows_pad * blk.stride());

@@ -1,0 +1,125 @@
+// The input projection of an HSTU / FuXi-alpha layer, fused (layer_kernels.h's InputProblem):
+//   out = silu(norm(x) W + b)
+// the caller splitting out into u, v, q, k by column views (the attention reads rows at any
+// stride).
+//
+// Per block of kRowBlock rows: the block's rows normalised into a scratch block (their
+// statistics in double, row_blocks.h), one product with W, the bias and SiLU on the way out.
+// The backward recomputes the normalised block and the pre-activation (one more product per
+// block) instead of reading stored ones. Float64 computes in double, every other dtype in fp32.
+#pragma once
+
+#include "recops/layer/kernels/row_blocks.h"
+
+namespace recops::layer::kernels::RECOPS_ISA_NS {
+
+// What a thread keeps for its blocks: the normalised block and the pre-activation block, padded
+// to granules (row_blocks.h) like the weight they multiply.
+template <typename T, typename C = accumulate_t<T>>
+struct InputBlock {
+  const InputProblem<T>& p;
+  const C* weight;  // [granules(dim), granules(width)]
+  int64_t ld_normed, ld_z;
+  std::vector<C> normed, z;
+  std::vector<RowNorm> norms;
+
+  InputBlock(const InputProblem<T>& problem, const C* padded_weight)
+      : p(problem),
+        weight(padded_weight),
+        ld_normed(granules(problem.dim)),
+        ld_z(granules(problem.width)),
+        normed(static_cast<size_t>(kRowBlock * ld_normed), C(0)),
+        z(static_cast<size_t>(kRowBlock * ld_z), C(0)),
+        norms(kRowBlock) {}
+
+  // normed and z = normed W + b for rows [r0, r0 + n), n <= kRowBlock; the rows after them up to
+  // granules(n) are zero in both.
+  void compute(int64_t r0, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const T* x = p.x + (r0 + i) * p.ld_x;
+      const RowNorm norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
+      C* out = normed.data() + i * ld_normed;
+      for (int64_t d = 0; d < p.dim; ++d) out[d] = static_cast<C>(norm(x[d]));
+    }
+    const int64_t m = granules(n);
+    std::fill(normed.begin() + n * ld_normed, normed.begin() + m * ld_normed, C(0));
+    gemm_nn(m, ld_z, ld_normed, normed.data(), ld_normed, weight, ld_z, z.data(), ld_z, false);
+    if (p.bias == nullptr) return;
+    for (int64_t i = 0; i < n; ++i) {
+      C* row = z.data() + i * ld_z;
+      for (int64_t j = 0; j < p.width; ++j) row[j] += static_cast<C>(p.bias[j]);
+    }
+  }
+};
+
+// out [rows, width] (leading dimension ld_out).
+template <typename T>
+void layer_input_forward(const InputProblem<T>& p, T* out, int64_t ld_out) {
+  using C = accumulate_t<T>;
+  const std::vector<C> weight = padded_operand<C>(p.weight, p.dim, p.width, p.width, false);
+  const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    SingleThreadedBlas blas;
+    InputBlock<T> block(p, weight.data());
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0);
+      block.compute(r0, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const C* z = block.z.data() + i * block.ld_z;
+        T* o = out + (r0 + i) * ld_out;
+        for (int64_t j = 0; j < p.width; ++j) o[j] = T(z[j] * fast_sigmoid(z[j]));
+      }
+    }
+  });
+}
+
+// The gradients of x [rows, dim] (contiguous), weight [dim, width] and bias [width] (or null)
+// given grad_output [rows, width] (ld_grad):
+//   dz = g * silu'(z), grad_bias = sum dz, grad_weight = normed^T dz, d normed = dz W^T,
+// then the norm's backward.
+template <typename T>
+void layer_input_backward(const InputProblem<T>& p, const T* grad_output, int64_t ld_grad,
+                          T* grad_x, T* grad_weight, T* grad_bias) {
+  using C = accumulate_t<T>;
+  const int64_t dim = p.dim, width = p.width;
+  const std::vector<C> weight = padded_operand<C>(p.weight, dim, width, width, false);
+  const std::vector<C> weight_t = padded_operand<C>(p.weight, dim, width, width, true);
+  const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
+  const int64_t chunks = fixed_chunks(blocks);
+  ParameterGradPartials<C> partials(chunks, dim, width, width);
+  for_each_chunk(blocks, chunks, [&](int64_t chunk, int64_t b0, int64_t b1) {
+    SingleThreadedBlas blas;
+    InputBlock<T> block(p, weight.data());
+    const int64_t ld_normed = block.ld_normed, ld_z = block.ld_z;
+    std::vector<C> normed_t(static_cast<size_t>(ld_normed * kRowBlock));
+    std::vector<C> d_normed(static_cast<size_t>(kRowBlock * ld_normed));
+    C* gw = partials.weight(chunk);
+    C* gb = partials.bias(chunk);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0), m = granules(n);
+      block.compute(r0, n);
+      for (int64_t i = 0; i < n; ++i) {  // z <- dz (the padding stays zero)
+        const T* g = grad_output + (r0 + i) * ld_grad;
+        C* z = block.z.data() + i * ld_z;
+        for (int64_t j = 0; j < width; ++j) {
+          const C s = fast_sigmoid(z[j]);
+          z[j] = static_cast<C>(g[j]) * s * (C(1) + z[j] * (C(1) - s));
+          gb[j] += z[j];
+        }
+      }
+      gemm_nn(m, ld_normed, ld_z, block.z.data(), ld_z, weight_t.data(), ld_normed, d_normed.data(),
+              ld_normed, false);
+      transpose(m, ld_normed, block.normed.data(), ld_normed, normed_t.data(), kRowBlock);
+      gemm_nn(ld_normed, ld_z, m, normed_t.data(), kRowBlock, block.z.data(), ld_z, gw,
+              partials.ld(), true);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = r0 + i;
+        norm_backward_row(p.x + r * p.ld_x, dim, block.norms[i], p.norm,
+                          d_normed.data() + i * ld_normed, grad_x + r * dim);
+      }
+    }
+  });
+  partials.write(grad_weight, grad_bias);
+}
+
+}  // namespace recops::layer::kernels::RECOPS_ISA_NS

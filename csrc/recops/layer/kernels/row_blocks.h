@@ -1,0 +1,133 @@
+// What the fused layer kernels (layer_input.h, layer_output.h) share: rows taken in blocks of
+// kRowBlock, the row norm (layer norm or RMS norm without affine weights) and its backward, the
+// block products' operands padded to whole brgemm granules, and the per-chunk parameter-gradient
+// partials of a backward.
+//
+// The norm's statistics and normalised values are computed in double whatever the dtype, so a
+// row whose spread is small beside its mean (where an fp32 a - mean loses most of its digits) is
+// normalised as accurately as any other; the sums run in lanes (lane_sum), so they vectorise.
+#pragma once
+
+#include "recops/layer/kernels/layer_kernels.h"
+
+namespace recops::layer::kernels::RECOPS_ISA_NS {
+
+constexpr int64_t kRowBlock = 64;
+
+// n rounded up to whole brgemm granules (common/blas.h). The blocks' products run on operands
+// padded to these sizes with zeros, so that every product takes the brgemm micro-kernel (the
+// models' widths, 50 or 200, are not multiples of the granule; the BLAS's small products ran at a
+// fraction of its speed) and the padding adds nothing to the parts that are read.
+inline int64_t granules(int64_t n) {
+  return (n + kBrgemmGranule - 1) / kBrgemmGranule * kBrgemmGranule;
+}
+
+// A rows x cols operand of T (row stride ld), or its transpose when `transposed`, in C at the top
+// left of a zero matrix of granules(rows) x granules(cols) (transposed: of the swapped sizes),
+// row stride granules(its columns).
+template <typename C, typename T>
+std::vector<C> padded_operand(const T* values, int64_t rows, int64_t cols, int64_t ld,
+                              bool transposed) {
+  const int64_t out_rows = transposed ? cols : rows, out_cols = transposed ? rows : cols;
+  const int64_t out_ld = granules(out_cols);
+  std::vector<C> out(static_cast<size_t>(granules(out_rows) * out_ld), C(0));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const C v = static_cast<C>(static_cast<accumulate_t<T>>(values[r * ld + c]));
+      out[transposed ? c * out_ld + r : r * out_ld + c] = v;
+    }
+  }
+  return out;
+}
+
+// A row's normalisation y = (a - mean) * rstd (mean = 0 for the RMS norm), in double.
+struct RowNorm {
+  double mean, rstd;
+
+  template <typename T>
+  RECOPS_ALWAYS_INLINE double operator()(T a) const {
+    return (static_cast<double>(static_cast<accumulate_t<T>>(a)) - mean) * rstd;
+  }
+};
+
+template <typename T>
+RECOPS_ALWAYS_INLINE double as_double(T a) {
+  return static_cast<double>(static_cast<accumulate_t<T>>(a));
+}
+
+template <typename T>
+RowNorm row_norm(const T* a, int64_t n, Norm norm, double eps) {
+  const double count = static_cast<double>(n);
+  const double mean =
+      norm == Norm::kLayer ? lane_sum(n, [a](int64_t j) { return as_double(a[j]); }) / count : 0.0;
+  const double squares = lane_sum(n, [a, mean](int64_t j) {
+    const double d = as_double(a[j]) - mean;
+    return d * d;
+  });
+  return RowNorm{mean, 1 / std::sqrt(squares / count + eps)};
+}
+
+// The norm's backward for one row, from dy = d(loss) / dy:
+//   da = rstd * (dy - [layer norm] mean(dy) - y * mean(dy * y)).
+template <typename T, typename C, typename Out>
+void norm_backward_row(const T* a, int64_t n, const RowNorm& norm, Norm kind, const C* dy,
+                       Out* da) {
+  const double count = static_cast<double>(n);
+  const double sum_dy = lane_sum(n, [dy](int64_t j) { return static_cast<double>(dy[j]); });
+  const double sum_dyy =
+      lane_sum(n, [&](int64_t j) { return static_cast<double>(dy[j]) * norm(a[j]); });
+  const double mean_dy = kind == Norm::kLayer ? sum_dy / count : 0.0;
+  const double mean_dyy = sum_dyy / count;
+  for (int64_t j = 0; j < n; ++j) {
+    da[j] =
+        Out(static_cast<accumulate_t<T>>(norm.rstd * (dy[j] - mean_dy - norm(a[j]) * mean_dyy)));
+  }
+}
+
+// A backward's weight [rows, cols] and bias gradients, one partial per chunk of rows, the weight's
+// padded to granules (padded_operand's layout, the products' output); added in chunk order at the
+// end so the result depends on the chunking only.
+template <typename C>
+class ParameterGradPartials {
+ public:
+  ParameterGradPartials(int64_t chunks, int64_t rows, int64_t cols, int64_t bias_size)
+      : chunks_(chunks),
+        rows_(rows),
+        cols_(cols),
+        ld_(granules(cols)),
+        weight_size_(granules(rows) * ld_),
+        size_(weight_size_ + bias_size),
+        values_(static_cast<size_t>(chunks * size_), C(0)) {}
+
+  C* weight(int64_t chunk) { return values_.data() + chunk * size_; }
+  C* bias(int64_t chunk) { return weight(chunk) + weight_size_; }
+  int64_t ld() const { return ld_; }
+
+  // weight [rows, cols] (contiguous) and bias (unless null) = the sums over the chunks.
+  template <typename T>
+  void write(T* weight_out, T* bias_out) const {
+    write_rows(0, rows_, weight_out);
+    if (bias_out == nullptr) return;
+    for (int64_t i = 0; i < size_ - weight_size_; ++i) bias_out[i] = T(sum(weight_size_ + i));
+  }
+
+  // Rows [first, first + count) of the weight's sums, contiguous, into out.
+  template <typename T>
+  void write_rows(int64_t first, int64_t count, T* out) const {
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t c = 0; c < cols_; ++c) out[r * cols_ + c] = T(sum((first + r) * ld_ + c));
+    }
+  }
+
+ private:
+  C sum(int64_t i) const {
+    C s = C(0);
+    for (int64_t c = 0; c < chunks_; ++c) s += values_[c * size_ + i];
+    return s;
+  }
+
+  int64_t chunks_, rows_, cols_, ld_, weight_size_, size_;
+  std::vector<C> values_;
+};
+
+}  // namespace recops::layer::kernels::RECOPS_ISA_NS

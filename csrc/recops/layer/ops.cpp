@@ -1,0 +1,55 @@
+// Schemas and kernel registrations of the layer family in torch.ops.recops: the counter-based
+// dropout and the fused input projection and output of an HSTU / FuXi-alpha layer. Fake kernels,
+// autograd and the Python entry points live in recops/operators/layer.py.
+#include <torch/library.h>
+
+#include "recops/layer/ops.h"
+
+TORCH_LIBRARY_FRAGMENT(recops, m) {
+  m.set_python_module("recops.operators.layer");
+  const std::vector<at::Tag> pt2 = {at::Tag::pt2_compliant_tag};
+  m.def("counter_dropout(Tensor x, float p, Tensor seed, int offset=0) -> Tensor", pt2);
+  m.def(
+      "hstu_layer_output(Tensor x, Tensor u, Tensor attn, Tensor weight, Tensor? bias, "
+      "str norm=\"layer_norm\", float eps=1e-6, float dropout_p=0., Tensor? seed=None, int "
+      "offset=0) "
+      "-> Tensor",
+      pt2);
+  m.def(
+      "hstu_layer_input(Tensor x, Tensor weight, Tensor? bias, str norm=\"layer_norm\", "
+      "float eps=1e-6) -> Tensor",
+      pt2);
+  m.def(
+      "hstu_layer_input_backward(Tensor grad_output, Tensor x, Tensor weight, Tensor? bias, "
+      "str norm=\"layer_norm\", float eps=1e-6) "
+      "-> (Tensor grad_x, Tensor grad_weight, Tensor? grad_bias)",
+      pt2);
+  // A backward takes grad_output followed by its forward's arguments and names its results
+  // grad_<input>; x's gradient is grad_output itself.
+  m.def(
+      "hstu_layer_output_backward(Tensor grad_output, Tensor x, Tensor u, Tensor attn, "
+      "Tensor weight, Tensor? bias, str norm=\"layer_norm\", float eps=1e-6, "
+      "float dropout_p=0., Tensor? seed=None, int offset=0) "
+      "-> (Tensor grad_u, Tensor grad_attn, Tensor grad_weight, Tensor? grad_bias)",
+      pt2);
+  m.def(
+      "fuxi_layer_ffn(Tensor x, Tensor gate, Tensor up, Tensor down, str norm=\"rms_norm\", "
+      "float eps=1e-6, float dropout_p=0., Tensor? seed=None, int offset=0) -> Tensor",
+      pt2);
+  m.def(
+      "fuxi_layer_ffn_backward(Tensor grad_output, Tensor x, Tensor gate, Tensor up, "
+      "Tensor down, str norm=\"rms_norm\", float eps=1e-6, float dropout_p=0., "
+      "Tensor? seed=None, int offset=0) "
+      "-> (Tensor grad_x, Tensor grad_gate, Tensor grad_up, Tensor grad_down)",
+      pt2);
+}
+
+TORCH_LIBRARY_IMPL(recops, CPU, m) {
+  m.impl("counter_dropout", TORCH_FN(recops::layer::counter_dropout));
+  m.impl("hstu_layer_input", TORCH_FN(recops::layer::hstu_layer_input));
+  m.impl("hstu_layer_input_backward", TORCH_FN(recops::layer::hstu_layer_input_backward));
+  m.impl("hstu_layer_output", TORCH_FN(recops::layer::hstu_layer_output));
+  m.impl("hstu_layer_output_backward", TORCH_FN(recops::layer::hstu_layer_output_backward));
+  m.impl("fuxi_layer_ffn", TORCH_FN(recops::layer::fuxi_layer_ffn));
+  m.impl("fuxi_layer_ffn_backward", TORCH_FN(recops::layer::fuxi_layer_ffn_backward));
+}

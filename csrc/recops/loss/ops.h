@@ -1,0 +1,26 @@
+// ATen adapters of the loss family (docs/ops.md section 9): the sampled softmax loss over shared
+// negatives, fused. Validate, allocate, dispatch to kernels/.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+
+namespace recops::loss {
+
+// The weighted mean over the rows of queries [M, d] of -log softmax of [q_i . p^_i, q_i . n^_j
+// for the R shared negatives] / temperature at the positive, p^ and n^ the L2-normalised rows of
+// positives [M, d] and negatives [R, d] (x / max(|x|, eps)); a negative whose id equals the row's
+// positive id drops out. weights [M]. A 0-d tensor of queries' dtype.
+at::Tensor sampled_softmax_loss(const at::Tensor& queries, const at::Tensor& positives,
+                                const at::Tensor& positive_ids, const at::Tensor& negatives,
+                                const at::Tensor& negative_ids, const at::Tensor& weights,
+                                double temperature, double eps);
+
+// (grad_queries, grad_positives, grad_negatives).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_backward(
+    const at::Tensor& grad_output, const at::Tensor& queries, const at::Tensor& positives,
+    const at::Tensor& positive_ids, const at::Tensor& negatives, const at::Tensor& negative_ids,
+    const at::Tensor& weights, double temperature, double eps);
+
+}  // namespace recops::loss

@@ -1,0 +1,215 @@
+"""The rest of an HSTU / FuXi-alpha layer (docs/ops.md §8): a dropout whose mask is regenerated
+from a counter-based hash instead of stored, the fused input projection of a layer,
+``silu(norm(x) @ weight + bias)``, its fused output,
+``x + dropout(u * norm(attn)) @ weight.T + bias``, and FuXi-alpha's fused feed-forward stage.
+Python entry points, fake kernels and autograd (kernels: csrc/recops/layer/kernels/).
+
+Seeds: each call with a nonzero rate draws its seed, a one-element int64 tensor, from torch's
+default generator, so ``torch.manual_seed`` makes a run reproducible and a compiled graph draws a
+new one each step (an int drawn in Python would be a constant of the graph); the backward
+regenerates the mask from that seed, and the mask does not depend on the thread count."""
+
+from __future__ import annotations
+
+import torch
+from torch.library import register_autograd
+
+from recops._autograd import (
+    call_backward,
+    grads_by_name,
+    input_grads,
+    named_arguments,
+    saving_setup,
+)
+from recops._fake import register_fake
+
+ops = torch.ops.recops
+_DROPOUT = ops.counter_dropout.default
+_OUTPUT, _OUTPUT_BACKWARD = ops.hstu_layer_output.default, ops.hstu_layer_output_backward.default
+_OUTPUT_TENSORS = ("x", "u", "attn", "weight", "bias", "seed")
+_INPUT, _INPUT_BACKWARD = ops.hstu_layer_input.default, ops.hstu_layer_input_backward.default
+_INPUT_TENSORS = ("x", "weight", "bias")
+
+
+def draw_seed() -> torch.Tensor:
+    """A dropout seed from torch's default generator: a 0-d int64 tensor."""
+    return torch.randint(0, 2**62, (), dtype=torch.int64)
+
+
+def _contiguous_like(t):
+    return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+@register_fake("recops::counter_dropout")
+def _dropout_fake(x, p, seed, offset=0):
+    return _contiguous_like(x)
+
+
+def _dropout_setup(ctx, inputs, output):
+    a = named_arguments(_DROPOUT, inputs)
+    ctx.p, ctx.offset = a["p"], a["offset"]
+    ctx.save_for_backward(a["seed"])
+
+
+def _dropout_backward(ctx, grad_output):
+    # The mask times the scale is the Jacobian: the same op on the gradient.
+    (seed,) = ctx.saved_tensors
+    grad = ops.counter_dropout(grad_output, ctx.p, seed, ctx.offset)
+    return input_grads(ctx, grad, None, None, None)
+
+
+register_autograd("recops::counter_dropout", _dropout_backward, setup_context=_dropout_setup)
+
+
+@register_fake("recops::hstu_layer_input")
+def _input_fake(*args, **kwargs):
+    a = named_arguments(_INPUT, args, kwargs)
+    return a["x"].new_empty((a["x"].shape[0], a["weight"].shape[1]))
+
+
+@register_fake("recops::hstu_layer_input_backward")
+def _input_backward_fake(*args, **kwargs):
+    a = named_arguments(_INPUT_BACKWARD, args, kwargs)
+    return tuple(_contiguous_like(a[name]) for name in _INPUT_TENSORS)
+
+
+def _input_backward(ctx, grad_output):
+    results = call_backward(ctx, _INPUT_BACKWARD, _INPUT_TENSORS, grad_output)
+    return grads_by_name(ctx, _INPUT, _INPUT_BACKWARD, results)
+
+
+register_autograd(
+    "recops::hstu_layer_input", _input_backward, setup_context=saving_setup(_INPUT, _INPUT_TENSORS)
+)
+# Under CPU autocast (bf16) the projection runs in bf16 as the composition's matmul does, so the
+# attention that reads its output gets the same dtype either way.
+torch.library.register_autocast("recops::hstu_layer_input", "cpu", torch.bfloat16)
+
+
+@register_fake("recops::hstu_layer_output")
+def _output_fake(*args, **kwargs):
+    return _contiguous_like(named_arguments(_OUTPUT, args, kwargs)["x"])
+
+
+@register_fake("recops::hstu_layer_output_backward")
+def _output_backward_fake(*args, **kwargs):
+    a = named_arguments(_OUTPUT_BACKWARD, args, kwargs)
+    return tuple(_contiguous_like(a[name]) for name in ("u", "attn", "weight", "bias"))
+
+
+def _output_backward(ctx, grad_output):
+    results = call_backward(ctx, _OUTPUT_BACKWARD, _OUTPUT_TENSORS, grad_output)
+    grads = list(grads_by_name(ctx, _OUTPUT, _OUTPUT_BACKWARD, results))
+    grads[0] = grad_output  # the residual: d out / d x is the identity
+    return tuple(grads)
+
+
+register_autograd(
+    "recops::hstu_layer_output",
+    _output_backward,
+    setup_context=saving_setup(_OUTPUT, _OUTPUT_TENSORS),
+)
+# Under autocast the operands arrive in mixed dtypes (u and attn from bf16 products, x and the
+# weights fp32): the op computes in fp32, as the composition's norm does, and returns fp32 like
+# the composition's residual sum.
+torch.library.register_autocast("recops::hstu_layer_output", "cpu", torch.float32)
+
+
+_FFN, _FFN_BACKWARD = ops.fuxi_layer_ffn.default, ops.fuxi_layer_ffn_backward.default
+_FFN_TENSORS = ("x", "gate", "up", "down", "seed")
+
+
+@register_fake("recops::fuxi_layer_ffn")
+def _ffn_fake(*args, **kwargs):
+    return _contiguous_like(named_arguments(_FFN, args, kwargs)["x"])
+
+
+@register_fake("recops::fuxi_layer_ffn_backward")
+def _ffn_backward_fake(*args, **kwargs):
+    a = named_arguments(_FFN_BACKWARD, args, kwargs)
+    return tuple(_contiguous_like(a[name]) for name in ("x", "gate", "up", "down"))
+
+
+def _ffn_backward(ctx, grad_output):
+    results = call_backward(ctx, _FFN_BACKWARD, _FFN_TENSORS, grad_output)
+    return grads_by_name(ctx, _FFN, _FFN_BACKWARD, results)
+
+
+register_autograd(
+    "recops::fuxi_layer_ffn", _ffn_backward, setup_context=saving_setup(_FFN, _FFN_TENSORS)
+)
+# Under autocast: fp32, as the output op (the residual stream stays fp32).
+torch.library.register_autocast("recops::fuxi_layer_ffn", "cpu", torch.float32)
+
+
+def counter_dropout(
+    x: torch.Tensor, p: float = 0.5, training: bool = True, *, offset: int = 0
+) -> torch.Tensor:
+    """``F.dropout`` with a mask drawn from a counter-based hash of (seed, ``offset``, element)
+    instead of a stored Bernoulli tensor: kept elements are scaled by ``1 / (1 - p)``. Returns
+    ``x`` itself when not training or ``p == 0``. ``offset`` tells apart dropouts that share a
+    seed (callers passing ``seed`` to the op themselves)."""
+    if not training or p == 0:
+        return x
+    return ops.counter_dropout(x, p, draw_seed(), offset)
+
+
+def hstu_layer_input(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    norm: str = "layer_norm",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """``silu(norm(x) @ weight + bias)`` in one fused op: an HSTU (``norm="layer_norm"``) or
+    FuXi-alpha (``norm="rms_norm"``) layer's input projection, before its split into u, v, q, k
+    (column views the attention reads in place). ``x [L, D]``, ``weight [D, N]``, ``bias [N]`` or
+    None; one floating dtype (bf16 / fp16 compute in fp32). The backward recomputes the
+    normalised rows and the pre-activation instead of storing them."""
+    return ops.hstu_layer_input(x, weight, bias, norm, eps)
+
+
+def hstu_layer_output(
+    x: torch.Tensor,
+    u: torch.Tensor,
+    attn: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    norm: str = "layer_norm",
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    offset: int = 0,
+) -> torch.Tensor:
+    """``x + counter_dropout(u * norm(attn), dropout_p) @ weight.T + bias`` in one fused op: the
+    output of an HSTU layer (``norm="layer_norm"``) or FuXi-alpha's AMS output
+    (``norm="rms_norm"``), norms without affine weights.
+
+    Args:
+        x: ``[L, D]`` residual rows; u, attn: ``[L, K]``; weight: ``[D, K]`` (``nn.Linear``'s);
+            bias: ``[D]`` or None. One floating dtype (bf16 / fp16 compute in fp32).
+        eps: the norm's epsilon. dropout_p: the gated values' dropout (pass 0 in eval mode).
+    """
+    seed = draw_seed() if dropout_p > 0 else None
+    return ops.hstu_layer_output(x, u, attn, weight, bias, norm, eps, dropout_p, seed, offset)
+
+
+def fuxi_layer_ffn(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    down: torch.Tensor,
+    *,
+    norm: str = "rms_norm",
+    eps: float = 1e-6,
+    dropout_p: float = 0.0,
+    offset: int = 0,
+) -> torch.Tensor:
+    """FuXi-alpha's feed-forward stage (MFFN stage 2, SwiGLU) in one fused op:
+    ``x + (silu(h @ gate.T) * (h @ up.T)) @ down.T`` with ``h = counter_dropout(norm(x),
+    dropout_p)``; ``gate, up [hidden, D]``, ``down [D, hidden]`` (``nn.Linear``'s weights, no
+    biases), ``x [L, D]``. The backward recomputes h, the products and the gate, and regenerates
+    the mask, instead of storing them."""
+    seed = draw_seed() if dropout_p > 0 else None
+    return ops.fuxi_layer_ffn(x, gate, up, down, norm, eps, dropout_p, seed, offset)

@@ -1,0 +1,68 @@
+"""The sampled softmax loss over shared negatives, fused (docs/ops.md §9): the training loss of
+the sequential recommenders (recops.models.loss.sampled_softmax_loss, which the torch backend
+runs as PyTorch ops) without its ``[M, R]`` logits, their masked copy, their exponentials and the
+backward's matching tensors. Python entry point, fake kernels and autograd (kernels:
+csrc/recops/loss/kernels/)."""
+
+from __future__ import annotations
+
+import torch
+from torch.library import register_autograd
+
+from recops._autograd import call_backward, grads_by_name, named_arguments, saving_setup
+from recops._fake import register_fake
+
+ops = torch.ops.recops
+_LOSS, _LOSS_BACKWARD = ops.sampled_softmax_loss.default, ops.sampled_softmax_loss_backward.default
+_LOSS_TENSORS = ("queries", "positives", "positive_ids", "negatives", "negative_ids", "weights")
+
+
+@register_fake("recops::sampled_softmax_loss")
+def _loss_fake(*args, **kwargs):
+    return named_arguments(_LOSS, args, kwargs)["queries"].new_empty(())
+
+
+@register_fake("recops::sampled_softmax_loss_backward")
+def _loss_backward_fake(*args, **kwargs):
+    a = named_arguments(_LOSS_BACKWARD, args, kwargs)
+    return tuple(
+        torch.empty_like(a[name], memory_format=torch.contiguous_format)
+        for name in ("queries", "positives", "negatives")
+    )
+
+
+def _loss_backward(ctx, grad_output):
+    results = call_backward(ctx, _LOSS_BACKWARD, _LOSS_TENSORS, grad_output)
+    return grads_by_name(ctx, _LOSS, _LOSS_BACKWARD, results)
+
+
+register_autograd(
+    "recops::sampled_softmax_loss",
+    _loss_backward,
+    setup_context=saving_setup(_LOSS, _LOSS_TENSORS),
+)
+# Under CPU autocast the states arrive in bf16 and the item embeddings in fp32: the loss computes
+# in fp32, as its log-sum-exp needs.
+torch.library.register_autocast("recops::sampled_softmax_loss", "cpu", torch.float32)
+
+
+def sampled_softmax_loss(
+    queries: torch.Tensor,
+    positives: torch.Tensor,
+    positive_ids: torch.Tensor,
+    negatives: torch.Tensor,
+    negative_ids: torch.Tensor,
+    temperature: float,
+    weights: torch.Tensor,
+    *,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Mean over the rows that ``weights`` ([M], float or bool) weighs of
+    ``-log softmax([q.p, q.n_1, ..., q.n_R] / temperature)[0]``, ``queries [M, d]`` against their
+    ``positives [M, d]`` and the R shared ``negatives [R, d]``, both L2-normalised here
+    (``x / max(|x|, eps)``); a negative whose id equals a row's positive id drops out of that
+    row's softmax. The value and gradients of recops.models.loss.sampled_softmax_loss (the
+    arguments in its order), computed block by block of rows without the ``[M, R]`` logits."""
+    return ops.sampled_softmax_loss(
+        queries, positives, positive_ids, negatives, negative_ids, weights, temperature, eps
+    )
