@@ -271,15 +271,19 @@ def _recops_baselines(fp32_case, phase):
     return ["reference", *same_work]
 
 
-def measure_fwd_bwd(suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_factor, fp32_case=None):
+def measure_fwd_bwd(
+    suite, case, impls, leaves, dtype, fwd_flops, bwd_flops_factor, fp32_case=None, check=True
+):
     """Rows for each of impls ({"reference": fn, "recops": fn}, recops compared to the
     reference): fn() forward (no grad) and forward + backward to `leaves`, with time, FLOPs and
     peak extra memory; the backward's FLOPs are bwd_flops_factor times the forward's. Checks
-    first that recops matches the reference (check_matches). Rows record the dtype (the table
-    rates a bf16 row against the bf16 matmul limit). fp32_case: the case measured on the same
-    inputs in float32, whose recops rows the recops rows here are also compared to (so a bf16
-    row says its speed-up over recops' own fp32 on identical work)."""
-    check_matches(impls["reference"], impls["recops"], dtype, case)
+    first that recops matches the reference (check_matches) unless `check` is False (impls that
+    draw different random numbers, which the caller checks without them). Rows record the dtype
+    (the table rates a bf16 row against the bf16 matmul limit). fp32_case: the case measured on
+    the same inputs in float32, whose recops rows the recops rows here are also compared to (so a
+    bf16 row says its speed-up over recops' own fp32 on identical work)."""
+    if check:
+        check_matches(impls["reference"], impls["recops"], dtype, case)
     rows = []
     for impl, fn in impls.items():
 

@@ -128,7 +128,14 @@ def main(argv):
         with open(out, "w") as f:
             json.dump([r.as_dict() for r in rows], f)
         return
-    names = argv or sorted(m.name for m in pkgutil.iter_modules([os.path.join(HERE, "suites")]))
+    suites = sorted(m.name for m in pkgutil.iter_modules([os.path.join(HERE, "suites")]))
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__ + "\nSuites: " + " ".join(suites))
+        return
+    unknown = [name for name in argv if name not in suites]
+    if unknown:
+        sys.exit(f"unknown suite(s) {' '.join(unknown)}; the suites are: {' '.join(suites)}")
+    names = argv or suites
     limits = measure_limits()
     print(
         f"limits: copy {limits.copy_gbps:.1f} GB/s ({limits.copy_1thread_gbps:.1f} on one thread), "
