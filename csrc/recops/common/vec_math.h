@@ -61,6 +61,20 @@ inline double softmax_exp(double x) {
   return std::exp(x);
 }
 
+// s[j] <- exp(s[j] - m) (0 for s[j] = -inf); returns the row sum, a vector reduction (its lanes
+// add in the instruction set's order).
+template <typename T>
+RECOPS_ALWAYS_INLINE T exp_row_generic(T* s, int64_t n, T m) {
+  T sum = T(0);
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    const T p = softmax_exp(s[j] - m);
+    s[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
 // The sum of lanes[0, kWidth) in a fixed tree, halves added lane by lane (kWidth a power of two).
 template <int64_t kWidth, typename T>
 RECOPS_ALWAYS_INLINE T fold_lanes(T* lanes) {

@@ -46,19 +46,6 @@ RECOPS_ALWAYS_INLINE T mask_row_generic(T* s, int64_t n, const uint8_t* keep) {
   return m;
 }
 
-// s[j] <- exp(s[j] - m) (0 for s[j] = -inf); returns the row sum.
-template <typename T>
-RECOPS_ALWAYS_INLINE T exp_row_generic(T* s, int64_t n, T m) {
-  T sum = T(0);
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    const T p = softmax_exp(s[j] - m);
-    s[j] = p;
-    sum += p;
-  }
-  return sum;
-}
-
 // p[j] *= dropout factor of element j0 + j.
 template <typename T>
 RECOPS_ALWAYS_INLINE void dropout_row_generic(T* p, int64_t n, const RowDropout<T>& dropout,

@@ -1,9 +1,9 @@
 // The sampled softmax loss over shared negatives (loss_kernels.h's SampledSoftmaxProblem), fused:
 // per block of kRowBlock query rows, one product of the block with the normalised negatives, the
 // masked log-sum-exp of each row with its positive's logit, and the weighted loss; the [M, R]
-// logits are never stored. The backward recomputes a block's logits and turns them into the
-// softmax's coefficients in place, then dq = C N^ (+ the positive's term), dN^ += C^T Q, and the
-// normalisations' backwards. Float64 computes in double, every other dtype in fp32; the sums
+// logits are never stored. The backward recomputes a block's exp(logit - max) and turns them into
+// the softmax's coefficients in place, then dq = C N^ (+ the positive's term), dN^ += C^T Q, and
+// the normalisations' backwards. Float64 computes in double, every other dtype in fp32; the sums
 // over rows run in fixed_chunks chunks of blocks added in chunk order, so results are the same
 // bits for any thread count.
 #pragma once
@@ -74,26 +74,26 @@ struct Negatives {
 };
 
 // What a thread keeps for its blocks: the block's queries in C, their positive logits and
-// normalisations, and the [rows, R] logits.
+// normalisations, and the [rows, R] exp(logit - m) of the negatives.
 template <typename T, typename C = accumulate_t<T>>
 struct Block {
   const SampledSoftmaxProblem<T>& p;
   const Negatives<T>& negatives;
-  std::vector<C> queries, logits, positive_logit, max_logit, normaliser;
+  std::vector<C> queries, exps, positive_logit, max_logit, normaliser;
   std::vector<RowScale> positive_scales;
 
   Block(const SampledSoftmaxProblem<T>& problem, const Negatives<T>& n)
       : p(problem),
         negatives(n),
         queries(static_cast<size_t>(kRowBlock * problem.dim)),
-        logits(static_cast<size_t>(kRowBlock * problem.negatives)),
+        exps(static_cast<size_t>(kRowBlock * problem.negatives)),
         positive_logit(kRowBlock),
         max_logit(kRowBlock),
         normaliser(kRowBlock),
         positive_scales(kRowBlock) {}
 
-  // For rows [r0, r0 + n): the logits, and per row its maximum logit m (the positive's included)
-  // and sum of exp(logit - m) over the positive and the negatives.
+  // For rows [r0, r0 + n): exp(logit - m) of the negatives, with per row its maximum logit m (the
+  // positive's included) and the sum of exp(logit - m) over the positive and the negatives.
   void compute(int64_t r0, int64_t n) {
     const int64_t dim = p.dim, count = p.negatives;
     const C inverse_t = static_cast<C>(1.0 / p.temperature);
@@ -108,10 +108,10 @@ struct Block {
       });
       positive_logit[i] = static_cast<C>(dot / positive_scales[i].scale / p.temperature);
     }
-    gemm_nn(n, count, dim, queries.data(), dim, negatives.transposed.data(), count, logits.data(),
+    gemm_nn(n, count, dim, queries.data(), dim, negatives.transposed.data(), count, exps.data(),
             count, false);
     for (int64_t i = 0; i < n; ++i) {
-      C* row = logits.data() + i * count;
+      C* row = exps.data() + i * count;
       const int64_t positive_id = p.positive_ids[r0 + i];
       // Vector reductions (their lanes' order is the instruction set's, as in the attention's
       // softmax); scalar ones ran at a third of the loss's time.
@@ -123,11 +123,8 @@ struct Block {
         row[j] = logit;
         m = logit > m ? logit : m;
       }
-      C sum = C(0);
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < count; ++j) sum += softmax_exp(row[j] - m);
       max_logit[i] = m;
-      normaliser[i] = sum + softmax_exp(positive_logit[i] - m);
+      normaliser[i] = exp_row_generic(row, count, m) + softmax_exp(positive_logit[i] - m);
     }
   }
 
@@ -186,9 +183,9 @@ void sampled_softmax_backward(const SampledSoftmaxProblem<T>& p,
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0);
       block.compute(r0, n);
-      // logits <- C: d(loss) / d(q . n^_j) = g w_i / W * softmax_j / T, 0 for a masked negative;
-      // the positive's coefficient (softmax_0 - 1) scaled alike.
-      std::vector<C>& c = block.logits;
+      // exp(logit - m) <- C: d(loss) / d(q . n^_j) = g w_i / W * softmax_j / T, 0 for a masked
+      // negative; the positive's coefficient (softmax_0 - 1) scaled alike.
+      std::vector<C>& c = block.exps;
       for (int64_t i = 0; i < n; ++i) {
         const C scale = static_cast<C>(grads.grad * p.weights[r0 + i] / weight / p.temperature);
         const C m = block.max_logit[i], inverse_z = C(1) / block.normaliser[i];
@@ -197,8 +194,7 @@ void sampled_softmax_backward(const SampledSoftmaxProblem<T>& p,
         const int64_t positive_id = p.positive_ids[r0 + i];
         C* row = c.data() + i * count;
         for (int64_t j = 0; j < count; ++j) {
-          row[j] =
-              p.negative_ids[j] == positive_id ? C(0) : scale * softmax_exp(row[j] - m) * inverse_z;
+          row[j] = p.negative_ids[j] == positive_id ? C(0) : scale * row[j] * inverse_z;
         }
       }
       gemm_nn(n, dim, count, c.data(), count, negatives.rows.data(), dim, dq.data(), dim, false);
