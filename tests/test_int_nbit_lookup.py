@@ -287,7 +287,7 @@ def test_per_sample_weights_of_any_shape_are_read_flat():
 
 
 @pytest.mark.parametrize("ty", TYPES)
-@pytest.mark.parametrize("D", [4, 8, 36, 200])  # column blocks of every width
+@pytest.mark.parametrize("D", [4, 8, 36, 200, 468])  # column blocks of every width
 def test_each_type_and_dim(ty, D):
     gen = torch.Generator().manual_seed(D)
     specs = [(10, D, ty)]

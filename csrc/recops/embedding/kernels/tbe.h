@@ -15,6 +15,7 @@
 #include <memory>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "recops/common/cpu_isa.h"
