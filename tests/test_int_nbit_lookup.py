@@ -316,9 +316,13 @@ def test_output_dtypes(output_dtype):
     assert_close(out, tables.reference(indices, offsets))
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_sequence_output(weighted):
-    """NONE: one row of the largest dim per index, per-sample weights not read."""
+def test_sequence_output(weighted, streamed, monkeypatch):
+    """NONE: one row of the largest dim per index, per-sample weights not read; written by
+    streaming stores too (used above the cache size, forced here)."""
+    if streamed:
+        monkeypatch.setenv("RECOPS_STREAM_ABOVE_BYTES", "0")
     gen = torch.Generator().manual_seed(3)
     tables = Tables(SAME_DIM, 4, gen)
     indices, offsets = random_batch(SAME_DIM, 3, gen)

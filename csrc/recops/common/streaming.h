@@ -80,30 +80,37 @@ void write_whole_lines_streamed(char* out, int64_t bytes, const Normal& normal,
 }
 #endif
 
-// memcpy, streamed (write_whole_lines_streamed) when `streaming` and the run is long enough.
+// memcpy whose whole 64-byte lines of the destination are written by streaming stores (for runs
+// of any length; copy_bytes keeps short runs to normal stores).
+inline void copy_bytes_streamed(void* dst, const void* src, int64_t bytes) {
+  if (bytes == 0) return;  // as in copy_bytes
+#if RECOPS_STREAMING_STORES
+  char* out = static_cast<char*>(dst);
+  const char* in = static_cast<const char*>(src);
+  write_whole_lines_streamed(
+      out, bytes, [&](int64_t at, int64_t count) { std::memcpy(out + at, in + at, count); },
+      [&](int64_t at) {
+        __m128i parts[4];
+        for (int k = 0; k < 4; ++k) {
+          parts[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at + 16 * k));
+        }
+        for (int k = 0; k < 4; ++k) {
+          _mm_stream_si128(reinterpret_cast<__m128i*>(out + at + 16 * k), parts[k]);
+        }
+      });
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+// memcpy, streamed (copy_bytes_streamed) when `streaming` and the run is long enough.
 inline void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
   // memcpy needs valid pointers even for 0 bytes, and an empty tensor's data pointer is null.
   if (bytes == 0) return;
-#if RECOPS_STREAMING_STORES
   if (streaming && bytes >= kStreamingMinBytes) {
-    char* out = static_cast<char*>(dst);
-    const char* in = static_cast<const char*>(src);
-    write_whole_lines_streamed(
-        out, bytes, [&](int64_t at, int64_t count) { std::memcpy(out + at, in + at, count); },
-        [&](int64_t at) {
-          __m128i parts[4];
-          for (int k = 0; k < 4; ++k) {
-            parts[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + at + 16 * k));
-          }
-          for (int k = 0; k < 4; ++k) {
-            _mm_stream_si128(reinterpret_cast<__m128i*>(out + at + 16 * k), parts[k]);
-          }
-        });
+    copy_bytes_streamed(dst, src, bytes);
     return;
   }
-#else
-  (void)streaming;
-#endif
   std::memcpy(dst, src, bytes);
 }
 

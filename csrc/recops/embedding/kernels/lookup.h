@@ -85,13 +85,15 @@ inline int64_t first_bad(int64_t a, int64_t b) {
 }
 
 // Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end), output rows
-// `out_stride` elements apart, each row decoded into `row_buffer` (D floats) and converted once.
+// `out_stride` elements apart, each row decoded into `row_buffer` (D floats) and converted once;
+// with a `stream_buffer` (D elements) converted into it and copied out by streaming stores (the
+// caller fences).
 // Returns the first position the table rejects, or -1; the output row of an index outside the
 // table is left unwritten.
 template <typename Table, typename out_t, typename index_t>
 int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64_t begin,
                   int64_t end, int64_t prefetch_end, Table table, float* row_buffer, out_t* out,
-                  int64_t out_stride) {
+                  int64_t out_stride, out_t* stream_buffer) {
   int64_t bad = -1;
   for (int64_t p = begin; p < end; ++p) {
     if (p + kPrefetchDistance < prefetch_end) table.prefetch(indices[p + kPrefetchDistance]);
@@ -105,21 +107,37 @@ int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64
     for_each_column_block(table.D, [&](auto width, int64_t c) {
       table.template add_block<decltype(width)::value>(row_buffer + c, table.row(r), c, scale);
     });
-    from_float(row_buffer, out + p * out_stride, table.D);
+    if (stream_buffer != nullptr) {
+      from_float(row_buffer, stream_buffer, table.D);
+      copy_bytes_streamed(out + p * out_stride, stream_buffer, table.D * sizeof(out_t));
+    } else {
+      from_float(row_buffer, out + p * out_stride, table.D);
+    }
   }
   return bad;
+}
+
+// Whether a lookup writes its output rows by streaming stores: a sequence (Pooling::kNone)
+// lookup's [num_indices, max_D] rows when they exceed the last-level cache (common/streaming.h).
+// Pooled outputs are written a bag at a time between row reads and stay cached.
+template <typename out_t, typename index_t>
+bool streams_rows(const FeatureLayout& layout, const TypedBags<index_t>& bags) {
+  return bags.pooling == Pooling::kNone &&
+         should_stream(bags.num_indices * layout.max_D * static_cast<int64_t>(sizeof(out_t)));
 }
 
 // The bags [b_begin, b_end) of feature t, whose rows `table` holds (a work item of
 // for_each_bag_chunk). Pooled: out[b, D_offsets[t]:+D] = pooling_scale * sum_i psw[i] *
 // row(indices[i]) over bag (t, b). Pooling::kNone: out[i, :D] = psw[i] * row(indices[i]), rows
-// max_D apart. `scratch` is the task's (for_each_bag_chunk).
+// max_D apart, by streaming stores if `stream_rows` (streams_rows). `scratch` is the task's
+// (for_each_bag_chunk).
 template <typename Table, typename out_t, typename index_t>
 int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, Table table,
                   int64_t t, int64_t b_begin, int64_t b_end, bool continued, ScratchRows& scratch,
-                  out_t* out) {
+                  out_t* out, bool stream_rows) {
   const void* zeros = scratch.zeros();
   float* row_buffer = scratch.row(0);
+  out_t* stream_buffer = stream_rows ? reinterpret_cast<out_t*>(scratch.row(1)) : nullptr;
   const index_t* indices = bags.indices;
   const float* sample_weights = bags.per_sample_weights;
   // Rows are prefetched kPrefetchDistance indices ahead, up to the end of the feature; a task's
@@ -138,7 +156,7 @@ int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, T
     const int64_t end = offsets[b + 1];
     if (bags.pooling == Pooling::kNone) {
       bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
-                                     row_buffer, out, layout.max_D));
+                                     row_buffer, out, layout.max_D, stream_buffer));
       continue;
     }
     out_t* out_row = out + layout.output_offset(t, b);
@@ -152,6 +170,7 @@ int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, T
       from_float(block, out_row + c, kWidth);
     });
   }
+  if (stream_rows) store_fence();
   return bad;
 }
 
@@ -162,6 +181,7 @@ int64_t forward(const ForwardArgs& args) {
   const auto* weights = static_cast<const weight_t*>(args.weights);
   auto* out = static_cast<out_t*>(args.out);
   const int64_t bytes_per_index = layout.max_D * static_cast<int64_t>(sizeof(weight_t));
+  const bool stream_rows = streams_rows<out_t>(layout, bags);
   return for_each_bag_chunk(
       layout, bags.num_indices, bytes_per_index,
       [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
@@ -173,7 +193,8 @@ int64_t forward(const ForwardArgs& args) {
             D,
             StoredRows<weight_t>::row_bytes(D),
             {}};
-        return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out);
+        return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out,
+                         stream_rows);
       });
 }
 

@@ -98,6 +98,7 @@ int64_t quantized_forward(const QuantizedForwardArgs& args) {
   const TypedBags<index_t> bags(args.bags);
   auto* out = static_cast<out_t*>(args.out);
   const int64_t bytes_per_index = layout.max_D;  // about: a byte per element
+  const bool stream_rows = streams_rows<out_t>(layout, bags);
   return for_each_bag_chunk(
       layout, bags.num_indices, bytes_per_index,
       [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
@@ -108,7 +109,8 @@ int64_t quantized_forward(const QuantizedForwardArgs& args) {
         return with_row_decoder(type, args.tables, [&](auto decoder) {
           const QuantizedTable<decltype(decoder)> table{args.tables.tables[t], layout.rows[t], D,
                                                         row_bytes, decoder};
-          return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out);
+          return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out,
+                           stream_rows);
         });
       });
 }
