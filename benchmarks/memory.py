@@ -17,6 +17,8 @@ elsewhere timings run with the default allocator and peaks read 0.0.
 import ctypes
 import gc
 
+from recops.training.allocator import keep_freed_memory
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
@@ -31,10 +33,9 @@ except (OSError, AttributeError):
 
 
 def use_steady_allocator() -> None:
-    """Timing mode: no mmapped blocks, no trimming (freed memory stays mapped for reuse)."""
-    if _libc is not None:
-        _libc.mallopt(_M_MMAP_MAX, 0)
-        _libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    """Timing mode: no mmapped blocks, no trimming (freed memory stays mapped for reuse), the
+    setting recops.train runs with (recops/training/allocator.py)."""
+    keep_freed_memory()
 
 
 def _use_fresh_allocator() -> None:

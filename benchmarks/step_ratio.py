@@ -2,7 +2,8 @@
 the two backends' steps (benchmarks/suites/training.py's, the ones `run.py training` times) run
 interleaved for several rounds, each round timing two steps of each after one discarded step (the
 torch step's memory churn slows whatever runs next); prints the median step times and the median,
-minimum and maximum of the per-round ratios.
+minimum and maximum of the per-round ratios. The allocator keeps freed memory, as in run.py and
+in recops.train (recops/training/allocator.py).
 
     python benchmarks/step_ratio.py [--models hstu,fuxi] [--max-lens 200,1024] [--rounds 7]
 """
@@ -19,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "suites"))
 sys.path.insert(1, os.path.dirname(HERE))  # the repository root: recops built in place
 from harness import cpu_description  # noqa: E402
+from memory import use_steady_allocator  # noqa: E402
 from training import training_cases, training_step  # noqa: E402
 
 BACKENDS = ("torch", "recops")
@@ -39,6 +41,7 @@ def main(argv):
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     models, max_lens = args.models.split(","), {int(n) for n in args.max_lens.split(",")}
+    use_steady_allocator()
     print(f"machine: {cpu_description()}, {torch.get_num_threads()} threads")
     torch.manual_seed(0)
     for case, data, max_len, batch_size in training_cases():

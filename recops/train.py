@@ -21,6 +21,7 @@ import torch
 from recops.data import load_dataset
 from recops.models import BACKENDS, MODELS, ModelConfig
 from recops.training import DTYPES, TrainConfig, Trainer, build_model, chance_hit_rate, report
+from recops.training.allocator import keep_freed_memory
 from recops.training.throughput import compare_backends
 
 
@@ -118,6 +119,7 @@ def resume(path, trainer, run):
 def run(argv: list[str]) -> dict:
     """Runs the command line ``argv``; returns the record it writes to results.json."""
     args = parse_args(argv)
+    keep_freed_memory()  # no page faults on every step's large tensors (training/allocator.py)
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_dataset(args.data)
