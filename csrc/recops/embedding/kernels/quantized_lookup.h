@@ -99,20 +99,19 @@ int64_t quantized_forward(const QuantizedForwardArgs& args) {
   auto* out = static_cast<out_t*>(args.out);
   const int64_t bytes_per_index = layout.max_D;  // about: a byte per element
   const bool stream_rows = streams_rows<out_t>(layout, bags);
-  return for_each_bag_chunk(
-      layout, bags.num_indices, bytes_per_index,
-      [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
-          bool continued) -> int64_t {
-        const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
-        const WeightType type = args.tables.types[t];
-        const int64_t row_bytes = quantized_row_bytes(type, D, args.tables.row_alignment);
-        return with_row_decoder(type, args.tables, [&](auto decoder) {
-          const QuantizedTable<decltype(decoder)> table{args.tables.tables[t], layout.rows[t], D,
-                                                        row_bytes, decoder};
-          return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out,
-                           stream_rows);
-        });
-      });
+  const auto pool_item = [&](ScratchRows& scratch, int64_t t, int64_t b_begin, int64_t b_end,
+                             bool continued) -> int64_t {
+    const int64_t D = layout.D_offsets[t + 1] - layout.D_offsets[t];
+    const WeightType type = args.tables.types[t];
+    const int64_t row_bytes = quantized_row_bytes(type, D, args.tables.row_alignment);
+    return with_row_decoder(type, args.tables, [&](auto decoder) {
+      const QuantizedTable<decltype(decoder)> table{args.tables.tables[t], layout.rows[t], D,
+                                                    row_bytes, decoder};
+      return pool_bags(layout, bags, table, t, b_begin, b_end, continued, scratch, out,
+                       stream_rows);
+    });
+  };
+  return for_each_bag_chunk(layout, bags.num_indices, bytes_per_index, pool_item);
 }
 
 }  // namespace recops::embedding::kernels::RECOPS_ISA_NS
