@@ -192,22 +192,26 @@ def test_command_line_trains_reports_and_resumes(data, tmp_path, capsys):
 
 
 _REUSE_CHECK = """
-import resource, sys, torch
+import ctypes, resource
 from recops.training.allocator import keep_freed_memory
 kept = keep_freed_memory()
-def faults_of_a_64_mib_tensor():
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def faults_of_a_64_mib_block():  # malloc'd, written, freed (torch's allocator varies by release)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    torch.ones(16 * 2**20)  # 64 MiB, written and freed
+    block = libc.malloc(64 << 20)
+    ctypes.memset(block, 1, 64 << 20)
+    libc.free(block)
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-for _ in range(2):  # the heap grows to the steady size of the alternating alloc / free
-    faults_of_a_64_mib_tensor()
-print(kept, faults_of_a_64_mib_tensor())
+faults_of_a_64_mib_block()  # the heap grows to hold it once
+print(kept, faults_of_a_64_mib_block())
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
 def test_training_allocator_reuses_freed_memory():
-    """After keep_freed_memory (recops.train sets it) a freed 64 MiB tensor's pages are reused:
+    """After keep_freed_memory (recops.train sets it) a freed 64 MiB block's pages are reused:
     a later one costs no page faults (glibc's default unmaps them and faults all 16,384 again)."""
     result = subprocess.run(
         [sys.executable, "-c", _REUSE_CHECK], capture_output=True, text=True, check=True
