@@ -4,10 +4,11 @@ the OS, as the caching allocators that tuned CPU deployments preload (jemalloc, 
 glibc's default maps blocks above a dynamic threshold (up to 32 MiB) with mmap and unmaps them on
 free, and returns the free top of its heap to the OS: a training step's large tensors (the
 layers' activations and gradients, the attention's scratch) then cost a page fault and the
-zeroing of a page per 4 KiB on every step. On a 2-core Xeon that was 13-19 ms of a 55-90 ms
-recops HSTU / FuXi-alpha step at ML-100K sizes (benchmarks/step_ratio.py, which measures with
-this setting, as benchmarks/run.py does). The price is a resident size that stays at the
-process's peak, which a training process reaches every step anyway.
+zeroing of a page per 4 KiB on every step. On a 2-core Xeon at ML-100K sizes that was 2,500-4,400
+faults and 6 ms of system time per recops HSTU step, which took 75 ms then and 70 ms with this
+setting (benchmarks/step_ratio.py measures with it, as benchmarks/run.py does). The price is a
+resident size that stays at the process's peak, which a training process reaches every step
+anyway.
 """
 
 from __future__ import annotations
