@@ -119,7 +119,6 @@ def resume(path, trainer, run):
 def run(argv: list[str]) -> dict:
     """Runs the command line ``argv``; returns the record it writes to results.json."""
     args = parse_args(argv)
-    keep_freed_memory()  # no page faults on every step's large tensors (training/allocator.py)
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_dataset(args.data)
@@ -180,6 +179,9 @@ def run(argv: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``recops-train`` console script and ``python -m recops.train``."""
+    # The command owns its process, so it sets the process-wide allocator (run() may be called
+    # inside another program's): no page faults on every step's large tensors.
+    keep_freed_memory()
     run(sys.argv[1:] if argv is None else argv)
 
 
