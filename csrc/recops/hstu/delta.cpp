@@ -172,11 +172,16 @@ DeltaAttention prepare_delta_attention(const at::Tensor& q, const at::Tensor& k,
   const int64_t* q_begin = s.q_row_begin.const_data_ptr<int64_t>();
   const int64_t* q_length = s.q_length.const_data_ptr<int64_t>();
   const int64_t* length = s.length.const_data_ptr<int64_t>();
-  s.view = Sequences{batch, q_begin, q_length, {nullptr, length}, options.max_seq_len};
+  KeyRows key_rows{nullptr, length};
   if (paged) {
-    s.view.keys.pages = s.pages.const_data_ptr<int64_t>();
-    s.view.keys.page_stride = s.pages.size(1);
-    s.view.keys.page_rows = k.size(1);
+    key_rows.pages = s.pages.const_data_ptr<int64_t>();
+    key_rows.page_stride = s.pages.size(1);
+    key_rows.page_rows = k.size(1);
+  } else {
+    key_rows.row_begin = s.row_begin.const_data_ptr<int64_t>();
+  }
+  s.view = Sequences::with_keys(batch, q_begin, q_length, key_rows, options.max_seq_len);
+  if (paged) {
     // The kernels would convert all of k and v to their compute type (fp16 pages, or bf16 pages
     // without the bf16 tiles): only this step's keys are copied and converted instead. The bf16
     // tiles pair keys, so their runs (pages) start at even keys.
@@ -185,8 +190,6 @@ DeltaAttention prepare_delta_attention(const at::Tensor& q, const at::Tensor& k,
     if (converted) return gathered(q, k, v, keys, options, s.view);
     TORCH_CHECK(!Bf16Inputs::applies(q, d.k, d.v) || k.size(1) % 2 == 0,
                 "bf16 pages must have an even number of rows (page_rows), got ", k.size(1));
-  } else {
-    s.view.keys.row_begin = s.row_begin.const_data_ptr<int64_t>();
   }
   a.mask = prepare_mask(d.options, s.view, a.heads, a.compute);
   return d;

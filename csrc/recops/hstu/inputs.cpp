@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "recops/common/checks.h"
@@ -167,6 +169,23 @@ PreparedBias prepare_dense_bias(const at::Tensor& bias, const char* name, const 
   return p;
 }
 
+namespace {
+
+// The bucketizer of (divisor, num_buckets), built once per process: its tables take longer to
+// build (a log per threshold search) than a serving step's whole attention. Bucketizers are
+// immutable once built, so callers on any thread share them.
+std::shared_ptr<const LogBucketizer> shared_bucketizer(double divisor, int32_t num_buckets) {
+  static std::mutex mutex;
+  static std::map<std::pair<double, int32_t>, std::shared_ptr<const LogBucketizer>> built;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (built.size() >= 64) built.clear();  // bounded, whatever divisors callers pass
+  auto& bucketizer = built[{divisor, num_buckets}];
+  if (!bucketizer) bucketizer = std::make_shared<const LogBucketizer>(divisor, num_buckets);
+  return bucketizer;
+}
+
+}  // namespace
+
 PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
                                    const std::optional<at::Tensor>& ts_w,
                                    const std::optional<at::Tensor>& pos_w, bool query_time_shift,
@@ -184,8 +203,7 @@ PreparedBias prepare_relative_bias(const std::optional<at::Tensor>& timestamps,
     TORCH_CHECK(ts_w->numel() >= 1, "ts_w must have num_buckets + 1 >= 1 entries");
     check_bucket_divisor(bucket_divisor);
     p.ts_w = ts_w->to(compute).contiguous();
-    p.buckets =
-        std::make_shared<LogBucketizer>(bucket_divisor, checked_num_buckets(ts_w->numel() - 1));
+    p.buckets = shared_bucketizer(bucket_divisor, checked_num_buckets(ts_w->numel() - 1));
   }
   if (pos_w.has_value()) {
     check_cpu(*pos_w, "pos_w");

@@ -78,7 +78,7 @@ struct PreparedBias {
   at::Tensor dense;  // compute type, [Bb, Hb, N, N]
   int64_t dense_stride_b = 0, dense_stride_h = 0, max_len = 0;
   at::Tensor key_time, query_time, ts_w, pos_w;  // ts_w / pos_w undefined when unused
-  std::shared_ptr<kernels::LogBucketizer> buckets;
+  std::shared_ptr<const kernels::LogBucketizer> buckets;
 
   template <typename T>
   kernels::BiasSource<T> source() const {

@@ -49,12 +49,27 @@ struct Sequences {
   const int64_t* q_row_begin = nullptr;  // [B]
   const int64_t* q_length = nullptr;     // [B]
   KeyRows keys;
-  int64_t max_len = 0;  // N: the most keys of a sequence
+  int64_t max_len = 0;  // N (max_seq_len): no sequence is longer; the position bias centres on it
+  // The most keys of any of these sequences: what the scratch and packed operands are sized by.
+  // A serving step's few new rows of short sequences under a large max_seq_len would otherwise
+  // allocate (and zero) tiles of kQueryBlock x max_len values per thread on every call.
+  int64_t longest = 0;
+  int64_t most_queries = 0;  // the most query rows of any sequence: a block has at most these
 
   // Queries and keys on the same rows [row_begin[b], row_begin[b] + length[b]).
   static Sequences same_rows(int64_t count, const int64_t* row_begin, const int64_t* length,
                              int64_t max_len) {
-    return {count, row_begin, length, {row_begin, length}, max_len};
+    return with_keys(count, row_begin, length, {row_begin, length}, max_len);
+  }
+  // Queries at the last q_length[b] positions of the keys `keys`.
+  static Sequences with_keys(int64_t count, const int64_t* q_row_begin, const int64_t* q_length,
+                             KeyRows keys, int64_t max_len) {
+    int64_t longest = 0, most_queries = 0;
+    for (int64_t b = 0; b < count; ++b) {
+      longest = std::max(longest, keys.length[b]);
+      most_queries = std::max(most_queries, q_length[b]);
+    }
+    return {count, q_row_begin, q_length, keys, max_len, longest, most_queries};
   }
   int64_t first_query(int64_t b) const { return keys.length[b] - q_length[b]; }
   int64_t query_row(int64_t b, int64_t position) const {

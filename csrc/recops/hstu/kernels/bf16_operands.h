@@ -34,7 +34,7 @@ class PackedOperands {
       : heads_(heads),
         dqk_pad_(round_up(dqk, granule)),
         dv_pad_(round_up(dv, granule)),
-        n_pad_(round_up(std::max<int64_t>(seqs.max_len, 1), granule)),
+        n_pad_(round_up(std::max<int64_t>(seqs.longest, 1), granule)),
         key_block_(key_block > 0 ? key_block : n_pad_) {
     const int64_t per_head_k = dqk_pad_ * n_pad_, per_head_v = dv_pad_ * n_pad_;
     const int64_t units = seqs.count * heads;

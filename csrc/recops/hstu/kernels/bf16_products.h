@@ -54,12 +54,13 @@ class Bf16Gradients : public KeyGradients<float, uint16_t> {
   std::unique_ptr<uint16_t[]> q_, go_;
 };
 
-// Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, rows of up to n_pad),
+// Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, `rows` rows of up to n_pad),
 // bf16 operand tiles and an fp32 product tile of kQueryBlock x max(Dqk, Dv) (padded).
 struct Bf16Scratch : TileArena<float> {
-  Bf16Scratch(int tiles, int bf16_tiles, const PackedOperands& ops, bool with_buckets, int64_t slot)
-      : TileArena<float>(tiles, ops.n_pad(), with_buckets, slot),
-        tile_size(kQueryBlock * ops.n_pad()),
+  Bf16Scratch(int tiles, int bf16_tiles, int64_t rows, const PackedOperands& ops,
+              bool with_buckets, int64_t slot)
+      : TileArena<float>(tiles, rows, ops.n_pad(), with_buckets, slot),
+        tile_size(rows * ops.n_pad()),
         bf16(new uint16_t[bf16_tiles * tile_size + kQueryBlock * ops.dqk_pad()]),
         product(new float[kQueryBlock * std::max(ops.dqk_pad(), ops.dv_pad())]) {}
   uint16_t* bf16_tile(int index) { return bf16.get() + index * tile_size; }
@@ -145,7 +146,7 @@ class Bf16Precision {
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<float>& shape() const { return shape_; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, kBf16Tiles, ops_, with_buckets, slot);
+    return Scratch(tiles, kBf16Tiles, tile_rows(seqs_, kBf16Granule), ops_, with_buckets, slot);
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     return {scratch(tiles, with_buckets, slot), Bf16Gradients(shape_, ops_)};

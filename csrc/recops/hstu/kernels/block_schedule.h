@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "recops/attention/kernels/bf16_layouts.h"
 #include "recops/attention/kernels/work_items.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
@@ -19,14 +20,20 @@
 
 namespace recops::attention::kernels {
 
-// Per-thread scratch: `count` tiles of kQueryBlock x N values (a kernel names them with its own
+// The query rows of a tile of `seqs`: a block's most (kQueryBlock, or fewer when no sequence has
+// that many queries, as in a serving step), padded to the precision's row granule.
+inline int64_t tile_rows(const Sequences& seqs, int64_t granule) {
+  return std::min(kQueryBlock, round_up(std::max<int64_t>(seqs.most_queries, 1), granule));
+}
+
+// Per-thread scratch: `count` tiles of `rows` x `keys` values (a kernel names them with its own
 // enum), time-bucket indices for the relative bias, and this thread's slot for per-thread partial
 // results. The BLAS stays single-threaded while it lives.
 template <typename T>
 class TileArena {
  public:
-  TileArena(int count, int64_t max_len, bool with_buckets, int64_t thread_slot)
-      : tile_size_(kQueryBlock * max_len),
+  TileArena(int count, int64_t rows, int64_t keys, bool with_buckets, int64_t thread_slot)
+      : tile_size_(rows * keys),
         values_(count * tile_size_),
         buckets_(with_buckets ? tile_size_ : 0),
         slot_(thread_slot) {}

@@ -15,15 +15,15 @@
 
 namespace recops::attention::kernels {
 
-// dst [B, cols, N] = per sequence b, its key rows of src (rows of `cols` values) transposed
+// dst [B, cols, longest] = per sequence b, its key rows of src (rows of `cols` values) transposed
 // (columns past the length are left as they are), sequences split between threads.
 template <typename T>
 void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src, T* dst) {
   parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
-        transpose(n, cols, src.at(row, 0, 0), src.stride, dst + b * cols * seqs.max_len + key,
-                  seqs.max_len);
+        transpose(n, cols, src.at(row, 0, 0), src.stride, dst + b * cols * seqs.longest + key,
+                  seqs.longest);
       });
     }
   });
@@ -38,9 +38,9 @@ class KeyValueTransposes {
       : heads_(heads),
         dqk_(dqk),
         dv_(dv),
-        max_len_(seqs.max_len),
-        k_t_(with_k_t ? new T[seqs.count * heads * dqk * max_len_] : nullptr),
-        v_t_(v.data != nullptr ? new T[seqs.count * heads * dv * max_len_] : nullptr) {
+        longest_(seqs.longest),
+        k_t_(with_k_t ? new T[seqs.count * heads * dqk * longest_] : nullptr),
+        v_t_(v.data != nullptr ? new T[seqs.count * heads * dv * longest_] : nullptr) {
     if (with_k_t) transpose_sequences(seqs, heads * dqk, k, k_t_.get());
     if (v.data != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
   }
@@ -48,16 +48,16 @@ class KeyValueTransposes {
   // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()). Columns
   // past a sequence's length are never written (nor read).
   const T* k_t(int64_t b, int64_t h, int64_t key0) const {
-    return k_t_.get() + ((b * heads_ + h) * dqk_) * max_len_ + key0;
+    return k_t_.get() + ((b * heads_ + h) * dqk_) * longest_ + key0;
   }
   const T* v_t(int64_t b, int64_t h, int64_t key0) const {
-    return v_t_.get() + ((b * heads_ + h) * dv_) * max_len_ + key0;
+    return v_t_.get() + ((b * heads_ + h) * dv_) * longest_ + key0;
   }
-  int64_t ld() const { return max_len_; }
+  int64_t ld() const { return longest_; }
   bool has_k_t() const { return k_t_ != nullptr; }
 
  private:
-  int64_t heads_, dqk_, dv_, max_len_;
+  int64_t heads_, dqk_, dv_, longest_;
   std::unique_ptr<T[]> k_t_, v_t_;  // uninitialised: a zero fill would be a wasted pass
 };
 

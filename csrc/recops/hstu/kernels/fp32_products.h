@@ -42,12 +42,12 @@ inline bool one_block_per_sequence(const Sequences& seqs) {
 // BLAS runs on its generic path on some CPUs (MKL's on AMD).
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
-  Fp32ForwardScratch(int tiles, int64_t max_len, bool with_buckets, int64_t slot, int64_t dqk,
+  Fp32ForwardScratch(int tiles, int64_t rows, int64_t longest, bool with_buckets, int64_t slot, int64_t dqk,
                      int64_t dv, bool in_place)
-      : TileArena<T>(tiles, max_len, with_buckets, slot),
+      : TileArena<T>(tiles, rows, longest, with_buckets, slot),
         q_t(in_place ? new T[kQueryBlock * dqk] : nullptr),
-        s_t(in_place ? new T[kQueryBlock * max_len] : nullptr),
-        weights(in_place ? new T[kQueryBlock * round_up(max_len, kBrgemmGranule)] : nullptr),
+        s_t(in_place ? new T[kQueryBlock * longest] : nullptr),
+        weights(in_place ? new T[kQueryBlock * round_up(longest, kBrgemmGranule)] : nullptr),
         values(in_place ? new T[kQueryBlock * dv] : nullptr) {}
   std::unique_ptr<T[]> q_t, s_t, weights, values;  // uninitialised: each use writes first
 };
@@ -77,12 +77,12 @@ class Fp32Precision {
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, seqs_.max_len, with_buckets, slot, shape_.dqk, shape_.dv, !kv_.has_k_t());
+    return Scratch(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot, shape_.dqk, shape_.dv, !kv_.has_k_t());
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
-    return {TileArena<T>(tiles, seqs_.max_len, with_buckets, slot),
-            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.max_len, 1)};
+    return {TileArena<T>(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot),
+            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.longest, 1)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU pass multiplies by the mask tile, whatever the mask.
