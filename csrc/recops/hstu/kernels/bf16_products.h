@@ -54,11 +54,11 @@ class Bf16Gradients : public KeyGradients<float, uint16_t> {
   std::unique_ptr<uint16_t[]> q_, go_;
 };
 
-// Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, `rows` rows of up to n_pad),
-// bf16 operand tiles and an fp32 product tile of kQueryBlock x max(Dqk, Dv) (padded).
+// Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, `rows` rows of up to
+// n_pad), bf16 operand tiles and an fp32 product tile of kQueryBlock x max(Dqk, Dv) (padded).
 struct Bf16Scratch : TileArena<float> {
-  Bf16Scratch(int tiles, int bf16_tiles, int64_t rows, const PackedOperands& ops,
-              bool with_buckets, int64_t slot)
+  Bf16Scratch(int tiles, int bf16_tiles, int64_t rows, const PackedOperands& ops, bool with_buckets,
+              int64_t slot)
       : TileArena<float>(tiles, rows, ops.n_pad(), with_buckets, slot),
         tile_size(rows * ops.n_pad()),
         bf16(new uint16_t[bf16_tiles * tile_size + kQueryBlock * ops.dqk_pad()]),

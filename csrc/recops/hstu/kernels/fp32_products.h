@@ -42,8 +42,8 @@ inline bool one_block_per_sequence(const Sequences& seqs) {
 // BLAS runs on its generic path on some CPUs (MKL's on AMD).
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
-  Fp32ForwardScratch(int tiles, int64_t rows, int64_t longest, bool with_buckets, int64_t slot, int64_t dqk,
-                     int64_t dv, bool in_place)
+  Fp32ForwardScratch(int tiles, int64_t rows, int64_t longest, bool with_buckets, int64_t slot,
+                     int64_t dqk, int64_t dv, bool in_place)
       : TileArena<T>(tiles, rows, longest, with_buckets, slot),
         q_t(in_place ? new T[kQueryBlock * dqk] : nullptr),
         s_t(in_place ? new T[kQueryBlock * longest] : nullptr),
@@ -77,7 +77,8 @@ class Fp32Precision {
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot, shape_.dqk, shape_.dv, !kv_.has_k_t());
+    return Scratch(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot, shape_.dqk,
+                   shape_.dv, !kv_.has_k_t());
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
