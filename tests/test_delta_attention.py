@@ -9,11 +9,14 @@ what a delta step must give (cached == recompute), for jagged deltas, the relati
 FuXi-alpha. Paged keys must give exactly what the same keys as jagged rows give.
 """
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
 from accuracy import assert_close
 from hstu_reference import fuxi_reference, hstu_mask, hstu_reference, table_biases
+from threads import num_threads
 from torch.library import opcheck
 
 import recops
@@ -205,6 +208,63 @@ def test_fuxi_delta_equals_recompute(case, dtype, reference_layout):
         seq_lengths=seq_lengths, timestamps=t_pages, **options,
     )  # fmt: skip
     assert_close(from_pages, actual, dtype)  # the same products, key runs split at pages
+
+
+LONG_N = 1400  # max_seq_len of the long sequences below
+
+
+# (lengths, new rows, threads): fewer query blocks than threads.
+SPLIT_KEYS = {
+    "one sequence, 2 threads": ([1390], [3], 2),
+    "two, 3 threads": ([1390, 1100], [3, 1], 3),
+}
+
+
+@pytest.mark.parametrize("model", ["hstu", "fuxi"])
+@pytest.mark.parametrize("mask", ["causal", "all"])
+@pytest.mark.parametrize("case", SPLIT_KEYS)
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_long_keys_split_between_threads(model, mask, case, dtype):
+    """Fewer query blocks than threads (a serving step: a few long sequences, a few new rows):
+    the threads split each block's keys in parts and add up their outputs. The parts must cover
+    every key once, for windowed blocks (first key past 0), targets and contextual rows too."""
+    torch.manual_seed(3)
+    lengths, deltas, threads = SPLIT_KEYS[case]
+    masks = {
+        "causal": {},
+        "all": {
+            "num_targets": torch.tensor([2, 0][: len(lengths)]),
+            "contextual_seq_len": 5,
+            "max_attn_len": 1200,
+        },
+    }[mask]
+    q, k, v = (torch.randn(sum(lengths), 2, d, dtype=F64).to(dtype) for d in (16, 16, 8))
+    ts = torch.cumsum(torch.randint(0, 5000, (sum(lengths),)), 0)
+    ts_w, pos_w = torch.randn(129, dtype=F64), torch.randn(2 * LONG_N - 1, dtype=F64)
+    seq_offsets = offsets_of(lengths)
+    rows = delta_rows(seq_offsets, deltas)
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    if model == "hstu":
+        expected = hstu_reference(
+            q64, k64, v64, seq_offsets, LONG_N, alpha=0.5, timestamps=ts, ts_w=ts_w, pos_w=pos_w,
+            **masks,
+        )[rows]  # fmt: skip
+        run = functools.partial(
+            recops.delta_hstu_mha, LONG_N, 0.5, timestamps=ts, ts_w=ts_w.to(dtype),
+            pos_w=pos_w.to(dtype), **masks,
+        )  # fmt: skip
+    else:
+        ts_bias, pos_bias = table_biases(ts, seq_offsets, ts_w, pos_w, LONG_N)
+        expected = fuxi_reference(
+            q64, k64, v64, seq_offsets, LONG_N, ts_bias=ts_bias, pos_bias=pos_bias, **masks
+        )[rows]
+        run = functools.partial(
+            recops.delta_fuxi_attention, LONG_N, timestamps=ts, ts_w=ts_w.to(dtype),
+            pos_w=pos_w.to(dtype), **masks,
+        )  # fmt: skip
+    with num_threads(threads):
+        actual = run(q[rows], k, v, seq_offsets, delta_offsets=offsets_of(deltas))
+    assert_close(actual, expected, dtype, atol_factor=4, relative_to_max=True)
 
 
 def test_one_channel_fuxi_and_equal_deltas():

@@ -139,12 +139,58 @@ void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64
       end_item);
 }
 
-// The forward kernels' loop: fn(scratch, block) for every block, scratch = make_scratch(slot).
+// A forward block's keys are split between threads in parts of whole multiples of this many keys
+// (so that a part past the first starts where the bf16 padding of keys would start it), and of at
+// least kMinPartKeys keys.
+constexpr int64_t kKeyPartGranule = 64;
+constexpr int64_t kMinPartKeys = 512;
+
+// The parts the forward splits each block's keys into: 1, unless the batch has fewer query blocks
+// than there are threads (a serving step: a few long sequences with a few new rows each), when
+// the threads share the keys instead. HSTU-family attention has no softmax, so the parts' outputs
+// add up to the block's.
+inline int64_t forward_key_parts(const Sequences& seqs) {
+  int64_t blocks = 0;
+  for (int64_t b = 0; b < seqs.count; ++b) blocks += (seqs.q_length[b] + kQueryBlock - 1) / kQueryBlock;
+  const int64_t threads = max_threads();
+  if (blocks == 0 || blocks >= threads) return 1;
+  return std::max<int64_t>(1, std::min((threads + blocks - 1) / blocks, seqs.longest / kMinPartKeys));
+}
+
+// The forward kernels' loop: fn(scratch, block, part) for every block, scratch =
+// make_scratch(slot); with parts > 1 (forward_key_parts), for every part of every block: the
+// block with the part's keys, part p's starting at a multiple of kKeyPartGranule unless p = 0.
 template <typename T, typename MakeScratch, typename Fn>
 void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask, int64_t chunks,
-                                MakeScratch&& make_scratch, Fn&& fn) {
+                                int64_t parts, MakeScratch&& make_scratch, Fn&& fn) {
   const auto nothing = [](auto&, const WorkItem&) {};
-  for_each_item_block(seqs, mask, chunks, make_scratch, nothing, fn, nothing);
+  if (parts == 1) {
+    for_each_item_block(
+        seqs, mask, chunks, make_scratch, nothing,
+        [&](auto& scratch, const Block& blk) { fn(scratch, blk, int64_t{0}); }, nothing);
+    return;
+  }
+  std::vector<Block> blocks;  // fewer than the threads (forward_key_parts)
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    for (int64_t row0 = 0; row0 < seqs.q_length[b]; row0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, seqs.q_length[b] - row0);
+      const Block blk = mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
+      if (blk.keys > 0) blocks.push_back(blk);
+    }
+  }
+  parallel_for_dynamic(
+      static_cast<int64_t>(blocks.size()) * parts, make_scratch, [&](auto& scratch, int64_t i) {
+        const Block& whole = blocks[i / parts];
+        const int64_t part = i % parts, end = whole.key0 + whole.keys;
+        const int64_t span = (whole.keys + parts - 1) / parts;
+        const auto cut = [&](int64_t p) {
+          return p == 0 ? whole.key0 : std::min(end, round_up(whole.key0 + p * span, kKeyPartGranule));
+        };
+        Block blk = whole;
+        blk.key0 = cut(part);
+        blk.keys = cut(part + 1) - blk.key0;  // cut(parts) = end
+        if (blk.keys > 0) fn(scratch, blk, part);
+      });
 }
 
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient

@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
@@ -106,16 +108,27 @@ template <typename P>
 void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
                   const ChannelBiases<typename P::Compute>& biases, int64_t chunks,
                   const ChannelLayout& layout, typename P::Element* out) {
+  using E = typename P::Element;
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads;
   const ChannelTiles tiles(biases, false);
   // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool silu_mask = prec.forward_mask_tile(mask);
   const bool with_mask = silu_mask || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
+  // Key parts past the first write zeroed copies of the output, added into it at the end (in the
+  // compute type: a bf16 output is not split, so that it is rounded once).
+  const int64_t parts =
+      std::is_same_v<E, typename P::Compute> ? forward_key_parts(seqs) : int64_t{1};
+  int64_t out_size = 0;
+  for (int64_t b = 0; b < seqs.count && parts > 1; ++b) {
+    out_size = std::max(out_size, (seqs.q_row_begin[b] + seqs.q_length[b]) * layout.row_stride);
+  }
+  std::vector<E> partials((parts - 1) * out_size, E(0));
   for_each_block_in_parallel(
-      seqs, mask, chunks,
+      seqs, mask, chunks, parts,
       [&](int64_t slot) { return prec.scratch(tiles.count, tiles.buckets, slot); },
-      [&](typename P::Scratch& t, const Block& block) {
+      [&](typename P::Scratch& t, const Block& block, int64_t part) {
+        E* dst = part == 0 ? out : partials.data() + (part - 1) * out_size;
         const PaddedBlock pb = prec.pad(block);
         const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         prec.begin_forward_block(t, mask, pb);
@@ -123,15 +136,16 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
           block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, false);
           prec.silu_head_forward(t, mask, pb, h, tiles.bias_tile(t, kSemantic),
                                  silu_mask ? t.tile(ChannelTiles::kMask) : nullptr,
-                                 t.tile(ChannelTiles::kScores), out + layout.at(row0, h, kSemantic),
+                                 t.tile(ChannelTiles::kScores), dst + layout.at(row0, h, kSemantic),
                                  layout.row_stride);
           for (int c = kTime; c < kChannels; ++c) {
             if (tiles.bias[c] < 0) continue;
             prec.weighted_values(t, pb, h, prec.weights(t, tiles.bias[c], c - kTime),
-                                 out + layout.at(row0, h, c), layout.row_stride);
+                                 dst + layout.at(row0, h, c), layout.row_stride);
           }
         }
       });
+  for (int64_t p = 0; p + 1 < parts; ++p) add_into(out, partials.data() + p * out_size, out_size);
 }
 
 // grad_out addressed by `layout`; dQ, dK, dV and the bias gradients in the compute type.
