@@ -205,7 +205,13 @@ class CachedRecommender:
             n = items.numel()
             rows.append(n + (request_times is not None))
             keep.append(n - 1 if cacheable else 0)
-        with self.cache.hold(user_ids, rows, keep) as tables, evaluating(self.model):
+        # Inference mode, not only no_grad: the ops then skip the autograd layer (about a fifth
+        # of a short request's time). The states it returns are inference tensors, read only.
+        with (
+            self.cache.hold(user_ids, rows, keep) as tables,
+            evaluating(self.model),
+            torch.inference_mode(),
+        ):
             items, times, positions = self._delta_rows(windows, request_times, tables)
             states = self._forward(items, times, positions, tables)
         if request_times is None:

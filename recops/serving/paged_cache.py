@@ -145,17 +145,18 @@ class PagedKVCache:
             entry = self._users.get(user)
             have = 0 if entry is None else len(entry.pages)
             needed += max(0, self._pages_for(count) - have)
-        evictable = [u for u in self._users if u not in self._held and u not in users]
-        spare = len(self._free) + sum(len(self._users[u].pages) for u in evictable)
-        if needed > spare:
-            raise CacheFull(
-                f"the request needs {needed} more pages of {self.layout.page_rows} rows; "
-                f"{spare} of the cache's {self.num_pages} can be freed"
-            )
-        for victim in evictable:
-            if len(self._free) >= needed:
-                break
-            self._drop(victim)
+        if needed > len(self._free):  # (a scan of every cached user only when it must evict)
+            evictable = [u for u in self._users if u not in self._held and u not in users]
+            spare = len(self._free) + sum(len(self._users[u].pages) for u in evictable)
+            if needed > spare:
+                raise CacheFull(
+                    f"the request needs {needed} more pages of {self.layout.page_rows} rows; "
+                    f"{spare} of the cache's {self.num_pages} can be freed"
+                )
+            for victim in evictable:
+                if len(self._free) >= needed:
+                    break
+                self._drop(victim)
         added = []
         for user, count in zip(users, rows, strict=True):
             entry = self._users.get(user)
