@@ -151,10 +151,12 @@ constexpr int64_t kMinPartKeys = 512;
 // add up to the block's.
 inline int64_t forward_key_parts(const Sequences& seqs) {
   int64_t blocks = 0;
-  for (int64_t b = 0; b < seqs.count; ++b) blocks += (seqs.q_length[b] + kQueryBlock - 1) / kQueryBlock;
+  for (int64_t b = 0; b < seqs.count; ++b)
+    blocks += (seqs.q_length[b] + kQueryBlock - 1) / kQueryBlock;
   const int64_t threads = max_threads();
   if (blocks == 0 || blocks >= threads) return 1;
-  return std::max<int64_t>(1, std::min((threads + blocks - 1) / blocks, seqs.longest / kMinPartKeys));
+  return std::max<int64_t>(1,
+                           std::min((threads + blocks - 1) / blocks, seqs.longest / kMinPartKeys));
 }
 
 // The forward kernels' loop: fn(scratch, block, part) for every block, scratch =
@@ -184,7 +186,8 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
         const int64_t part = i % parts, end = whole.key0 + whole.keys;
         const int64_t span = (whole.keys + parts - 1) / parts;
         const auto cut = [&](int64_t p) {
-          return p == 0 ? whole.key0 : std::min(end, round_up(whole.key0 + p * span, kKeyPartGranule));
+          return p == 0 ? whole.key0
+                        : std::min(end, round_up(whole.key0 + p * span, kKeyPartGranule));
         };
         Block blk = whole;
         blk.key0 = cut(part);
