@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves, tree_map
 
 import recops
 from recops.export import (
@@ -264,11 +265,12 @@ def test_exported_delta_step_equals_eager_step_and_writes_the_pages(name):
     targets = {str(n.target) for n in program.graph.nodes}
     assert f"recops.{name}_delta_attention.default" in targets
     inputs = example_step_inputs(served)
-    eager, exported = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    eager, exported = (tree_map(torch.clone, inputs) for _ in range(2))
     with torch.no_grad():
         expected = served.step(*eager)
     torch.testing.assert_close(program.module()(*exported), expected, rtol=1e-6, atol=1e-6)
-    for written, reference, before in zip(exported[7:], eager[7:], inputs[7:], strict=True):
+    pages = [tree_leaves(t[7:]) for t in (exported, eager, inputs)]  # every layer's pools
+    for written, reference, before in zip(*pages, strict=True):
         torch.testing.assert_close(written, reference, rtol=1e-6, atol=1e-6)
         assert not torch.equal(written, before)
 

@@ -1,6 +1,7 @@
 """The cached recommender's delta step (recops.serving.DeltaStep) exported and packaged: the pages
-of the key / value cache are inputs that the graph writes in place, the new rows' states its
-output; the cache's bookkeeping (which pages a user holds, eviction) stays in the server."""
+of the key / value cache (one pool per layer) are inputs that the graph writes in place, the new
+rows' states its output; the cache's bookkeeping (which pages a user holds, eviction) stays in the
+server."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def example_step_inputs(served) -> tuple[torch.Tensor, ...]:
     pages = torch.tensor([[0, -1], [1, 2], [3, -1]], dtype=torch.int32)
     rows = int(new_rows.sum())
     slots = served.cache.slots(PageTables(pages, lengths, new_rows))  # reads page_rows only
-    pool = (layout.num_layers, pool_pages, page_rows, layout.num_heads)
+    pool = (pool_pages, page_rows, layout.num_heads)
+    layers = range(layout.num_layers)
     return (
         torch.randint(1, served.config.num_items + 1, (rows,)),
         torch.arange(rows) * 100,
@@ -33,19 +35,20 @@ def example_step_inputs(served) -> tuple[torch.Tensor, ...]:
         pages,
         lengths,
         new_rows,
-        torch.randn(*pool, layout.key_dim).to(layout.dtype),
-        torch.randn(*pool, layout.value_dim).to(layout.dtype),
+        [torch.randn(*pool, layout.key_dim).to(layout.dtype) for _ in layers],
+        [torch.randn(*pool, layout.value_dim).to(layout.dtype) for _ in layers],
         torch.randn(pool_pages, page_rows, dtype=torch.float64),
     )
 
 
-def _dynamic_shapes() -> tuple:
+def _dynamic_shapes(num_layers: int) -> tuple:
     rows, users = Dim("new_rows", min=1), Dim("users", min=1)
     width, pool_pages = Dim("max_pages", min=1), Dim("pool_pages", min=1)
+    per_layer = [{0: pool_pages}] * num_layers
     return (
         {0: rows}, {0: rows}, {0: rows}, {0: rows},
         {0: users, 1: width}, {0: users}, {0: users},
-        {1: pool_pages}, {1: pool_pages}, {0: pool_pages},
+        per_layer, per_layer, {0: pool_pages},
     )  # fmt: skip
 
 
@@ -56,7 +59,10 @@ def export_delta_step(served) -> torch.export.ExportedProgram:
         raise ValueError("only a server on recops' delta op (attention='recops') exports its step")
     with torch.no_grad():
         return torch.export.export(
-            served.step, example_step_inputs(served), dynamic_shapes=_dynamic_shapes(), strict=False
+            served.step,
+            example_step_inputs(served),
+            dynamic_shapes=_dynamic_shapes(served.cache.layout.num_layers),
+            strict=False,
         )
 
 

@@ -237,5 +237,5 @@ class CachedRecommender:
         cache = self.cache
         return self._step(
             items, times, positions, cache.slots(tables), tables.pages, tables.lengths,
-            tables.new_rows, cache.keys, cache.values, cache.timestamps,
+            tables.new_rows, cache.keys.unbind(0), cache.values.unbind(0), cache.timestamps,
         )  # fmt: skip

@@ -31,10 +31,14 @@ class DeltaStep(nn.Module):
         self, items, times, positions, slots, pages, lengths, new_rows, keys, values, timestamps
     ):
         """``[R, d]`` unit-norm states of the new rows ``items``, ``times``, ``positions`` (int64
-        ``[R]``), users in order, written at pool ``slots`` (PagedKVCache.slots) of the pages
-        ``keys [layers, pages, page_rows, H, Dqk]``, ``values``, ``timestamps [pages, page_rows]``
-        (PagedKVCache's), which this writes; ``pages``, ``lengths``, ``new_rows`` are the batch's
-        PageTables."""
+        ``[R]``), users in order, written at pool ``slots`` (PagedKVCache.slots) of the pages:
+        ``keys`` and ``values`` one pool per layer (``[pages, page_rows, H, Dqk]``, PagedKVCache's
+        ``keys.unbind(0)``) and ``timestamps [pages, page_rows]``, which this writes; ``pages``,
+        ``lengths``, ``new_rows`` are the batch's PageTables.
+
+        Each layer's pool is an input of its own, not a slice of one: an exported step then writes
+        the rows into the pool in place, where a write into a slice of an input makes AOTInductor
+        copy the whole input back on every call (in proportion to the cache)."""
         tables = PageTables(pages, lengths, new_rows)
         embeddings = self.items.rows(items)
         x = embeddings * math.sqrt(embeddings.shape[-1]) + self.encoder.positions(positions)
