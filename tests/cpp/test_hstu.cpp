@@ -205,6 +205,50 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   EXPECT_EQ(got, expected);
 }
 
+// The forward's key split (forward_key_parts, for_each_block_in_parallel with parts): with fewer
+// query blocks than threads, each block's keys are cut in parts that cover them exactly once, a
+// part past the first starting at a multiple of kKeyPartGranule; otherwise no split.
+TEST(HstuBlockSchedule, SplitsTheKeysOfFewBlocksBetweenThreads) {
+  const std::vector<int64_t> q_begin = {0, 3}, q_length = {3, 1}, length = {1300, 700};
+  const KeyRows keys{q_begin.data(), length.data()};
+  const Sequences two = Sequences::with_keys(2, q_begin.data(), q_length.data(), keys, 1400);
+  const Sequences one = Sequences::with_keys(1, q_begin.data(), q_length.data(), keys, 1400);
+  EXPECT_EQ(forward_key_parts(one), std::min<int64_t>(max_threads(), 2));  // 1300 / 512 keys
+  const std::vector<int64_t> many_rows = {64 * 64};  // 64 query blocks: enough for any thread
+  const Sequences many = Sequences::with_keys(1, q_begin.data(), many_rows.data(),
+                                              {q_begin.data(), many_rows.data()}, 64 * 64);
+  EXPECT_EQ(forward_key_parts(many), 1);
+
+  for (const int64_t window : {int64_t{0}, int64_t{1000}}) {  // a window: the first key past 0
+    MaskSource<float> mask;
+    mask.max_attn_len = window;
+    const int64_t parts = 3;
+    std::vector<std::atomic<int>> seen(2 * 1300);  // (sequence, key)
+    std::atomic<int> errors{0};
+    for_each_block_in_parallel(
+        two, mask, 1, parts, [](int64_t) { return 0; },
+        [&](int&, const Block& blk, int64_t part) {
+          const Block whole = mask.block(blk.b, length[blk.b], blk.row0, blk.rows);
+          const bool starts_right =
+              part == 0 ? blk.key0 == whole.key0 : blk.key0 % kKeyPartGranule == 0;
+          if (!starts_right || blk.key0 < whole.key0 ||
+              blk.key0 + blk.keys > whole.key0 + whole.keys) {
+            ++errors;
+          }
+          for (int64_t j = 0; j < blk.keys; ++j) ++seen[blk.b * 1300 + blk.key0 + j];
+        });
+    EXPECT_EQ(errors.load(), 0) << "window " << window;
+    for (int64_t b = 0; b < 2; ++b) {
+      const int64_t last_row = length[b] - 1;  // the block of the last q_length[b] rows
+      const Block whole = mask.block(b, length[b], length[b] - q_length[b], q_length[b]);
+      for (int64_t j = 0; j <= last_row; ++j) {
+        const int expected = j >= whole.key0 && j < whole.key0 + whole.keys ? 1 : 0;
+        EXPECT_EQ(seen[b * 1300 + j].load(), expected) << "sequence " << b << ", key " << j;
+      }
+    }
+  }
+}
+
 // The bf16 forward's visible runs and the fused forward's visibility bits say what the mask
 // tile's rows say: ones inside, zeros outside, for every structured mask option, on blocks whose
 // key range starts past key 0 (windows) and on padded blocks (key0 rounded down).
