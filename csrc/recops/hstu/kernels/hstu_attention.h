@@ -14,8 +14,10 @@
 // precision's weights only when rebuilt. Backward recomputes the tile (never storing [N, N]); dQ
 // rows belong to the item, dK/dV accumulate transposed per item, then in per-chunk partials that
 // the adapter sums; a bias gradient is summed over the heads that share the bias before it is
-// scattered, once per block. Extra memory: per-thread tiles O(kQueryBlock * N) plus O(H * D * N),
-// about one copy of K and V.
+// scattered, once per block. A forward with fewer query blocks than threads (a serving step)
+// splits each block's keys between the threads instead (forward_key_parts), each part past the
+// first adding through a copy of the output. Extra memory: per-thread tiles O(kQueryBlock * N)
+// (N: the longest sequence) plus O(H * D * N), about one copy of K and V.
 #pragma once
 
 #include <algorithm>
