@@ -24,6 +24,11 @@ struct WorkItem {
   int64_t sequence, chunk;
 };
 
+// The query blocks of a unit with `length` query rows.
+inline int64_t query_blocks(int64_t length) {
+  return (length + kQueryBlock - 1) / kQueryBlock;
+}
+
 // Items (unit, chunk) for units of length[0..count) query rows, longest first; a unit gets at
 // most one chunk per query block.
 inline std::vector<WorkItem> make_work_items(const int64_t* length, int64_t count, int64_t chunks) {
@@ -33,8 +38,7 @@ inline std::vector<WorkItem> make_work_items(const int64_t* length, int64_t coun
                    [&](int64_t a, int64_t b) { return length[a] > length[b]; });
   std::vector<WorkItem> items;
   for (const int64_t u : order) {
-    const int64_t blocks = (length[u] + kQueryBlock - 1) / kQueryBlock;
-    for (int64_t c = 0; c < std::min(chunks, blocks); ++c) items.push_back({u, c});
+    for (int64_t c = 0; c < std::min(chunks, query_blocks(length[u])); ++c) items.push_back({u, c});
   }
   return items;
 }
@@ -42,8 +46,7 @@ inline std::vector<WorkItem> make_work_items(const int64_t* length, int64_t coun
 // Calls fn(row0, rows) for the query blocks of one item of a unit with `length` query rows.
 template <typename Fn>
 void for_each_query_block(int64_t length, const WorkItem& item, int64_t chunks, Fn&& fn) {
-  const int64_t blocks = (length + kQueryBlock - 1) / kQueryBlock;
-  for (int64_t qb = item.chunk; qb < blocks; qb += chunks) {
+  for (int64_t qb = item.chunk, blocks = query_blocks(length); qb < blocks; qb += chunks) {
     const int64_t row0 = qb * kQueryBlock;
     fn(row0, std::min(kQueryBlock, length - row0));
   }

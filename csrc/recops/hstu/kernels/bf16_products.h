@@ -60,15 +60,13 @@ struct Bf16Scratch : TileArena<float> {
   Bf16Scratch(int tiles, int bf16_tiles, int64_t rows, const PackedOperands& ops, bool with_buckets,
               int64_t slot)
       : TileArena<float>(tiles, rows, ops.n_pad(), with_buckets, slot),
-        tile_size(rows * ops.n_pad()),
-        bf16(new uint16_t[bf16_tiles * tile_size + kQueryBlock * ops.dqk_pad()]),
+        bf16(new uint16_t[bf16_tiles * tile_size() + kQueryBlock * ops.dqk_pad()]),
         product(new float[kQueryBlock * std::max(ops.dqk_pad(), ops.dv_pad())]) {}
-  uint16_t* bf16_tile(int index) { return bf16.get() + index * tile_size; }
+  uint16_t* bf16_tile(int index) { return bf16.get() + index * tile_size(); }
   ~Bf16Scratch() { gemm_bf16_release(); }
   Bf16Scratch(const Bf16Scratch&) = delete;
   Bf16Scratch& operator=(const Bf16Scratch&) = delete;
 
-  int64_t tile_size;
   std::unique_ptr<uint16_t[]> bf16;
   std::unique_ptr<float[]> product;
 };

@@ -38,6 +38,7 @@ class TileArena {
         buckets_(with_buckets ? tile_size_ : 0),
         slot_(thread_slot) {}
   T* tile(int index) { return values_.data() + index * tile_size_; }
+  int64_t tile_size() const { return tile_size_; }
   int32_t* buckets() { return buckets_.data(); }
   int64_t slot() const { return slot_; }
 
@@ -122,6 +123,13 @@ struct BackwardScratch {
   Grads grads;
 };
 
+// Query rows [row0, row0 + rows) of sequence b's queries, with the keys `mask` lets them see.
+template <typename T>
+Block query_block(const Sequences& seqs, const MaskSource<T>& mask, int64_t b, int64_t row0,
+                  int64_t rows) {
+  return mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
+}
+
 // Runs fn(scratch, block) for every query block of every work item that sees a key, in parallel:
 // make_scratch(slot) builds a thread's scratch once, and begin_item(scratch, item) and
 // end_item(scratch, item) run around an item's blocks.
@@ -132,8 +140,7 @@ void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64
   for_each_work_item(
       seqs.q_length, seqs.count, chunks, make_scratch, begin_item,
       [&](auto& scratch, const WorkItem& item, int64_t row0, int64_t rows) {
-        const int64_t b = item.sequence;
-        const Block blk = mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
+        const Block blk = query_block(seqs, mask, item.sequence, row0, rows);
         if (blk.keys > 0) fn(scratch, blk);
       },
       end_item);
@@ -151,8 +158,7 @@ constexpr int64_t kMinPartKeys = 512;
 // add up to the block's.
 inline int64_t forward_key_parts(const Sequences& seqs) {
   int64_t blocks = 0;
-  for (int64_t b = 0; b < seqs.count; ++b)
-    blocks += (seqs.q_length[b] + kQueryBlock - 1) / kQueryBlock;
+  for (int64_t b = 0; b < seqs.count; ++b) blocks += query_blocks(seqs.q_length[b]);
   const int64_t threads = max_threads();
   if (blocks == 0 || blocks >= threads) return 1;
   return std::max<int64_t>(1,
@@ -174,11 +180,10 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
   }
   std::vector<Block> blocks;  // fewer than the threads (forward_key_parts)
   for (int64_t b = 0; b < seqs.count; ++b) {
-    for (int64_t row0 = 0; row0 < seqs.q_length[b]; row0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, seqs.q_length[b] - row0);
-      const Block blk = mask.block(b, seqs.keys.length[b], seqs.first_query(b) + row0, rows);
+    for_each_query_block(seqs.q_length[b], WorkItem{b, 0}, 1, [&](int64_t row0, int64_t rows) {
+      const Block blk = query_block(seqs, mask, b, row0, rows);
       if (blk.keys > 0) blocks.push_back(blk);
-    }
+    });
   }
   parallel_for_dynamic(
       static_cast<int64_t>(blocks.size()) * parts, make_scratch, [&](auto& scratch, int64_t i) {
