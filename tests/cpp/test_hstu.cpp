@@ -252,6 +252,31 @@ TEST(HstuBlockSchedule, SplitsTheKeysOfFewBlocksBetweenThreads) {
 // The bf16 forward's visible runs and the fused forward's visibility bits say what the mask
 // tile's rows say: ones inside, zeros outside, for every structured mask option, on blocks whose
 // key range starts past key 0 (windows) and on padded blocks (key0 rounded down).
+// The closed form of first_with_id_at_least against a scan of the ids, for every id bound around
+// the ids' range, with and without contextual tokens and targets, and for lengths the contextual
+// tokens and targets overrun (top() < 0).
+TEST(HstuMasks, FirstWithIdAtLeastMatchesAScan) {
+  for (const int64_t length : {0, 1, 2, 7, 40}) {
+    for (const int64_t contextual_len : {0, 1, 3, 9}) {
+      for (const int64_t num_targets : {0, 1, 5}) {
+        StructuredMask mask;
+        mask.length = length;
+        mask.contextual_len = contextual_len;
+        mask.num_targets = num_targets;
+        for (int64_t x = -3 - length; x <= length + 3; ++x) {
+          int64_t want = length;
+          for (int64_t p = length - 1; p >= 0; --p) {
+            if (mask.id(p) >= x) want = p;
+          }
+          ASSERT_EQ(mask.first_with_id_at_least(x), want)
+              << "length " << length << " contextual " << contextual_len << " targets "
+              << num_targets << " x " << x;
+        }
+      }
+    }
+  }
+}
+
 TEST(HstuMasks, VisibleRunsMatchTheMaskTile) {
   const int64_t length = 150;
   const int64_t num_targets[] = {7};

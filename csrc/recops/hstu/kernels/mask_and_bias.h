@@ -48,18 +48,13 @@ struct StructuredMask {
     return std::min(raw, top());
   }
 
-  // First position whose id is >= x (length when none): ids never decrease with position.
+  // First position whose id is >= x (length when none), in closed form (it runs a few times per
+  // query row of every tile): ids start at min(0, top()), never decrease and never pass top(); in
+  // between, id(p) >= x exactly when p - c + 1 >= x (p >= x without contextual tokens).
   int64_t first_with_id_at_least(int64_t x) const {
-    int64_t lo = 0, hi = length;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (id(mid) >= x) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    return lo;
+    if (std::min<int64_t>(0, top()) >= x) return 0;
+    if (top() < x) return length;
+    return std::min(length, contextual_len > 0 ? x + contextual_len - 1 : x);
   }
 
   // The key intervals [begin, end) query row i sees; returns how many (<= 4) were written.
