@@ -1694,16 +1694,27 @@ def make_layer_input(d):
     def leaf(*shape):
         return torch.randn(*shape, generator=gen, dtype=F64).to(dtype)
 
+    cuts = sorted(d.int(0, width) for _ in range(d.int(0, 3)))
     return {
         "x": leaf(rows, dim),
         "weight": leaf(dim, width),
         "bias": leaf(width) if d.bool() else None,
         "norm": d.choice(("layer_norm", "rms_norm")),
         "eps": d.choice((1e-6, 1e-3)),
+        # The output's column pieces (zero-width ones too), or [] for one piece.
+        "split": [b - a for a, b in zip([0, *cuts], [*cuts, width], strict=True)] if cuts else [],
     }
 
 
 LAYER_INPUT_INPUTS = ("x", "weight", "bias")
+
+
+def layer_input_widths(a, width):
+    """The widths of the op's output pieces: split's (sizes >= 0 summing to the width), or one."""
+    split = list(a["split"])
+    require(all(isinstance(s, int) and s >= 0 for s in split), "split sizes")
+    require(not split or sum(split) == width, "split sum")
+    return split or [width]
 
 
 def layer_input_expected(a):
@@ -1723,13 +1734,29 @@ def layer_input_expected(a):
 
 def ref_layer_input(a):
     out, _ = layer_input_expected(a)
-    return out.detach().to(a["x"].dtype)
+    pieces = torch.split(out.detach(), layer_input_widths(a, out.shape[1]), dim=1)
+    return [p.to(a["x"].dtype) for p in pieces]
+
+
+def make_layer_input_backward(d):
+    """The forward's arguments plus one gradient per output piece."""
+    args = make_layer_input(d)
+    gen = d.generator()
+    grads = [torch.randn(p.shape, generator=gen).to(p.dtype) for p in ref_layer_input(args)]
+    return {"grad_output": grads, **args}
 
 
 def ref_layer_input_backward(a):
     out, leaves = layer_input_expected(a)
-    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
-    require(grad.shape == out.shape, "grad_output shape")
+    widths = layer_input_widths(a, out.shape[1])
+    pieces = a["grad_output"]
+    require(isinstance(pieces, list | tuple) and len(pieces) == len(widths), "grad_output count")
+    grads = []
+    for g, cols in zip(pieces, widths, strict=True):
+        g = tensor({"grad_output": g}, "grad_output", (a["x"].dtype,), (2,))
+        require(g.shape == (out.shape[0], cols), "grad_output shape")
+        grads.append(g)
+    grad = torch.cat(grads, dim=1)
     return reference_grads(out, grad, leaves, LAYER_INPUT_INPUTS, a)
 
 
@@ -2922,7 +2949,7 @@ CASES = [
     OpCase("hstu_layer_input", make_layer_input, ref_layer_input, LAYER_TOLERANCE),
     OpCase(
         "hstu_layer_input_backward",
-        with_grad_output(make_layer_input, ref_layer_input),
+        make_layer_input_backward,
         ref_layer_input_backward,
         LAYER_TOLERANCE,
     ),

@@ -383,7 +383,7 @@ def make_input_args(rows, dim, width, dtype, bias=True):
 
 
 def input_call(norm):
-    return lambda x, weight, bias: ops.hstu_layer_input(x, weight, bias, norm, EPS)
+    return lambda x, weight, bias: ops.hstu_layer_input(x, weight, bias, norm, EPS)[0]
 
 
 def input_reference(norm):
@@ -417,6 +417,30 @@ def test_input_fp32_to_rounding_and_bf16_within_the_rule(norm):
     assert_errors_within_rule(
         ["out", "x", "weight", "bias"], exact, low, [a.double() for a in actual]
     )
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("split", [[7, 0, 10, 19], [36]])
+def test_input_pieces_equal_the_split_composition_in_float64(norm, split):
+    # The pieces and every gradient against torch.split of the composition; a zero-width piece;
+    # gradients of the pieces arriving non-contiguous; one piece unused (autograd's zeros).
+    x, weight, bias = leaves(make_input_args(130, 20, 36, F64))
+    pieces = recops.hstu_layer_input(x, weight, bias, norm=norm, eps=EPS, split=split)
+    assert isinstance(pieces, tuple) and [p.shape[1] for p in pieces] == split
+    assert all(p.is_contiguous() for p in pieces)
+    expected = torch.split(input_composition(x, weight, bias, norm), split, dim=1)
+    for p, e in zip(pieces, expected, strict=True):
+        assert_close(p, e)
+    gen = torch.Generator().manual_seed(5)
+    grads = [torch.randn(cols, 130, generator=gen, dtype=F64).t() for cols in split]
+    used = range(len(split) - 1) if len(split) > 1 else range(1)
+
+    def grads_of(outputs):
+        loss = sum((outputs[i] * grads[i]).sum() for i in used)
+        return torch.autograd.grad(loss, (x, weight, bias))
+
+    for a, e in zip(grads_of(pieces), grads_of(expected), strict=True):
+        assert_close(a, e)
 
 
 def test_input_does_not_depend_on_thread_count():
@@ -455,7 +479,12 @@ def test_input_gradcheck_opcheck_and_autocast():
         assert torch.autograd.gradcheck(input_call(norm), tuple(inputs))
     x, weight, bias = make_input_args(9, 5, 7, F32)
     opcheck(ops.hstu_layer_input, (*leaves([x, weight, bias]), "rms_norm", EPS))
-    opcheck(ops.hstu_layer_input_backward, (torch.randn(9, 7), x, weight, bias, "layer_norm", EPS))
+    opcheck(ops.hstu_layer_input, (*leaves([x, weight, bias]), "layer_norm", EPS, [3, 0, 4]))
+    opcheck(
+        ops.hstu_layer_input_backward, ([torch.randn(9, 7)], x, weight, bias, "layer_norm", EPS)
+    )
+    grads = [torch.randn(9, 3), torch.randn(9, 0), torch.randn(9, 4)]
+    opcheck(ops.hstu_layer_input_backward, (grads, x, weight, bias, "layer_norm", EPS, [3, 0, 4]))
     with torch.autocast("cpu", dtype=BF16):
         out = recops.hstu_layer_input(x, weight, bias)
     assert out.dtype == BF16
@@ -473,6 +502,9 @@ def bad_input_calls():
     yield {"bias": bias.to("meta")}, "bias"
     yield {"norm": "group_norm"}, "norm must be"
     yield {"eps": float("inf")}, "eps must be a finite number"
+    yield {"split": [2, 2]}, "split must be sizes >= 0 that sum to weight.size"
+    yield {"split": [-1, 6]}, "split must be sizes >= 0"
+    yield {"split": [2**62, 2**62, 2**62, 2**62 - 5]}, "split must be sizes >= 0"
 
 
 @pytest.mark.parametrize("change,message", list(bad_input_calls()))
@@ -483,9 +515,21 @@ def test_input_bad_input_names_the_argument(change, message):
     with pytest.raises((RuntimeError, ValueError), match=message):
         ops.hstu_layer_input(**args)
     with pytest.raises((RuntimeError, ValueError), match=message):
-        ops.hstu_layer_input_backward(torch.randn(6, 5), **args)
-    with pytest.raises(ValueError, match="grad_output must be"):
-        ops.hstu_layer_input_backward(torch.randn(6, 4), x, weight, bias)
+        ops.hstu_layer_input_backward([torch.randn(6, 5)], **args)
+
+
+def test_input_backward_bad_gradients_name_the_argument():
+    x, weight, bias = make_input_args(6, 4, 5, F32)
+    with pytest.raises(ValueError, match=r"grad_output\[0\] must be \[x.size\(0\), 5\]"):
+        ops.hstu_layer_input_backward([torch.randn(6, 4)], x, weight, bias)
+    with pytest.raises(ValueError, match=r"grad_output\[1\] must be \[x.size\(0\), 3\]"):
+        ops.hstu_layer_input_backward(
+            [torch.randn(6, 2), torch.randn(5, 3)], x, weight, bias, split=[2, 3]
+        )
+    with pytest.raises(ValueError, match="grad_output must hold one gradient per piece"):
+        ops.hstu_layer_input_backward([torch.randn(6, 5)], x, weight, bias, split=[2, 3])
+    with pytest.raises(RuntimeError, match="grad_output"):
+        ops.hstu_layer_input_backward([torch.randn(6, 5).double()], x, weight, bias)
 
 
 def test_compiled_graphs_draw_a_fresh_seed_each_call():

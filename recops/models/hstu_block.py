@@ -36,8 +36,9 @@ class HSTUBlock(nn.Module):
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``u [L, H * Dv]`` and the heads ``q, k [L, H, Dqk]``, ``v [L, H, Dv]`` of rows ``x``."""
-        projected = self.backend.layer_input(x, self.uvqk, "layer_norm", LAYER_NORM_EPS)
-        u, v, q, k = torch.split(projected, self.split_sizes, dim=1)
+        u, v, q, k = self.backend.layer_input(
+            x, self.uvqk, "layer_norm", LAYER_NORM_EPS, self.split_sizes
+        )
         q, k, v = (t.view(-1, *shape) for t, shape in zip((q, k, v), self.head_shapes, strict=True))
         return u, q, k, v
 

@@ -63,9 +63,10 @@ class RecopsBackend:
             reference_layout=True,
         )
 
-    def layer_input(self, x, weight, norm: str, eps: float) -> torch.Tensor:
-        """A layer's projection ``silu(norm(x) @ weight)`` in one fused op."""
-        return recops.hstu_layer_input(x, weight, norm=norm, eps=eps)
+    def layer_input(self, x, weight, norm: str, eps: float, split) -> tuple[torch.Tensor, ...]:
+        """A layer's projection ``silu(norm(x) @ weight)`` in one fused op, written as its column
+        pieces (u, v, q, k), whose gradients its backward reads where they lie."""
+        return recops.hstu_layer_input(x, weight, norm=norm, eps=eps, split=split)
 
     def layer_output(self, x, u, attn, linear, norm: str, eps: float, dropout: float, training):
         """A layer's output rows ``x + linear(dropout(u * norm(attn)))`` in one fused op, the

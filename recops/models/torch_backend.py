@@ -137,11 +137,11 @@ class TorchBackend:
         )  # per head [position, time, semantic]
         return self.unpad(out.reshape(b, n, -1), layout)
 
-    def layer_input(self, x, weight, norm: str, eps: float) -> torch.Tensor:
+    def layer_input(self, x, weight, norm: str, eps: float, split) -> tuple[torch.Tensor, ...]:
         """A layer's projection ``silu(norm(x) @ weight)`` (HSTU: layer norm, FuXi-alpha: RMS
-        norm), before its split into u, v, q, k."""
+        norm) split into column pieces (u, v, q, k) of ``split`` columns each."""
         normalize = F.layer_norm if norm == "layer_norm" else F.rms_norm
-        return F.silu(normalize(x, x.shape[-1:], eps=eps) @ weight)
+        return torch.split(F.silu(normalize(x, x.shape[-1:], eps=eps) @ weight), split, dim=1)
 
     def layer_output(self, x, u, attn, linear, norm: str, eps: float, dropout: float, training):
         """A layer's output rows ``x + linear(dropout(u * norm(attn)))`` (HSTU: layer norm,

@@ -64,7 +64,8 @@ register_autograd("recops::counter_dropout", _dropout_backward, setup_context=_d
 @register_fake("recops::hstu_layer_input")
 def _input_fake(*args, **kwargs):
     a = named_arguments(_INPUT, args, kwargs)
-    return a["x"].new_empty((a["x"].shape[0], a["weight"].shape[1]))
+    widths = list(a["split"]) or [a["weight"].shape[1]]
+    return [a["x"].new_empty((a["x"].shape[0], cols)) for cols in widths]
 
 
 @register_fake("recops::hstu_layer_input_backward")
@@ -73,8 +74,9 @@ def _input_backward_fake(*args, **kwargs):
     return tuple(_contiguous_like(a[name]) for name in _INPUT_TENSORS)
 
 
-def _input_backward(ctx, grad_output):
-    results = call_backward(ctx, _INPUT_BACKWARD, _INPUT_TENSORS, grad_output)
+def _input_backward(ctx, grad_outputs):
+    # One gradient per piece (autograd gives zeros for a piece nothing used).
+    results = call_backward(ctx, _INPUT_BACKWARD, _INPUT_TENSORS, list(grad_outputs))
     return grads_by_name(ctx, _INPUT, _INPUT_BACKWARD, results)
 
 
@@ -161,13 +163,19 @@ def hstu_layer_input(
     *,
     norm: str = "layer_norm",
     eps: float = 1e-6,
-) -> torch.Tensor:
+    split: list[int] | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """``silu(norm(x) @ weight + bias)`` in one fused op: an HSTU (``norm="layer_norm"``) or
-    FuXi-alpha (``norm="rms_norm"``) layer's input projection, before its split into u, v, q, k
-    (column views the attention reads in place). ``x [L, D]``, ``weight [D, N]``, ``bias [N]`` or
-    None; one floating dtype (bf16 / fp16 compute in fp32). The backward recomputes the
-    normalised rows and the pre-activation instead of storing them."""
-    return ops.hstu_layer_input(x, weight, bias, norm, eps)
+    FuXi-alpha (``norm="rms_norm"``) layer's input projection. ``x [L, D]``, ``weight [D, N]``,
+    ``bias [N]`` or None; one floating dtype (bf16 / fp16 compute in fp32). The backward
+    recomputes the normalised rows and the pre-activation instead of storing them.
+
+    With ``split`` (column counts summing to N) the result is ``torch.split(out, split, dim=1)``
+    as separate tensors (a layer's u, v, q, k): the op writes each piece and its backward reads
+    each piece's gradient where it lies, so no split's backward concatenates them. Without it, the
+    ``[L, N]`` tensor."""
+    pieces = ops.hstu_layer_input(x, weight, bias, norm, eps, split or [])
+    return pieces[0] if split is None else tuple(pieces)
 
 
 def hstu_layer_output(

@@ -168,6 +168,14 @@ std::vector<double> reference_input(const InputProblem<double>& p) {
   return out;
 }
 
+// A row-major matrix of `cols` columns (row stride cols) as one column piece.
+template <typename P>
+struct OnePiece {
+  P data;
+  int64_t cols;
+  ColumnPieces<P> view() const { return {1, &data, &cols, &cols}; }
+};
+
 class LayerInput : public ::testing::TestWithParam<Norm> {};
 
 TEST_P(LayerInput, ForwardEqualsLoopsAndBackwardEqualsFiniteDifferences) {
@@ -189,11 +197,12 @@ TEST_P(LayerInput, ForwardEqualsLoopsAndBackwardEqualsFiniteDifferences) {
   for (int threads : {1, 3}) {
     ScopedThreads scoped(threads);
     std::vector<double> out(rows * width);
-    layer_kernels<double>().input_forward(problem(), out.data(), width);
+    layer_kernels<double>().input_forward(problem(), OnePiece<double*>{out.data(), width}.view());
     test::expect_near_all(out, reference_input(problem()), 1e-12, "out");
     std::vector<double> dx(rows * dim), dw(dim * width), db(width);
-    layer_kernels<double>().input_backward(problem(), grad.data(), width, dx.data(), dw.data(),
-                                           db.data());
+    layer_kernels<double>().input_backward(problem(),
+                                           OnePiece<const double*>{grad.data(), width}.view(),
+                                           dx.data(), dw.data(), db.data());
     for (int64_t r : {0L, 40L, 69L}) {
       for (int64_t d : {0L, 4L, 8L})
         expect_finite_difference(x, r * ld_x + d, dx[r * dim + d], input_loss, "x ");
@@ -201,6 +210,51 @@ TEST_P(LayerInput, ForwardEqualsLoopsAndBackwardEqualsFiniteDifferences) {
     for (int64_t i : {0L, 60L, 125L}) expect_finite_difference(w, i, dw[i], input_loss, "weight ");
     for (int64_t j : {0L, 13L}) expect_finite_difference(b, j, db[j], input_loss, "bias ");
   }
+}
+
+// The output written as column pieces (one empty, row strides past their columns) holds the
+// one-piece output's columns, and the backward from pieces equals the backward from one piece.
+TEST_P(LayerInput, ColumnPiecesEqualOnePiece) {
+  const int64_t rows = 70, dim = 9, width = 14;
+  const std::vector<double> x = random_doubles(rows * dim, 31, 2.0, 0.5),
+                            w = random_doubles(dim * width, 32, 0.6, 0.0),
+                            grad = random_doubles(rows * width, 33, 1.0, 0.0);
+  const InputProblem<double> p{rows,     dim,     width,      x.data(), dim,
+                               w.data(), nullptr, GetParam(), 1e-6};
+  const LayerKernels<double>& k = layer_kernels<double>();
+  std::vector<double> out(rows * width), dx(rows * dim), dw(dim * width);
+  k.input_forward(p, OnePiece<double*>{out.data(), width}.view());
+  k.input_backward(p, OnePiece<const double*>{grad.data(), width}.view(), dx.data(), dw.data(),
+                   nullptr);
+
+  const int64_t cols[3] = {5, 0, 9}, ld[3] = {7, 1, 12}, first[3] = {0, 5, 5};
+  std::vector<double> pieces[3], grads[3];
+  double* out_data[3];
+  const double* grad_data[3];
+  for (int j = 0; j < 3; ++j) {
+    pieces[j].assign(rows * ld[j], -1.0);
+    grads[j].assign(rows * ld[j], 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols[j]; ++c)
+        grads[j][r * ld[j] + c] = grad[r * width + first[j] + c];
+    }
+    out_data[j] = pieces[j].data();
+    grad_data[j] = grads[j].data();
+  }
+  k.input_forward(p, ColumnPieces<double*>{3, out_data, cols, ld});
+  for (int j = 0; j < 3; ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < ld[j]; ++c) {
+        const double want = c < cols[j] ? out[r * width + first[j] + c] : -1.0;
+        ASSERT_EQ(pieces[j][r * ld[j] + c], want) << "piece " << j << " row " << r << " col " << c;
+      }
+    }
+  }
+  std::vector<double> dx_pieces(rows * dim), dw_pieces(dim * width);
+  k.input_backward(p, ColumnPieces<const double*>{3, grad_data, cols, ld}, dx_pieces.data(),
+                   dw_pieces.data(), nullptr);
+  EXPECT_EQ(dx_pieces, dx);
+  EXPECT_EQ(dw_pieces, dw);
 }
 
 INSTANTIATE_TEST_SUITE_P(Norms, LayerInput, ::testing::Values(Norm::kLayer, Norm::kRms));
@@ -229,11 +283,13 @@ TEST_P(LayerVariants, Fp32KernelsEqualDoubleKernels) {
                                  wf.data(), bf.data(), norm,  1e-6};
     std::vector<double> out(rows * width), dx(rows * dim), dw(dim * width), db(width);
     std::vector<float> outf(out.size()), dxf(dx.size()), dwf(dw.size()), dbf(db.size());
-    d.input_forward(pd, out.data(), width);
-    f.input_forward(pf, outf.data(), width);
+    d.input_forward(pd, OnePiece<double*>{out.data(), width}.view());
+    f.input_forward(pf, OnePiece<float*>{outf.data(), width}.view());
     test::expect_near_all(std::vector<double>(outf.begin(), outf.end()), out, tol, "input out");
-    d.input_backward(pd, g.data(), width, dx.data(), dw.data(), db.data());
-    f.input_backward(pf, gf.data(), width, dxf.data(), dwf.data(), dbf.data());
+    d.input_backward(pd, OnePiece<const double*>{g.data(), width}.view(), dx.data(), dw.data(),
+                     db.data());
+    f.input_backward(pf, OnePiece<const float*>{gf.data(), width}.view(), dxf.data(), dwf.data(),
+                     dbf.data());
     test::expect_near_all(std::vector<double>(dxf.begin(), dxf.end()), dx, tol, "input dx");
     test::expect_near_all(std::vector<double>(dwf.begin(), dwf.end()), dw, tol * 4, "input dw");
     test::expect_near_all(std::vector<double>(dbf.begin(), dbf.end()), db, tol * 4, "input db");

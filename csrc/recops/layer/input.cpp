@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
@@ -53,38 +54,84 @@ kernels::InputProblem<T> problem(const Inputs& in, double eps) {
                                   eps};
 }
 
+// The widths of the output's column pieces: split's, or the whole width as one piece.
+std::vector<int64_t> piece_widths(c10::IntArrayRef split, int64_t width) {
+  if (split.empty()) return {width};
+  int64_t total = 0;
+  for (const int64_t cols : split) {
+    TORCH_CHECK_VALUE(cols >= 0 && cols <= width - total,
+                      "split must be sizes >= 0 that sum to weight.size(1) = ", width, ", got ",
+                      split);
+    total += cols;
+  }
+  TORCH_CHECK_VALUE(total == width, "split must be sizes >= 0 that sum to weight.size(1) = ", width,
+                    ", got ", split);
+  return {split.begin(), split.end()};
+}
+
+// The kernels' view of column pieces (P: T* or const T*), over storage this object keeps.
+template <typename P>
+struct PiecesView {
+  std::vector<P> data;
+  std::vector<int64_t> ld;
+  const std::vector<int64_t>& cols;
+
+  PiecesView(const std::vector<at::Tensor>& pieces, const std::vector<int64_t>& widths)
+      : cols(widths) {
+    for (const at::Tensor& piece : pieces) {
+      data.push_back(static_cast<P>(piece.data_ptr()));
+      ld.push_back(piece.stride(0));
+    }
+  }
+  kernels::ColumnPieces<P> view() const {
+    return {static_cast<int64_t>(data.size()), data.data(), cols.data(), ld.data()};
+  }
+};
+
 }  // namespace
 
-at::Tensor hstu_layer_input(const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, std::string_view norm,
-                            double eps) {
+std::vector<at::Tensor> hstu_layer_input(const at::Tensor& x, const at::Tensor& weight,
+                                         const std::optional<at::Tensor>& bias,
+                                         std::string_view norm, double eps,
+                                         c10::IntArrayRef split) {
   const Inputs in = checked_inputs(x, weight, bias, norm, eps);
-  at::Tensor out = at::empty({x.size(0), weight.size(1)}, x.options());
+  const std::vector<int64_t> widths = piece_widths(split, weight.size(1));
+  std::vector<at::Tensor> pieces;
+  for (const int64_t cols : widths) pieces.push_back(at::empty({x.size(0), cols}, x.options()));
   dispatch_float_kind(float_kind(x.scalar_type(), "x"), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kernels::layer_kernels<T>().input_forward(problem<T>(in, eps), mutable_data_as<T>(out),
-                                              out.size(1));
+    const PiecesView<T*> out(pieces, widths);
+    kernels::layer_kernels<T>().input_forward(problem<T>(in, eps), out.view());
   });
-  return out;
+  return pieces;
 }
 
 std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> hstu_layer_input_backward(
-    const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& weight,
-    const std::optional<at::Tensor>& bias, std::string_view norm, double eps) {
+    at::TensorList grad_output, const at::Tensor& x, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias, std::string_view norm, double eps,
+    c10::IntArrayRef split) {
   const Inputs in = checked_inputs(x, weight, bias, norm, eps);
-  check_matrix(grad_output, "grad_output", x);
-  TORCH_CHECK_VALUE(grad_output.size(0) == x.size(0) && grad_output.size(1) == weight.size(1),
-                    "grad_output must be [x.size(0), weight.size(1)] = [", x.size(0), ", ",
-                    weight.size(1), "], got ", grad_output.sizes());
-  const at::Tensor grad = as_rows(grad_output);
+  const std::vector<int64_t> widths = piece_widths(split, weight.size(1));
+  TORCH_CHECK_VALUE(grad_output.size() == widths.size(),
+                    "grad_output must hold one gradient per piece of the output (", widths.size(),
+                    "), got ", grad_output.size());
+  std::vector<at::Tensor> grads;
+  for (size_t k = 0; k < widths.size(); ++k) {
+    check_matrix(grad_output[k], "grad_output", x);
+    TORCH_CHECK_VALUE(grad_output[k].size(0) == x.size(0) && grad_output[k].size(1) == widths[k],
+                      "grad_output[", k, "] must be [x.size(0), ", widths[k], "] = [", x.size(0),
+                      ", ", widths[k], "], got ", grad_output[k].sizes());
+    grads.push_back(as_rows(grad_output[k]));
+  }
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
   at::Tensor grad_weight = at::empty(weight.sizes(), weight.options());
   std::optional<at::Tensor> grad_bias;
   if (bias.has_value()) grad_bias = at::empty(bias->sizes(), bias->options());
   dispatch_float_kind(float_kind(x.scalar_type(), "x"), [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const PiecesView<const T*> grad(grads, widths);
     kernels::layer_kernels<T>().input_backward(
-        problem<T>(in, eps), data_as<T>(grad), grad.stride(0), mutable_data_as<T>(grad_x),
+        problem<T>(in, eps), grad.view(), mutable_data_as<T>(grad_x),
         mutable_data_as<T>(grad_weight),
         grad_bias.has_value() ? mutable_data_as<T>(*grad_bias) : nullptr);
   });

@@ -17,11 +17,11 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       pt2);
   m.def(
       "hstu_layer_input(Tensor x, Tensor weight, Tensor? bias, str norm=\"layer_norm\", "
-      "float eps=1e-6) -> Tensor",
+      "float eps=1e-6, int[] split=[]) -> Tensor[]",
       pt2);
   m.def(
-      "hstu_layer_input_backward(Tensor grad_output, Tensor x, Tensor weight, Tensor? bias, "
-      "str norm=\"layer_norm\", float eps=1e-6) "
+      "hstu_layer_input_backward(Tensor[] grad_output, Tensor x, Tensor weight, Tensor? bias, "
+      "str norm=\"layer_norm\", float eps=1e-6, int[] split=[]) "
       "-> (Tensor grad_x, Tensor grad_weight, Tensor? grad_bias)",
       pt2);
   // A backward takes grad_output followed by its forward's arguments and names its results

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 namespace recops::layer {
 
@@ -18,15 +19,17 @@ namespace recops::layer {
 at::Tensor counter_dropout(const at::Tensor& x, double p, const at::Tensor& seed, int64_t offset);
 
 // silu(norm(x) weight + bias), norm "layer_norm" or "rms_norm" (no affine): a layer's input
-// projection, weight [x.size(1), width].
-at::Tensor hstu_layer_input(const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, std::string_view norm,
-                            double eps);
+// projection, weight [x.size(1), width], as the column pieces of split (sizes summing to width;
+// empty: one piece), each a tensor of its own (a layer's u, v, q, k).
+std::vector<at::Tensor> hstu_layer_input(const at::Tensor& x, const at::Tensor& weight,
+                                         const std::optional<at::Tensor>& bias,
+                                         std::string_view norm, double eps, c10::IntArrayRef split);
 
-// (grad_x, grad_weight, grad_bias).
+// (grad_x, grad_weight, grad_bias) from the gradients of the output's pieces.
 std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> hstu_layer_input_backward(
-    const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& weight,
-    const std::optional<at::Tensor>& bias, std::string_view norm, double eps);
+    at::TensorList grad_output, const at::Tensor& x, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias, std::string_view norm, double eps,
+    c10::IntArrayRef split);
 
 // x + dropout(u * norm(attn)) weight^T + bias, norm "layer_norm" or "rms_norm" (no affine).
 at::Tensor hstu_layer_output(const at::Tensor& x, const at::Tensor& u, const at::Tensor& attn,

@@ -1,7 +1,7 @@
 // The input projection of an HSTU / FuXi-alpha layer, fused (layer_kernels.h's InputProblem):
 //   out = silu(norm(x) W + b)
-// the caller splitting out into u, v, q, k by column views (the attention reads rows at any
-// stride).
+// written as column pieces (a layer's u, v, q, k, each a matrix of its own), and the gradients
+// read from such pieces, so that no split or concatenation copies them.
 //
 // Per block of kRowBlock rows: the block's rows normalised into a scratch block (their
 // statistics in double, row_blocks.h), one product with W, the bias and SiLU on the way out.
@@ -52,9 +52,9 @@ struct InputBlock {
   }
 };
 
-// out [rows, width] (leading dimension ld_out).
+// out [rows, width] as column pieces.
 template <typename T>
-void layer_input_forward(const InputProblem<T>& p, T* out, int64_t ld_out) {
+void layer_input_forward(const InputProblem<T>& p, const ColumnPieces<T*>& out) {
   using C = accumulate_t<T>;
   const std::vector<C> weight = padded_operand<C>(p.weight, p.dim, p.width, p.width, false);
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
@@ -66,19 +66,22 @@ void layer_input_forward(const InputProblem<T>& p, T* out, int64_t ld_out) {
       block.compute(r0, n);
       for (int64_t i = 0; i < n; ++i) {
         const C* z = block.z.data() + i * block.ld_z;
-        T* o = out + (r0 + i) * ld_out;
-        for (int64_t j = 0; j < p.width; ++j) o[j] = T(z[j] * fast_sigmoid(z[j]));
+        for (int64_t k = 0; k < out.count; z += out.cols[k++]) {
+          if (out.cols[k] == 0) continue;
+          T* o = out.data[k] + (r0 + i) * out.ld[k];
+          for (int64_t j = 0; j < out.cols[k]; ++j) o[j] = T(z[j] * fast_sigmoid(z[j]));
+        }
       }
     }
   });
 }
 
 // The gradients of x [rows, dim] (contiguous), weight [dim, width] and bias [width] (or null)
-// given grad_output [rows, width] (ld_grad):
+// given grad_output [rows, width] as column pieces:
 //   dz = g * silu'(z), grad_bias = sum dz, grad_weight = normed^T dz, d normed = dz W^T,
 // then the norm's backward.
 template <typename T>
-void layer_input_backward(const InputProblem<T>& p, const T* grad_output, int64_t ld_grad,
+void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>& grad_output,
                           T* grad_x, T* grad_weight, T* grad_bias) {
   using C = accumulate_t<T>;
   const int64_t dim = p.dim, width = p.width;
@@ -99,12 +102,20 @@ void layer_input_backward(const InputProblem<T>& p, const T* grad_output, int64_
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0), m = granules(n);
       block.compute(r0, n);
       for (int64_t i = 0; i < n; ++i) {  // z <- dz (the padding stays zero)
-        const T* g = grad_output + (r0 + i) * ld_grad;
         C* z = block.z.data() + i * ld_z;
-        for (int64_t j = 0; j < width; ++j) {
-          const C s = fast_sigmoid(z[j]);
-          z[j] = static_cast<C>(g[j]) * s * (C(1) + z[j] * (C(1) - s));
-          gb[j] += z[j];
+        C* sums = gb;
+        for (int64_t k = 0; k < grad_output.count; ++k) {
+          const int64_t cols = grad_output.cols[k];
+          if (cols > 0) {
+            const T* g = grad_output.data[k] + (r0 + i) * grad_output.ld[k];
+            for (int64_t j = 0; j < cols; ++j) {
+              const C s = fast_sigmoid(z[j]);
+              z[j] = static_cast<C>(g[j]) * s * (C(1) + z[j] * (C(1) - s));
+              sums[j] += z[j];
+            }
+          }
+          z += cols;
+          sums += cols;
         }
       }
       gemm_nn(m, ld_normed, ld_z, block.z.data(), ld_z, weight_t.data(), ld_normed, d_normed.data(),

@@ -65,6 +65,17 @@ struct InputProblem {
   double eps;
 };
 
+// A [rows, width] matrix held as column pieces, each a matrix of its own (a layer's u, v, q, k):
+// piece k is the cols[k] columns after those of pieces 0..k-1, at data[k] with row stride ld[k].
+// P is T* for an output, const T* for an input.
+template <typename P>
+struct ColumnPieces {
+  int64_t count;
+  const P* data;
+  const int64_t* cols;
+  const int64_t* ld;
+};
+
 // The output out = x + dropout(u * norm(attn)) W^T + b: x [rows, dim], u and attn [rows, width]
 // (row strides ld_*), W [dim, width] (nn.Linear's weight, contiguous), b [dim] or null.
 template <typename T>
@@ -128,9 +139,9 @@ template <typename T>
 struct LayerKernels {
   void (*dropout)(const T* x, int64_t ld_x, T* out, int64_t ld_out, int64_t rows, int64_t cols,
                   const DropoutKey& key);
-  void (*input_forward)(const InputProblem<T>& p, T* out, int64_t ld_out);
-  void (*input_backward)(const InputProblem<T>& p, const T* grad_output, int64_t ld_grad, T* grad_x,
-                         T* grad_weight, T* grad_bias);
+  void (*input_forward)(const InputProblem<T>& p, const ColumnPieces<T*>& out);
+  void (*input_backward)(const InputProblem<T>& p, const ColumnPieces<const T*>& grad_output,
+                         T* grad_x, T* grad_weight, T* grad_bias);
   void (*output_forward)(const OutputProblem<T>& p, T* out, int64_t ld_out);
   void (*output_backward)(const OutputProblem<T>& p, const T* grad_output, int64_t ld_grad,
                           const OutputGrads<T>& grads);
