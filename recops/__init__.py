@@ -49,6 +49,7 @@ from recops.operators.layer import (  # noqa: E402
     fuxi_layer_ffn,
     hstu_layer_input,
     hstu_layer_output,
+    l2_normalize,
 )
 from recops.operators.loss import sampled_softmax_loss  # noqa: E402
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
@@ -93,6 +94,7 @@ __all__ = [
     "hstu_layer_output",
     "jagged",
     "keyed",
+    "l2_normalize",
     "layer",
     "library_path",
     "loss",

@@ -1615,6 +1615,33 @@ def ref_counter_dropout(a):
     return (x.double() * keep * scale).to(x.dtype)
 
 
+def make_l2_normalize(d):
+    gen = d.generator()
+    x = torch.randn(d.int(0, 40), d.int(1, 9), generator=gen, dtype=F64)
+    x[: d.int(0, 2)] *= 1e-9  # rows shorter than eps
+    return {"x": x.to(d.choice((F64, F32, BF16))), "eps": d.choice((1e-6, 1e-3, 0.5))}
+
+
+def l2_normalize_expected(a):
+    x = tensor(a, "x", FLOAT_DTYPES, (2,))
+    eps = finite(a["eps"], "eps", compute_dtype(x))
+    require(eps >= 0, "eps >= 0")
+    leaf = x.detach().double().requires_grad_()
+    return leaf / leaf.norm(dim=-1, keepdim=True).clamp(min=eps), leaf
+
+
+def ref_l2_normalize(a):
+    out, _ = l2_normalize_expected(a)
+    return out.detach().to(a["x"].dtype)
+
+
+def ref_l2_normalize_backward(a):
+    out, leaf = l2_normalize_expected(a)
+    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, {"x": leaf}, ("x",), a)[0]
+
+
 def make_layer_output(d):
     gen = d.generator()
     rows, width, dim = d.int(0, 70), d.int(1, 6), d.int(1, 5)
@@ -2951,6 +2978,13 @@ CASES = [
         "hstu_layer_input_backward",
         make_layer_input_backward,
         ref_layer_input_backward,
+        LAYER_TOLERANCE,
+    ),
+    OpCase("l2_normalize", make_l2_normalize, ref_l2_normalize, LAYER_TOLERANCE),
+    OpCase(
+        "l2_normalize_backward",
+        with_grad_output(make_l2_normalize, ref_l2_normalize),
+        ref_l2_normalize_backward,
         LAYER_TOLERANCE,
     ),
     OpCase("hstu_layer_output", make_layer_output, ref_layer_output, LAYER_TOLERANCE),

@@ -670,3 +670,82 @@ def test_ffn_bad_input_names_the_argument(change, message):
         ops.fuxi_layer_ffn(
             a["x"], a["gate"], a["up"], a["down"], a["norm"], EPS, a["dropout_p"], a["seed"], 0
         )
+
+
+# --------------------------------------------------------------------------- l2_normalize
+def l2_composition(x, eps=EPS):
+    """The models' l2_normalize as generative-recommenders writes it."""
+    return x / x.norm(dim=-1, keepdim=True).clamp(min=eps)
+
+
+def l2_rows(rows, cols, dtype=F64, seed=0):
+    """Rows of every magnitude: zero rows and rows shorter than eps (the clamped branch), unit
+    scale and large rows."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen, dtype=F64)
+    scales = torch.tensor([0.0, 1e-8, 3e-7, 1.0, 40.0], dtype=F64)
+    x *= scales[torch.arange(rows) % len(scales)].unsqueeze(1)
+    return x.to(dtype)
+
+
+def l2_call(x):
+    return recops.l2_normalize(x, EPS)
+
+
+def test_l2_normalize_equals_composition_in_float64():
+    x, grad = l2_rows(60, 50), l2_rows(60, 50, seed=1) + 1.0  # grad rows not along x's
+    actual = forward_and_grads(l2_call, leaves([x]), grad)
+    expected = forward_and_grads(l2_composition, leaves([x]), grad)
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e)
+    assert torch.autograd.gradcheck(l2_call, (torch.randn(6, 5, dtype=F64, requires_grad=True),))
+
+
+def test_l2_normalize_fp32_to_rounding_and_bf16_within_the_rule():
+    x, grad = l2_rows(60, 50, F32), l2_rows(60, 50, F32, seed=1) + 1.0
+    actual = forward_and_grads(l2_call, leaves([x]), grad)
+    exact = forward_and_grads(l2_composition, leaves([x], F64), grad.double())
+    for a, e in zip(actual, exact, strict=True):
+        assert_close(a, e, F32)
+    x, grad = x.to(BF16), grad.to(BF16)
+    actual = forward_and_grads(l2_call, leaves([x]), grad)
+    exact = forward_and_grads(l2_composition, leaves([x], F64), grad.double())
+    low = forward_and_grads(l2_composition, leaves([x]), grad)
+    assert all(a.dtype == BF16 for a in actual)
+    assert_errors_within_rule(["out", "x"], exact, low, [a.double() for a in actual])
+
+
+def test_l2_normalize_of_no_rows_strided_rows_and_any_thread_count():
+    out = forward_and_grads(l2_call, leaves([torch.empty(0, 7)]), torch.empty(0, 7))
+    assert [t.shape for t in out] == [(0, 7), (0, 7)]
+    x = l2_rows(70, 12)
+    strided, grad = torch.cat([x, x], dim=1)[:, :12], torch.randn(12, 70, dtype=F64).t()
+    assert not strided.is_contiguous() and not grad.is_contiguous()
+    actual = forward_and_grads(l2_call, leaves([strided]), grad)
+    expected = forward_and_grads(l2_composition, leaves([strided]), grad)
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e)
+    x = l2_rows(3000, 9)
+    with num_threads(1):
+        one = forward_and_grads(l2_call, leaves([x]), grad.new_ones(3000, 9))
+    with num_threads(2):
+        two = forward_and_grads(l2_call, leaves([x]), grad.new_ones(3000, 9))
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+
+
+def test_l2_normalize_opcheck_and_bad_input():
+    x = torch.randn(9, 5)
+    opcheck(ops.l2_normalize, (x.requires_grad_(), EPS))
+    opcheck(ops.l2_normalize_backward, (torch.randn(9, 5), x.detach(), EPS))
+    with pytest.raises((RuntimeError, ValueError), match="x must be 2-D"):
+        ops.l2_normalize(torch.randn(4))
+    with pytest.raises(RuntimeError, match="x must be float"):
+        ops.l2_normalize(torch.ones(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        ops.l2_normalize(x, -1.0)
+    with pytest.raises((RuntimeError, ValueError), match="eps must be a finite number"):
+        ops.l2_normalize(x, float("nan"))
+    with pytest.raises(ValueError, match="grad_output must have x's shape"):
+        ops.l2_normalize_backward(torch.randn(9, 4), x, EPS)
+    with pytest.raises(RuntimeError, match="grad_output"):
+        ops.l2_normalize_backward(torch.randn(9, 5).double(), x, EPS)

@@ -23,6 +23,7 @@ AUTOGRAD_PAIRS = [
     ("hstu_layer_input", "hstu_layer_input_backward"),
     ("hstu_layer_output", "hstu_layer_output_backward"),
     ("fuxi_layer_ffn", "fuxi_layer_ffn_backward"),
+    ("l2_normalize", "l2_normalize_backward"),
     ("sampled_softmax_loss", "sampled_softmax_loss_backward"),
 ]
 

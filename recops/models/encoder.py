@@ -48,4 +48,4 @@ class SequenceEncoder(nn.Module):
         x = self.backend.dropout(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x, layout)
-        return l2_normalize(x)
+        return self.backend.l2_normalize(x)

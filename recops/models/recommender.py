@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from recops.data.batches import JaggedBatch
-from recops.models.encoder import SequenceEncoder, l2_normalize
+from recops.models.encoder import SequenceEncoder
 from recops.models.model_config import ModelConfig
 from recops.models.recops_backend import RecopsBackend
 from recops.models.torch_backend import TorchBackend
@@ -82,4 +82,4 @@ class SequentialRecommender(nn.Module):
 
     def candidate_embeddings(self) -> torch.Tensor:
         """``[num_items + 1, d]`` unit-norm item embeddings (row 0 is no item)."""
-        return l2_normalize(self.item_table.weight.to(self.encoder.dtype))
+        return self.backend.l2_normalize(self.item_table.weight.to(self.encoder.dtype))

@@ -10,6 +10,7 @@ import torch
 
 import recops
 from recops.data.batches import JaggedBatch
+from recops.models.encoder import L2_NORM_EPS
 from recops.models.item_table import TbeItemTable
 
 ops = torch.ops.recops
@@ -95,6 +96,10 @@ class RecopsBackend:
             eps=eps,
             dropout_p=dropout if training else 0.0,
         )
+
+    def l2_normalize(self, x) -> torch.Tensor:
+        """Unit-norm rows in one op (its backward recomputes each row's length)."""
+        return recops.l2_normalize(x, L2_NORM_EPS)
 
     def dropout(self, x, p: float, training: bool) -> torch.Tensor:
         """Dropout with a counter-based mask (seeded from torch's generator), not stored."""

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from recops.data.batches import JaggedBatch
+from recops.models.encoder import l2_normalize
 from recops.models.item_table import TorchItemTable
 from recops.models.loss import sampled_softmax_loss
 
@@ -152,6 +153,10 @@ class TorchBackend:
 
     def dropout(self, x, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p=p, training=training)
+
+    def l2_normalize(self, x) -> torch.Tensor:
+        """Unit-norm rows as generative-recommenders writes them (norm, clamp, divide)."""
+        return l2_normalize(x)
 
     def feed_forward(self, x, linears, norm: str, eps: float, dropout: float, training):
         """FuXi-alpha's MFFN stage 2: ``x + down(silu(gate(h)) * up(h))``,

@@ -1,7 +1,8 @@
 """The rest of an HSTU / FuXi-alpha layer (docs/ops.md §8): a dropout whose mask is regenerated
 from a counter-based hash instead of stored, the fused input projection of a layer,
 ``silu(norm(x) @ weight + bias)``, its fused output,
-``x + dropout(u * norm(attn)) @ weight.T + bias``, and FuXi-alpha's fused feed-forward stage.
+``x + dropout(u * norm(attn)) @ weight.T + bias``, FuXi-alpha's fused feed-forward stage, and
+the row-wise L2 normalisation of the models' states.
 Python entry points, fake kernels and autograd (kernels: csrc/recops/layer/kernels/).
 
 Seeds: each call with a nonzero rate draws its seed, a one-element int64 tensor, from torch's
@@ -117,6 +118,29 @@ register_autograd(
 torch.library.register_autocast("recops::hstu_layer_output", "cpu", torch.float32)
 
 
+_NORMALIZE, _NORMALIZE_BACKWARD = ops.l2_normalize.default, ops.l2_normalize_backward.default
+
+
+@register_fake("recops::l2_normalize")
+def _normalize_fake(x, eps=1e-6):
+    return _contiguous_like(x)
+
+
+@register_fake("recops::l2_normalize_backward")
+def _normalize_backward_fake(grad_output, x, eps=1e-6):
+    return _contiguous_like(x)
+
+
+def _normalize_backward(ctx, grad_output):
+    results = call_backward(ctx, _NORMALIZE_BACKWARD, ("x",), grad_output)
+    return grads_by_name(ctx, _NORMALIZE, _NORMALIZE_BACKWARD, (results,))
+
+
+register_autograd(
+    "recops::l2_normalize", _normalize_backward, setup_context=saving_setup(_NORMALIZE, ("x",))
+)
+
+
 _FFN, _FFN_BACKWARD = ops.fuxi_layer_ffn.default, ops.fuxi_layer_ffn_backward.default
 _FFN_TENSORS = ("x", "gate", "up", "down", "seed")
 
@@ -176,6 +200,13 @@ def hstu_layer_input(
     ``[L, N]`` tensor."""
     pieces = ops.hstu_layer_input(x, weight, bias, norm, eps, split or [])
     return pieces[0] if split is None else tuple(pieces)
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x / x.norm(dim=-1, keepdim=True).clamp(min=eps)`` for ``x [L, D]`` in one op (the
+    models' unit-norm states; ``F.normalize(x, dim=-1, eps=eps)``): each row's length in double,
+    the backward recomputing it from ``x``. One floating dtype (bf16 / fp16 compute in fp32)."""
+    return ops.l2_normalize(x, eps)
 
 
 def hstu_layer_output(

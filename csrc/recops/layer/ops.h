@@ -31,6 +31,12 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> hstu_layer_input_b
     const std::optional<at::Tensor>& bias, std::string_view norm, double eps,
     c10::IntArrayRef split);
 
+// x / max(|x|, eps) row by row (x [rows, cols]), as F.normalize(x, dim=-1, eps=eps).
+at::Tensor l2_normalize(const at::Tensor& x, double eps);
+
+// grad_x.
+at::Tensor l2_normalize_backward(const at::Tensor& grad_output, const at::Tensor& x, double eps);
+
 // x + dropout(u * norm(attn)) weight^T + bias, norm "layer_norm" or "rms_norm" (no affine).
 at::Tensor hstu_layer_output(const at::Tensor& x, const at::Tensor& u, const at::Tensor& attn,
                              const at::Tensor& weight, const std::optional<at::Tensor>& bias,

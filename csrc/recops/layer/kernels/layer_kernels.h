@@ -26,7 +26,9 @@
 namespace recops::layer::kernels {
 
 // A layer norm or an RMS norm, both without affine weights (the models' F.layer_norm / F.rms_norm).
-enum class Norm { kLayer, kRms };
+// The norms over a row, without affine weights: layer norm, RMS norm (eps added to the mean
+// square), and L2 normalisation x / max(|x|, eps) (recops.l2_normalize).
+enum class Norm { kLayer, kRms, kL2 };
 
 // A dropout's key. Element (r, j) of a tensor read as rows of its last dimension is kept iff
 // CounterRow::make(stream, r).bits(j) >> 8 >= threshold (common/counter_rng.h): a pure function
@@ -148,6 +150,10 @@ struct LayerKernels {
   void (*ffn_forward)(const FfnProblem<T>& p, T* out, int64_t ld_out);
   void (*ffn_backward)(const FfnProblem<T>& p, const T* grad_output, int64_t ld_grad,
                        const FfnGrads<T>& grads);
+  void (*normalize_forward)(const T* x, int64_t ld_x, int64_t rows, int64_t cols, Norm norm,
+                            double eps, T* out);
+  void (*normalize_backward)(const T* grad_output, int64_t ld_grad, const T* x, int64_t ld_x,
+                             int64_t rows, int64_t cols, Norm norm, double eps, T* grad_x);
 };
 
 // One variant's tables; float64 has the baseline's only (it serves validation, not speed).

@@ -40,9 +40,11 @@ std::vector<C> padded_operand(const T* values, int64_t rows, int64_t cols, int64
   return out;
 }
 
-// A row's normalisation y = (a - mean) * rstd (mean = 0 for the RMS norm), in double.
+// A row's normalisation y = (a - mean) * rstd (mean = 0 for the RMS and L2 norms), in double;
+// clamped: an L2 norm below eps, which the row was divided by instead (its gradient stops there).
 struct RowNorm {
   double mean, rstd;
+  bool clamped = false;
 
   template <typename T>
   RECOPS_ALWAYS_INLINE double operator()(T a) const {
@@ -64,11 +66,16 @@ RowNorm row_norm(const T* a, int64_t n, Norm norm, double eps) {
     const double d = as_double(a[j]) - mean;
     return d * d;
   });
+  if (norm == Norm::kL2) {
+    const double length = std::sqrt(squares);
+    return length >= eps ? RowNorm{0.0, 1 / length} : RowNorm{0.0, 1 / eps, true};
+  }
   return RowNorm{mean, 1 / std::sqrt(squares / count + eps)};
 }
 
 // The norm's backward for one row, from dy = d(loss) / dy:
-//   da = rstd * (dy - [layer norm] mean(dy) - y * mean(dy * y)).
+//   da = rstd * (dy - [layer norm] mean(dy) - y * mean(dy * y)),
+// with the sum in place of the mean for the L2 norm, and da = rstd * dy where it was clamped.
 template <typename T, typename C, typename Out>
 void norm_backward_row(const T* a, int64_t n, const RowNorm& norm, Norm kind, const C* dy,
                        Out* da) {
@@ -77,7 +84,7 @@ void norm_backward_row(const T* a, int64_t n, const RowNorm& norm, Norm kind, co
   const double sum_dyy =
       lane_sum(n, [&](int64_t j) { return static_cast<double>(dy[j]) * norm(a[j]); });
   const double mean_dy = kind == Norm::kLayer ? sum_dy / count : 0.0;
-  const double mean_dyy = sum_dyy / count;
+  const double mean_dyy = kind != Norm::kL2 ? sum_dyy / count : norm.clamped ? 0.0 : sum_dyy;
   for (int64_t j = 0; j < n; ++j) {
     da[j] =
         Out(static_cast<accumulate_t<T>>(norm.rstd * (dy[j] - mean_dy - norm(a[j]) * mean_dyy)));
