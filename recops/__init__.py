@@ -50,6 +50,7 @@ from recops.operators.layer import (  # noqa: E402
     hstu_layer_input,
     hstu_layer_output,
     l2_normalize,
+    positional_input_features,
 )
 from recops.operators.loss import sampled_softmax_loss  # noqa: E402
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
@@ -99,6 +100,7 @@ __all__ = [
     "library_path",
     "loss",
     "ops",
+    "positional_input_features",
     "quantize",
     "relative_bias",
     "sampled_softmax_loss",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import quantize_reference
 import torch
+import torch.nn.functional as F
 from accuracy import TOLERANCE
 from hstu_reference import fuxi_reference, hstu_reference, reference_pos_bias
 from test_deberta import make_log_bucket_position
@@ -1615,6 +1616,52 @@ def ref_counter_dropout(a):
     return (x.double() * keep * scale).to(x.dtype)
 
 
+def make_positional_features(d):
+    gen = d.generator()
+    rows, cols, table_rows = d.int(0, 40), d.int(1, 9), d.int(1, 12)
+    dtype = d.choice((F64, F32, BF16))
+    return {
+        "x": torch.randn(rows, cols, generator=gen, dtype=F64).to(dtype),
+        "positions": torch.randint(0, table_rows, (rows,), generator=gen),
+        "position_weight": torch.randn(table_rows, cols, generator=gen, dtype=F64).to(dtype),
+        "scale": d.choice((1.0, 7.07)),
+        "dropout_p": d.choice((0.0, 0.3)),
+        "seed": torch.tensor(d.int(0, 2**40)),
+        "offset": d.int(0, 3),
+    }
+
+
+def positional_features_expected(a):
+    x = tensor(a, "x", FLOAT_DTYPES, (2,))
+    positions = tensor(a, "positions", (I64,), (1,))
+    table = tensor(a, "position_weight", (x.dtype,), (2,))
+    require(positions.shape[0] == x.shape[0], "positions length")
+    require(table.shape[1] == x.shape[1], "position_weight columns")
+    require(bool(((positions >= 0) & (positions < table.shape[0])).all()), "positions in range")
+    scale = finite(a["scale"], "scale", compute_dtype(x))
+    p = a["dropout_p"]
+    require(isinstance(p, float | int) and 0 <= p <= 1, "dropout_p in [0, 1]")
+    seed = 0 if a["seed"] is None and p == 0 else dropout_seed(a)
+    leaves = {n: a[n].detach().double().requires_grad_() for n in ("x", "position_weight")}
+    out = leaves["x"] * scale + F.embedding(positions, leaves["position_weight"])
+    if p > 0:
+        keep = reference_keep(tuple(out.shape), p, seed, a["offset"])
+        out = out * keep.double() * (1 / (1 - p) if p < 1 else 0.0)
+    return out, leaves
+
+
+def ref_positional_features(a):
+    out, _ = positional_features_expected(a)
+    return out.detach().to(a["x"].dtype)
+
+
+def ref_positional_features_backward(a):
+    out, leaves = positional_features_expected(a)
+    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+    require(grad.shape == out.shape, "grad_output shape")
+    return reference_grads(out, grad, leaves, ("x", "position_weight"), a)
+
+
 def make_l2_normalize(d):
     gen = d.generator()
     x = torch.randn(d.int(0, 40), d.int(1, 9), generator=gen, dtype=F64)
@@ -2978,6 +3025,18 @@ CASES = [
         "hstu_layer_input_backward",
         make_layer_input_backward,
         ref_layer_input_backward,
+        LAYER_TOLERANCE,
+    ),
+    OpCase(
+        "positional_input_features",
+        make_positional_features,
+        ref_positional_features,
+        LAYER_TOLERANCE,
+    ),
+    OpCase(
+        "positional_input_features_backward",
+        with_grad_output(make_positional_features, ref_positional_features),
+        ref_positional_features_backward,
         LAYER_TOLERANCE,
     ),
     OpCase("l2_normalize", make_l2_normalize, ref_l2_normalize, LAYER_TOLERANCE),

@@ -33,7 +33,7 @@ FAMILIES = {
     "hstu": ("hstu_dense_forward", "hstu_dense_backward"),
     "fuxi": ("_fuxi",),
     "deberta": ("disentangled", "deberta_"),
-    "layer": ("counter_dropout", "hstu_layer_", "fuxi_layer_", "l2_normalize"),
+    "layer": ("counter_dropout", "hstu_layer_", "fuxi_layer_", "l2_normalize", "positional_"),
     "loss": ("sampled_softmax_loss",),
     "hashing": ("zero_collision_hash", "create_zch_buffer"),
     "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),

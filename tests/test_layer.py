@@ -749,3 +749,144 @@ def test_l2_normalize_opcheck_and_bad_input():
         ops.l2_normalize_backward(torch.randn(9, 4), x, EPS)
     with pytest.raises(RuntimeError, match="grad_output"):
         ops.l2_normalize_backward(torch.randn(9, 5).double(), x, EPS)
+
+
+# --------------------------------------------------------------------------- positional features
+def features_composition(x, positions, table, scale, p=0.0, seed=0, offset=0):
+    """The models' input features written in PyTorch, with the contract's dropout mask."""
+    out = x * scale + F.embedding(positions, table)
+    if p > 0:
+        keep = reference_keep(tuple(out.shape), p, seed, offset)
+        out = out * keep.to(out.dtype) * (1 / (1 - p) if p < 1 else 0.0)
+    return out
+
+
+def features_inputs(rows, cols, table_rows, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen).to(dtype)
+    positions = torch.randint(0, table_rows, (rows,), generator=gen)
+    positions[: min(rows, 3)] = table_rows - 1  # the last row and repeats
+    table = torch.randn(table_rows, cols, generator=gen).to(dtype)
+    return x, positions, table
+
+
+def features_call(scale, p=0.0, seed=0, offset=0):
+    def call(x, table, positions):
+        if p == 0:
+            return ops.positional_input_features(x, positions, table, scale)
+        return ops.positional_input_features(
+            x, positions, table, scale, p, seed_tensor(seed), offset
+        )
+
+    return call
+
+
+def features_reference(scale, p=0.0, seed=0, offset=0):
+    return lambda x, table, positions: features_composition(
+        x, positions, table, scale, p, seed, offset
+    )
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_features_equal_composition_in_float64(p):
+    x, positions, table = features_inputs(130, 50, 40, F64)
+    grad = torch.randn(130, 50, dtype=F64)
+    run = lambda fn: forward_and_grads(lambda a, b: fn(a, b, positions), leaves([x, table]), grad)  # noqa: E731
+    actual = run(features_call(7.07, p, seed=5, offset=2))
+    expected = run(features_reference(7.07, p, seed=5, offset=2))
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e)
+
+
+def test_features_mask_is_counter_dropouts_and_entry_point_draws_the_seed():
+    x, positions, table = features_inputs(64, 16, 10, F32)
+    torch.manual_seed(3)
+    fused = recops.positional_input_features(x, positions, table, 2.0, 0.4)
+    torch.manual_seed(3)
+    composed = recops.counter_dropout(x * 2.0 + F.embedding(positions, table), 0.4)
+    assert_close(fused, composed, F32)
+    assert torch.equal(fused == 0, composed == 0)
+    assert recops.positional_input_features(x, positions, table, 2.0, 0.4, training=False).equal(
+        x * 2.0 + F.embedding(positions, table)
+    )
+
+
+def test_features_fp32_bf16_empty_strided_and_any_thread_count():
+    x, positions, table = features_inputs(100, 24, 30, F32)
+    grad = torch.randn(100, 24)
+    run = lambda fn, dtype=None: forward_and_grads(  # noqa: E731
+        lambda a, b: fn(a, b, positions), leaves([x, table], dtype), grad.to(dtype or F32)
+    )
+    for a, e in zip(
+        run(features_call(3.0, 0.2)), run(features_reference(3.0, 0.2), F64), strict=True
+    ):
+        assert_close(a, e, F32, atol_factor=10)  # the table's gradient sums up to 100 rows
+    x, table, grad = x.to(BF16), table.to(BF16), grad.to(BF16)
+    actual = run(features_call(3.0, 0.2))
+    exact = run(features_reference(3.0, 0.2), F64)
+    low = run(features_reference(3.0, 0.2))
+    assert all(a.dtype == BF16 for a in actual)
+    assert_errors_within_rule(["out", "x", "table"], exact, low, [a.double() for a in actual])
+
+    empty = ops.positional_input_features(
+        torch.empty(0, 5), torch.empty(0, dtype=torch.long), table[:, :5].float(), 1.0
+    )
+    assert empty.shape == (0, 5)
+    x, positions, table = features_inputs(70, 12, 9, F64)
+    strided = torch.cat([x, x], dim=1)[:, :12]
+    grad = torch.randn(12, 70, dtype=F64).t()
+    actual = forward_and_grads(
+        lambda a, b: features_call(1.5, 0.5)(a, b, positions), leaves([strided, table]), grad
+    )
+    expected = forward_and_grads(
+        lambda a, b: features_reference(1.5, 0.5)(a, b, positions), leaves([strided, table]), grad
+    )
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e)
+    x, positions, table = features_inputs(3000, 8, 50, F64)
+    grad = torch.randn(3000, 8, dtype=F64)
+    call = lambda a, b: features_call(2.0, 0.3)(a, b, positions)  # noqa: E731
+    with num_threads(1):
+        one = forward_and_grads(call, leaves([x, table]), grad)
+    with num_threads(2):
+        two = forward_and_grads(call, leaves([x, table]), grad)
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+
+
+def test_features_opcheck_and_bad_input():
+    x, positions, table = features_inputs(9, 5, 4, F32)
+    opcheck(
+        ops.positional_input_features,
+        (x.requires_grad_(), positions, table.requires_grad_(), 2.0, 0.5, seed_tensor(1)),
+    )
+    opcheck(
+        ops.positional_input_features_backward,
+        (torch.randn(9, 5), x.detach(), positions, table.detach(), 2.0),
+    )
+    bad = [
+        ({"positions": positions.clone().fill_(4)}, "positions must be in \\[0, 4\\)"),
+        ({"positions": positions.clone().fill_(-1)}, "positions must be in"),
+        ({"positions": positions.int()}, "positions must be int64"),
+        ({"positions": positions[:5]}, "positions must have x.size\\(0\\)"),
+        ({"position_weight": table[:, :3]}, "position_weight must have x.size\\(1\\)"),
+        ({"position_weight": table.double()}, "position_weight and x must share one dtype"),
+        ({"scale": float("inf")}, "scale must be a finite number"),
+        ({"dropout_p": 1.5}, "dropout_p"),
+        ({"dropout_p": 0.5}, "seed must be given"),
+    ]
+    for change, message in bad:
+        args = {
+            "x": x.detach(),
+            "positions": positions,
+            "position_weight": table.detach(),
+            "scale": 2.0,
+        }
+        args.update(change)
+        with pytest.raises((RuntimeError, ValueError), match=message):
+            ops.positional_input_features(**args)
+        with pytest.raises((RuntimeError, ValueError), match=message):
+            ops.positional_input_features_backward(torch.randn(9, 5), **args)
+    with pytest.raises(ValueError, match="grad_output must have x's shape"):
+        ops.positional_input_features_backward(
+            torch.randn(9, 4), x.detach(), positions, table.detach(), 2.0
+        )

@@ -43,9 +43,14 @@ class SequenceEncoder(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
         layout = self.backend.layout(batch, self.dtype, self.num_buckets)
-        x = embeddings * math.sqrt(embeddings.shape[-1])
-        x = x + self.positions(self.backend.positions(layout))
-        x = self.backend.dropout(x, self.dropout, self.training)
+        x = self.backend.input_features(
+            embeddings,
+            self.positions.weight,
+            layout,
+            math.sqrt(embeddings.shape[-1]),
+            self.dropout,
+            self.training,
+        )
         for block in self.blocks:
             x = block(x, layout)
         return self.backend.l2_normalize(x)

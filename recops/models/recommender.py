@@ -65,7 +65,9 @@ class SequentialRecommender(nn.Module):
         backward applies one update with every row's summed gradient."""
         rows = batch.item_ids.numel()
         embeddings = self.item_embeddings(torch.cat([batch.item_ids, negative_ids]))
-        sequence, negatives = embeddings[:rows], embeddings[rows:]
+        # A split, whose backward concatenates the two gradients, where two slices would each
+        # scatter theirs into a zero-filled copy of the whole and then add the copies.
+        sequence, negatives = embeddings.split([rows, negative_ids.numel()])
         states = self.encoder(sequence, batch)
         # Row i predicts row i + 1 where both are in one sequence: shifted views weighted by
         # predicts_next instead of gathers (generative-recommenders weights its shifted

@@ -101,9 +101,13 @@ class RecopsBackend:
         """Unit-norm rows in one op (its backward recomputes each row's length)."""
         return recops.l2_normalize(x, L2_NORM_EPS)
 
-    def dropout(self, x, p: float, training: bool) -> torch.Tensor:
-        """Dropout with a counter-based mask (seeded from torch's generator), not stored."""
-        return recops.counter_dropout(x, p, training)
+    def input_features(self, embeddings, position_weight, layout, scale, p, training):
+        """``dropout(scale * embeddings + position embeddings)`` in one op, its dropout
+        counter-based (seeded from torch's generator) and regenerated in backward."""
+        positions = self.positions(layout)
+        return recops.positional_input_features(
+            embeddings, positions, position_weight, scale, p, training
+        )
 
     def sampled_softmax_loss(self, *args) -> torch.Tensor:
         """recops.models.loss.sampled_softmax_loss (its arguments) in one fused op, the [M, R]

@@ -151,7 +151,10 @@ class TorchBackend:
         gated = u * normalize(attn, attn.shape[-1:], eps=eps)
         return linear(F.dropout(gated, p=dropout, training=training)) + x
 
-    def dropout(self, x, p: float, training: bool) -> torch.Tensor:
+    def input_features(self, embeddings, position_weight, layout, scale, p, training):
+        """``dropout(scale * embeddings + position embeddings)``, generative-recommenders'
+        learnable positional embedding preprocessor."""
+        x = embeddings * scale + F.embedding(self.positions(layout), position_weight)
         return F.dropout(x, p=p, training=training)
 
     def l2_normalize(self, x) -> torch.Tensor:

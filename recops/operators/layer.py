@@ -1,8 +1,9 @@
 """The rest of an HSTU / FuXi-alpha layer (docs/ops.md §8): a dropout whose mask is regenerated
 from a counter-based hash instead of stored, the fused input projection of a layer,
 ``silu(norm(x) @ weight + bias)``, its fused output,
-``x + dropout(u * norm(attn)) @ weight.T + bias``, FuXi-alpha's fused feed-forward stage, and
-the row-wise L2 normalisation of the models' states.
+``x + dropout(u * norm(attn)) @ weight.T + bias``, FuXi-alpha's fused feed-forward stage, the
+models' input features (scaled embeddings plus position embeddings, dropout) and the row-wise L2
+normalisation of their states.
 Python entry points, fake kernels and autograd (kernels: csrc/recops/layer/kernels/).
 
 Seeds: each call with a nonzero rate draws its seed, a one-element int64 tensor, from torch's
@@ -118,6 +119,34 @@ register_autograd(
 torch.library.register_autocast("recops::hstu_layer_output", "cpu", torch.float32)
 
 
+_FEATURES = ops.positional_input_features.default
+_FEATURES_BACKWARD = ops.positional_input_features_backward.default
+_FEATURES_TENSORS = ("x", "positions", "position_weight", "seed")
+
+
+@register_fake("recops::positional_input_features")
+def _features_fake(*args, **kwargs):
+    return _contiguous_like(named_arguments(_FEATURES, args, kwargs)["x"])
+
+
+@register_fake("recops::positional_input_features_backward")
+def _features_backward_fake(*args, **kwargs):
+    a = named_arguments(_FEATURES_BACKWARD, args, kwargs)
+    return _contiguous_like(a["x"]), _contiguous_like(a["position_weight"])
+
+
+def _features_backward(ctx, grad_output):
+    results = call_backward(ctx, _FEATURES_BACKWARD, _FEATURES_TENSORS, grad_output)
+    return grads_by_name(ctx, _FEATURES, _FEATURES_BACKWARD, results)
+
+
+register_autograd(
+    "recops::positional_input_features",
+    _features_backward,
+    setup_context=saving_setup(_FEATURES, _FEATURES_TENSORS),
+)
+
+
 _NORMALIZE, _NORMALIZE_BACKWARD = ops.l2_normalize.default, ops.l2_normalize_backward.default
 
 
@@ -200,6 +229,30 @@ def hstu_layer_input(
     ``[L, N]`` tensor."""
     pieces = ops.hstu_layer_input(x, weight, bias, norm, eps, split or [])
     return pieces[0] if split is None else tuple(pieces)
+
+
+def positional_input_features(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    position_weight: torch.Tensor,
+    scale: float,
+    dropout_p: float = 0.0,
+    training: bool = True,
+    *,
+    offset: int = 0,
+) -> torch.Tensor:
+    """``counter_dropout(scale * x + position_weight[positions], dropout_p)`` in one op: a
+    sequence model's input features (generative-recommenders' learnable positional embedding
+    preprocessor: item embeddings times sqrt(d) plus each row's position embedding, then
+    dropout). ``x [L, D]``, ``positions [L]`` int64 in ``[0, position_weight.shape[0])``,
+    ``position_weight [N, D]``. The mask is ``counter_dropout``'s with the seed this call draws
+    from torch's generator (none when not training or ``dropout_p == 0``); the backward
+    regenerates it and sums the table's gradient over rows in fixed chunks."""
+    if not training or dropout_p == 0:
+        return ops.positional_input_features(x, positions, position_weight, scale)
+    return ops.positional_input_features(
+        x, positions, position_weight, scale, dropout_p, draw_seed(), offset
+    )
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

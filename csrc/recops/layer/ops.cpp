@@ -32,6 +32,15 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "float dropout_p=0., Tensor? seed=None, int offset=0) "
       "-> (Tensor grad_u, Tensor grad_attn, Tensor grad_weight, Tensor? grad_bias)",
       pt2);
+  m.def(
+      "positional_input_features(Tensor x, Tensor positions, Tensor position_weight, float "
+      "scale, float dropout_p=0., Tensor? seed=None, int offset=0) -> Tensor",
+      pt2);
+  m.def(
+      "positional_input_features_backward(Tensor grad_output, Tensor x, Tensor positions, "
+      "Tensor position_weight, float scale, float dropout_p=0., Tensor? seed=None, int offset=0) "
+      "-> (Tensor grad_x, Tensor grad_position_weight)",
+      pt2);
   m.def("l2_normalize(Tensor x, float eps=1e-6) -> Tensor", pt2);
   m.def("l2_normalize_backward(Tensor grad_output, Tensor x, float eps=1e-6) -> Tensor grad_x",
         pt2);
@@ -53,6 +62,9 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("hstu_layer_input_backward", TORCH_FN(recops::layer::hstu_layer_input_backward));
   m.impl("hstu_layer_output", TORCH_FN(recops::layer::hstu_layer_output));
   m.impl("hstu_layer_output_backward", TORCH_FN(recops::layer::hstu_layer_output_backward));
+  m.impl("positional_input_features", TORCH_FN(recops::layer::positional_input_features));
+  m.impl("positional_input_features_backward",
+         TORCH_FN(recops::layer::positional_input_features_backward));
   m.impl("l2_normalize", TORCH_FN(recops::layer::l2_normalize));
   m.impl("l2_normalize_backward", TORCH_FN(recops::layer::l2_normalize_backward));
   m.impl("fuxi_layer_ffn", TORCH_FN(recops::layer::fuxi_layer_ffn));

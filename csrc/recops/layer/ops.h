@@ -31,6 +31,20 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> hstu_layer_input_b
     const std::optional<at::Tensor>& bias, std::string_view norm, double eps,
     c10::IntArrayRef split);
 
+// dropout(scale * x + position_weight[positions]) (x [rows, cols], positions [rows] int64): a
+// sequence model's input features, its dropout counter_dropout's for [rows, cols] with the same
+// seed and offset.
+at::Tensor positional_input_features(const at::Tensor& x, const at::Tensor& positions,
+                                     const at::Tensor& position_weight, double scale,
+                                     double dropout_p, const std::optional<at::Tensor>& seed,
+                                     int64_t offset);
+
+// (grad_x, grad_position_weight).
+std::tuple<at::Tensor, at::Tensor> positional_input_features_backward(
+    const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& positions,
+    const at::Tensor& position_weight, double scale, double dropout_p,
+    const std::optional<at::Tensor>& seed, int64_t offset);
+
 // x / max(|x|, eps) row by row (x [rows, cols]), as F.normalize(x, dim=-1, eps=eps).
 at::Tensor l2_normalize(const at::Tensor& x, double eps);
 

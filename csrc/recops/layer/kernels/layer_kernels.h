@@ -136,6 +136,21 @@ struct FfnGrads {
   T* down;
 };
 
+// A sequence model's input features out = dropout(scale * x + table[positions]): x [rows, cols]
+// (row stride ld_x), positions [rows] in [0, table_rows), table [table_rows, cols] (a learned
+// position embedding, contiguous).
+template <typename T>
+struct PositionalFeatures {
+  int64_t rows, cols;
+  const T* x;
+  int64_t ld_x;
+  const int64_t* positions;
+  const T* table;
+  int64_t table_rows;
+  double scale;
+  DropoutKey dropout;
+};
+
 // One variant's entry points for element type T (documented at their templates).
 template <typename T>
 struct LayerKernels {
@@ -154,6 +169,9 @@ struct LayerKernels {
                             double eps, T* out);
   void (*normalize_backward)(const T* grad_output, int64_t ld_grad, const T* x, int64_t ld_x,
                              int64_t rows, int64_t cols, Norm norm, double eps, T* grad_x);
+  void (*features_forward)(const PositionalFeatures<T>& p, T* out);
+  void (*features_backward)(const PositionalFeatures<T>& p, const T* grad_output, int64_t ld_grad,
+                            T* grad_x, T* grad_table);
 };
 
 // One variant's tables; float64 has the baseline's only (it serves validation, not speed).

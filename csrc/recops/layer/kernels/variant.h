@@ -13,6 +13,7 @@
 #include "recops/layer/kernels/layer_input.h"
 #include "recops/layer/kernels/layer_output.h"
 #include "recops/layer/kernels/normalize.h"
+#include "recops/layer/kernels/positional_features.h"
 
 namespace recops::layer::kernels::RECOPS_ISA_NS {
 
@@ -20,7 +21,8 @@ template <typename T>
 constexpr LayerKernels<T> make_layer_kernels() {
   return {&counter_dropout<T>,      &layer_input_forward<T>,   &layer_input_backward<T>,
           &layer_output_forward<T>, &layer_output_backward<T>, &layer_ffn_forward<T>,
-          &layer_ffn_backward<T>,   &normalize_forward<T>,     &normalize_backward<T>};
+          &layer_ffn_backward<T>,   &normalize_forward<T>,     &normalize_backward<T>,
+          &features_forward<T>,     &features_backward<T>};
 }
 
 const FloatTables<LayerKernels> kLayerKernels = {
