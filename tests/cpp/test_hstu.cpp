@@ -168,8 +168,8 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       if (length != -1) ++*errors;
       length = n;
     }
-    void end_item(int64_t key0, int64_t n, float* item_dk, float* item_dv) {
-      if (key0 != 0 || n != length) ++*errors;
+    void end_item(int64_t key0, int64_t n, float* item_dk, float* item_dv, bool accumulate) {
+      if (key0 != 0 || n != length || !accumulate) ++*errors;
       ended->emplace_back(item_dk, item_dv);
       length = -1;
     }
@@ -203,6 +203,24 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   std::sort(got.begin(), got.end());
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(got, expected);
+}
+
+// The rows of dK, dV no backward item writes with one chunk: the rows outside every sequence
+// with queries (here a sequence without rows, and gaps before, between and after); none when two
+// such sequences share a key row.
+TEST(HstuBlockSchedule, FindsTheKeyRowsNoItemWrites) {
+  using Gaps = std::vector<std::pair<int64_t, int64_t>>;
+  const std::vector<int64_t> row_begin = {2, 10, 40}, length = {5, 0, 20};
+  const Sequences apart = Sequences::same_rows(3, row_begin.data(), length.data(), 20);
+  EXPECT_EQ(unwritten_key_rows(apart, 70), (Gaps{{0, 2}, {7, 40}, {60, 70}}));
+  EXPECT_EQ(unwritten_key_rows(apart, 60), (Gaps{{0, 2}, {7, 40}}));
+  const std::vector<int64_t> shared_begin = {0, 3}, shared_length = {5, 5};
+  const Sequences shared = Sequences::same_rows(2, shared_begin.data(), shared_length.data(), 5);
+  EXPECT_FALSE(unwritten_key_rows(shared, 8).has_value());
+  const std::vector<int64_t> touching_begin = {0, 5}, touching_length = {5, 3};
+  const Sequences touching =
+      Sequences::same_rows(2, touching_begin.data(), touching_length.data(), 5);
+  EXPECT_EQ(unwritten_key_rows(touching, 8), Gaps{});
 }
 
 // The forward's key split (forward_key_parts, for_each_block_in_parallel with parts): with fewer

@@ -151,7 +151,7 @@ hstu_dense_backward_fuxi(const at::Tensor& grad_output, const at::Tensor& q, con
   const BiasGradBuffers time_grads = allocate_bias_grads(biases.time, a.compute);
   const BiasGradBuffers position_grads = allocate_bias_grads(biases.position, a.compute);
   const int64_t chunks = choose_chunks(a.seqs.view.count, at::get_num_threads());
-  const QkvGradBuffers qkv_grads(q, v, chunks);
+  const QkvGradBuffers qkv_grads(q, v, chunks, a.seqs.view);
   with_precision(
       q, k, v, a.seqs.view, options.base, true, false, [&](const auto& prec, auto dtype) {
         using P = std::decay_t<decltype(prec)>;

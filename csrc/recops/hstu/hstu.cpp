@@ -82,7 +82,7 @@ hstu_dense_backward(const at::Tensor& grad_output, const at::Tensor& q, const at
   const PreparedBias bias = prepare_hstu_bias(options, seqs, a.heads, a.compute);
   const BiasGradBuffers bias_grads = allocate_bias_grads(bias, a.compute);
   const int64_t chunks = choose_chunks(seqs.view.count, at::get_num_threads());
-  const QkvGradBuffers qkv_grads(q, v, chunks);
+  const QkvGradBuffers qkv_grads(q, v, chunks, seqs.view);
   with_precision(q, k, v, seqs.view, options, true, false, [&](const auto& prec, auto dtype) {
     using P = std::decay_t<decltype(prec)>;
     using C = typename P::Compute;

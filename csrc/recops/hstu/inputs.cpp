@@ -272,12 +272,24 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) 
   return sum_partials(buffer, table.scalar_type());
 }
 
-QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks) {
+QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks,
+                               const kernels::Sequences& seqs) {
   const int64_t rows = q.size(0), heads = q.size(1);
   const auto options = q.options().dtype(compute_dtype(q));
   dq = at::zeros({rows, heads, q.size(2)}, options);
-  dk = at::zeros({chunks, rows, heads, q.size(2)}, options);
-  dv = at::zeros({chunks, rows, heads, v.size(2)}, options);
+  const auto gaps = chunks == 1 ? kernels::unwritten_key_rows(seqs, rows) : std::nullopt;
+  write_keys = gaps.has_value();
+  if (!write_keys) {
+    dk = at::zeros({chunks, rows, heads, q.size(2)}, options);
+    dv = at::zeros({chunks, rows, heads, v.size(2)}, options);
+    return;
+  }
+  dk = at::empty({1, rows, heads, q.size(2)}, options);
+  dv = at::empty({1, rows, heads, v.size(2)}, options);
+  for (const auto& [begin, end] : *gaps) {
+    dk.select(0, 0).narrow(0, begin, end - begin).zero_();
+    dv.select(0, 0).narrow(0, begin, end - begin).zero_();
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::Tensor& q,

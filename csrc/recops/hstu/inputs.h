@@ -232,7 +232,11 @@ decltype(auto) with_precision(const at::Tensor& q, const at::Tensor& k, const at
 // dQ, and dK / dV as per-chunk partials, in the compute type of q.
 struct QkvGradBuffers {
   at::Tensor dq, dk, dv;
-  QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks);
+  bool write_keys = false;  // kernels::QkvGrads::write_keys
+  // dK and dV zeroed, or with one chunk and no key row in two sequences (unwritten_key_rows)
+  // left for the items to write but for the rows none writes.
+  QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks,
+                 const kernels::Sequences& seqs);
   template <typename T>
   kernels::QkvGrads<T> view() const {
     return {dq.mutable_data_ptr<T>(),
@@ -241,7 +245,8 @@ struct QkvGradBuffers {
             dq.size(0),
             dq.size(1),
             dq.size(2),
-            dv.size(3)};
+            dv.size(3),
+            write_keys};
   }
   // (dq, dk, dv) summed over chunks, in the dtypes of q, k, v.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> reduce(const at::Tensor& q, const at::Tensor& k,

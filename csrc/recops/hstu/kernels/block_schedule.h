@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "recops/attention/kernels/bf16_layouts.h"
@@ -51,13 +53,16 @@ class TileArena {
 };
 
 // Gradients of q, k, v: dQ rows belong to the work item that owns their query block; dK and dV
-// accumulate in one partial per chunk (the adapter sums them), so items never share a row.
+// accumulate in one partial per chunk (the adapter sums them), so items never share a row. With
+// write_keys (one chunk, and no key row in two sequences: unwritten_key_rows) each item writes
+// its key rows instead, and only the rows no item writes start at zero.
 template <typename T>
 struct QkvGrads {
   T* dq = nullptr;  // [rows, H, Dqk], written
-  T* dk = nullptr;  // [chunks, rows, H, Dqk], accumulated (zero-initialised)
-  T* dv = nullptr;  // [chunks, rows, H, Dv], accumulated (zero-initialised)
+  T* dk = nullptr;  // [chunks, rows, H, Dqk], accumulated (zero-initialised) or written
+  T* dv = nullptr;  // [chunks, rows, H, Dv], accumulated (zero-initialised) or written
   int64_t rows = 0, heads = 1, dqk = 0, dv_dim = 0;
+  bool write_keys = false;
 
   T* dk_partial(int64_t chunk) const { return dk + chunk * rows * heads * dqk; }
   T* dv_partial(int64_t chunk) const { return dv + chunk * rows * heads * dv_dim; }
@@ -98,12 +103,12 @@ class KeyGradients {
   E* q_t() { return q_t_.get(); }
   E* go_t() { return go_t_.get(); }
 
-  // Adds dK^T / dV^T of keys [key0, key0 + n) into n rows of dK [rows, H, Dqk] and
-  // dV [rows, H, Dv] (pointers at key0's row).
-  void end_item(int64_t key0, int64_t n, T* dk, T* dv) {
+  // Adds (or, accumulate false, writes) dK^T / dV^T of keys [key0, key0 + n) into n rows of
+  // dK [rows, H, Dqk] and dV [rows, H, Dv] (pointers at key0's row).
+  void end_item(int64_t key0, int64_t n, T* dk, T* dv, bool accumulate) {
     for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, T(1), true);
-      transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), true);
+      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, T(1), accumulate);
+      transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), accumulate);
     }
   }
 
@@ -201,6 +206,30 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
       });
 }
 
+// The rows [begin, end) of dK and dV (of `rows` rows) that no backward item writes when each
+// sequence with queries is one item (one chunk): the rows outside every such sequence's keys.
+// Empty when two of those sequences share a key row, whose gradients must then add up.
+inline std::optional<std::vector<std::pair<int64_t, int64_t>>> unwritten_key_rows(
+    const Sequences& seqs, int64_t rows) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    if (seqs.q_length[b] == 0) continue;  // no item
+    seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t, int64_t n) {
+      runs.emplace_back(row, row + n);
+    });
+  }
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  int64_t next = 0;  // the first row past the runs so far
+  for (const auto& [begin, end] : runs) {
+    if (begin < next) return std::nullopt;
+    if (begin > next) gaps.emplace_back(next, begin);
+    next = end;
+  }
+  if (next < rows) gaps.emplace_back(next, rows);
+  return gaps;
+}
+
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient
 // accumulators in scratch.grads (a KeyGradients, bf16's Bf16Gradients) zeroed as an item
 // begins and added into its chunk's dK, dV partial, run by run of key rows, as it ends.
@@ -217,7 +246,8 @@ void for_each_backward_block(const Sequences& seqs, const MaskSource<T>& mask, i
         const int64_t b = item.sequence;
         seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
           scratch.grads.end_item(key, n, qkv.dk_partial(item.chunk) + row * qkv.heads * qkv.dqk,
-                                 qkv.dv_partial(item.chunk) + row * qkv.heads * qkv.dv_dim);
+                                 qkv.dv_partial(item.chunk) + row * qkv.heads * qkv.dv_dim,
+                                 !qkv.write_keys);
         });
       });
 }
