@@ -1384,6 +1384,25 @@ def reference_grads(out, grad, leaves, names, args):
     )
 
 
+def references(expected, names):
+    """An op's reference and its backward's from ``expected(args) -> (float64 out, leaves)``: the
+    output in x's dtype, and the gradients of the inputs ``names`` given a grad_output of the
+    output's shape (the one gradient itself when the backward returns one tensor)."""
+
+    def forward(a):
+        out, _ = expected(a)
+        return out.detach().to(a["x"].dtype)
+
+    def backward(a):
+        out, leaves = expected(a)
+        grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
+        require(grad.shape == out.shape, "grad_output shape")
+        grads = reference_grads(out, grad, leaves, names, a)
+        return grads[0] if len(names) == 1 else grads
+
+    return forward, backward
+
+
 def with_grad_output(make, reference):
     """A backward op's case: the forward's arguments plus a grad_output of the output's shape."""
 
@@ -1650,16 +1669,9 @@ def positional_features_expected(a):
     return out, leaves
 
 
-def ref_positional_features(a):
-    out, _ = positional_features_expected(a)
-    return out.detach().to(a["x"].dtype)
-
-
-def ref_positional_features_backward(a):
-    out, leaves = positional_features_expected(a)
-    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
-    require(grad.shape == out.shape, "grad_output shape")
-    return reference_grads(out, grad, leaves, ("x", "position_weight"), a)
+ref_positional_features, ref_positional_features_backward = references(
+    positional_features_expected, ("x", "position_weight")
+)
 
 
 def make_l2_normalize(d):
@@ -1674,19 +1686,10 @@ def l2_normalize_expected(a):
     eps = finite(a["eps"], "eps", compute_dtype(x))
     require(eps >= 0, "eps >= 0")
     leaf = x.detach().double().requires_grad_()
-    return leaf / leaf.norm(dim=-1, keepdim=True).clamp(min=eps), leaf
+    return leaf / leaf.norm(dim=-1, keepdim=True).clamp(min=eps), {"x": leaf}
 
 
-def ref_l2_normalize(a):
-    out, _ = l2_normalize_expected(a)
-    return out.detach().to(a["x"].dtype)
-
-
-def ref_l2_normalize_backward(a):
-    out, leaf = l2_normalize_expected(a)
-    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
-    require(grad.shape == out.shape, "grad_output shape")
-    return reference_grads(out, grad, {"x": leaf}, ("x",), a)[0]
+ref_l2_normalize, ref_l2_normalize_backward = references(l2_normalize_expected, ("x",))
 
 
 def make_layer_output(d):
@@ -1742,16 +1745,9 @@ def layer_output_expected(a):
     return out, leaves
 
 
-def ref_layer_output(a):
-    out, _ = layer_output_expected(a)
-    return out.detach().to(a["x"].dtype)
-
-
-def ref_layer_output_backward(a):
-    out, leaves = layer_output_expected(a)
-    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
-    require(grad.shape == out.shape, "grad_output shape")
-    return reference_grads(out, grad, leaves, ("u", "attn", "weight", "bias"), a)
+ref_layer_output, ref_layer_output_backward = references(
+    layer_output_expected, ("u", "attn", "weight", "bias")
+)
 
 
 # The norms' backward subtracts terms of the size of rstd * |dy| to leave a gradient that may be
@@ -1877,16 +1873,7 @@ def layer_ffn_expected(a):
     return out, leaves
 
 
-def ref_layer_ffn(a):
-    out, _ = layer_ffn_expected(a)
-    return out.detach().to(a["x"].dtype)
-
-
-def ref_layer_ffn_backward(a):
-    out, leaves = layer_ffn_expected(a)
-    grad = tensor(a, "grad_output", (a["x"].dtype,), (2,))
-    require(grad.shape == out.shape, "grad_output shape")
-    return reference_grads(out, grad, leaves, LAYER_FFN_INPUTS, a)
+ref_layer_ffn, ref_layer_ffn_backward = references(layer_ffn_expected, LAYER_FFN_INPUTS)
 
 
 # --------------------------------------------------------------------------- loss

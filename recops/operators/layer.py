@@ -17,6 +17,7 @@ import torch
 from torch.library import register_autograd
 
 from recops._autograd import (
+    bind_backward_op,
     call_backward,
     grads_by_name,
     input_grads,
@@ -76,15 +77,8 @@ def _input_backward_fake(*args, **kwargs):
     return tuple(_contiguous_like(a[name]) for name in _INPUT_TENSORS)
 
 
-def _input_backward(ctx, grad_outputs):
-    # One gradient per piece (autograd gives zeros for a piece nothing used).
-    results = call_backward(ctx, _INPUT_BACKWARD, _INPUT_TENSORS, list(grad_outputs))
-    return grads_by_name(ctx, _INPUT, _INPUT_BACKWARD, results)
-
-
-register_autograd(
-    "recops::hstu_layer_input", _input_backward, setup_context=saving_setup(_INPUT, _INPUT_TENSORS)
-)
+# The backward takes one gradient per piece (autograd gives zeros for a piece nothing used).
+bind_backward_op("recops::hstu_layer_input", _INPUT, _INPUT_BACKWARD, _INPUT_TENSORS)
 # Under CPU autocast (bf16) the projection runs in bf16 as the composition's matmul does, so the
 # attention that reads its output gets the same dtype either way.
 torch.library.register_autocast("recops::hstu_layer_input", "cpu", torch.bfloat16)
@@ -135,15 +129,8 @@ def _features_backward_fake(*args, **kwargs):
     return _contiguous_like(a["x"]), _contiguous_like(a["position_weight"])
 
 
-def _features_backward(ctx, grad_output):
-    results = call_backward(ctx, _FEATURES_BACKWARD, _FEATURES_TENSORS, grad_output)
-    return grads_by_name(ctx, _FEATURES, _FEATURES_BACKWARD, results)
-
-
-register_autograd(
-    "recops::positional_input_features",
-    _features_backward,
-    setup_context=saving_setup(_FEATURES, _FEATURES_TENSORS),
+bind_backward_op(
+    "recops::positional_input_features", _FEATURES, _FEATURES_BACKWARD, _FEATURES_TENSORS
 )
 
 
@@ -160,14 +147,7 @@ def _normalize_backward_fake(grad_output, x, eps=1e-6):
     return _contiguous_like(x)
 
 
-def _normalize_backward(ctx, grad_output):
-    results = call_backward(ctx, _NORMALIZE_BACKWARD, ("x",), grad_output)
-    return grads_by_name(ctx, _NORMALIZE, _NORMALIZE_BACKWARD, (results,))
-
-
-register_autograd(
-    "recops::l2_normalize", _normalize_backward, setup_context=saving_setup(_NORMALIZE, ("x",))
-)
+bind_backward_op("recops::l2_normalize", _NORMALIZE, _NORMALIZE_BACKWARD, ("x",))
 
 
 _FFN, _FFN_BACKWARD = ops.fuxi_layer_ffn.default, ops.fuxi_layer_ffn_backward.default
@@ -185,14 +165,7 @@ def _ffn_backward_fake(*args, **kwargs):
     return tuple(_contiguous_like(a[name]) for name in ("x", "gate", "up", "down"))
 
 
-def _ffn_backward(ctx, grad_output):
-    results = call_backward(ctx, _FFN_BACKWARD, _FFN_TENSORS, grad_output)
-    return grads_by_name(ctx, _FFN, _FFN_BACKWARD, results)
-
-
-register_autograd(
-    "recops::fuxi_layer_ffn", _ffn_backward, setup_context=saving_setup(_FFN, _FFN_TENSORS)
-)
+bind_backward_op("recops::fuxi_layer_ffn", _FFN, _FFN_BACKWARD, _FFN_TENSORS)
 # Under autocast: fp32, as the output op (the residual stream stays fp32).
 torch.library.register_autocast("recops::fuxi_layer_ffn", "cpu", torch.float32)
 

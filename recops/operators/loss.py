@@ -7,9 +7,8 @@ csrc/recops/loss/kernels/)."""
 from __future__ import annotations
 
 import torch
-from torch.library import register_autograd
 
-from recops._autograd import call_backward, grads_by_name, named_arguments, saving_setup
+from recops._autograd import bind_backward_op, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
@@ -31,16 +30,7 @@ def _loss_backward_fake(*args, **kwargs):
     )
 
 
-def _loss_backward(ctx, grad_output):
-    results = call_backward(ctx, _LOSS_BACKWARD, _LOSS_TENSORS, grad_output)
-    return grads_by_name(ctx, _LOSS, _LOSS_BACKWARD, results)
-
-
-register_autograd(
-    "recops::sampled_softmax_loss",
-    _loss_backward,
-    setup_context=saving_setup(_LOSS, _LOSS_TENSORS),
-)
+bind_backward_op("recops::sampled_softmax_loss", _LOSS, _LOSS_BACKWARD, _LOSS_TENSORS)
 # Under CPU autocast the states arrive in bf16 and the item embeddings in fp32: the loss computes
 # in fp32, as its log-sum-exp needs.
 torch.library.register_autocast("recops::sampled_softmax_loss", "cpu", torch.float32)
