@@ -255,14 +255,22 @@ class Row:
         return asdict(self)
 
 
+def outputs(out):
+    """An impl's result as a tuple of tensors (ops like the layer input return several)."""
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
 def check_matches(reference, candidate, dtype, case):
     """Correctness guard before timing: candidate() matches reference() on the benchmark inputs,
-    to a tolerance relative to the output's magnitude (fp32: 1e-4, lower precisions: 3e-2)."""
+    output by output, to a tolerance relative to the output's magnitude (fp32: 1e-4, lower
+    precisions: 3e-2)."""
     with torch.no_grad():
-        expected, actual = reference().float(), candidate().float()
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    scale = expected.abs().max().item() + 1e-6
-    assert (actual - expected).abs().max().item() <= tol * scale, case
+        pairs = zip(outputs(reference()), outputs(candidate()), strict=True)
+        for expected, actual in pairs:
+            expected, actual = expected.float(), actual.float()
+            tol = 1e-4 if dtype == torch.float32 else 3e-2
+            scale = expected.abs().max().item() + 1e-6
+            assert (actual - expected).abs().max().item() <= tol * scale, case
 
 
 def _recops_baselines(fp32_case, phase):
@@ -292,8 +300,8 @@ def measure_fwd_bwd(
                 return fn()
 
         def forward_backward(fn=fn):
-            out = fn()
-            return torch.autograd.grad(out, leaves, torch.ones_like(out))
+            outs = outputs(fn())
+            return torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
 
         rows += [
             Row(

@@ -2,9 +2,10 @@
 backend runs, which follows generative-recommenders' PyTorch path of an HSTU layer
 (`hstu_compute_uqvk`'s `F.silu(F.layer_norm(x) @ uvqk)`, `hstu_compute_output`'s
 `x + F.dropout(u * F.layer_norm(attn)) @ W_o`): the reference here is
-`recops.models.torch_backend.TorchBackend`'s layer_input /
-layer_output / dropout themselves, so it costs what the model's reference costs (checked by
-reading both: the same norm, matmul, SiLU, product, dropout and linear calls, nothing added).
+`recops.models.torch_backend.TorchBackend`'s layer_input (with its split into u, v, q, k, whose
+backward concatenates the pieces' gradients) / layer_output themselves and `F.dropout`, so it
+costs what the model's reference costs (checked by reading both: the same norm, matmul, SiLU,
+split, product, dropout and linear calls, nothing added).
 
 Cases are the main job's layers (ML-100K, a batch of 128 users of up to 200 events, 10214 rows):
 HSTU's input (d = 50 to u, v, q, k = 200) and output (50 to 50, layer norm), FuXi-alpha's (RMS
@@ -26,6 +27,7 @@ thus the cheaper of the two formulations, and the speed-up is the smaller one.
 import functools
 
 import torch
+import torch.nn.functional as F
 from harness import check_matches, measure_fwd_bwd
 
 import recops
@@ -35,13 +37,16 @@ from recops.models.torch_backend import TorchBackend
 
 ROWS, DIM, DROPOUT = 10214, 50, 0.2
 HIDDEN, NEGATIVES, ITEMS = 50, 128, 1682
-# (model, norm, input width, output width)
-LAYERS = [("HSTU", "layer_norm", 200, 50), ("FuXi-alpha", "rms_norm", 300, 150)]
+# (model, norm, the input's u, v, q, k widths, output width)
+LAYERS = [
+    ("HSTU", "layer_norm", [50, 50, 50, 50], 50),
+    ("FuXi-alpha", "rms_norm", [150, 50, 50, 50], 150),
+]
 torch_backend = TorchBackend()
 
 
-def recops_input(x, weight, norm):
-    return recops.hstu_layer_input(x, weight, norm=norm, eps=1e-6)
+def recops_input(x, weight, norm, split):
+    return recops.hstu_layer_input(x, weight, norm=norm, eps=1e-6, split=split)
 
 
 def recops_output(x, u, attn, linear, norm, p):
@@ -50,12 +55,15 @@ def recops_output(x, u, attn, linear, norm, p):
     )
 
 
-def input_rows(model, norm, width, dtype):
+def input_rows(model, norm, split, dtype):
+    """The projection as the models run it: split into u, v, q, k (the reference's split views,
+    whose backward concatenates; recops' pieces)."""
+    width = sum(split)
     x = torch.randn(ROWS, DIM, dtype=dtype, requires_grad=True)
     weight = (0.1 * torch.randn(DIM, width, dtype=dtype)).requires_grad_()
     impls = {
-        "reference": functools.partial(torch_backend.layer_input, x, weight, norm, 1e-6),
-        "recops": functools.partial(recops_input, x, weight, norm),
+        "reference": functools.partial(torch_backend.layer_input, x, weight, norm, 1e-6, split),
+        "recops": functools.partial(recops_input, x, weight, norm, split),
     }
     flops = 2 * ROWS * DIM * width
     rows = measure_fwd_bwd(
@@ -96,7 +104,7 @@ def output_rows(model, norm, width, dtype):
 def dropout_rows(dtype):
     x = torch.randn(ROWS, DIM, dtype=dtype, requires_grad=True)
     impls = {
-        "reference": functools.partial(torch_backend.dropout, x, DROPOUT, True),
+        "reference": functools.partial(F.dropout, x, DROPOUT, True),
         "recops": functools.partial(recops.counter_dropout, x, DROPOUT),
     }
     rows = measure_fwd_bwd(
@@ -167,8 +175,8 @@ def run(limits):
     torch.manual_seed(0)
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
-        for model, norm, width, out_width in LAYERS:
-            rows += input_rows(model, norm, width, dtype)
+        for model, norm, split, out_width in LAYERS:
+            rows += input_rows(model, norm, split, dtype)
             rows += output_rows(model, norm, out_width, dtype)
         rows += ffn_rows(dtype)
         rows += dropout_rows(dtype)
