@@ -14,6 +14,12 @@ norm, u three channels wide: 50 to 300, output 150 to 50), and a dropout of the 
 GB/s counts each op's inputs read and outputs written once; GFLOP/s the projection's products
 (forward 2 L d w, backward twice that).
 
+The encoder's input features (positional_input_features) are compared with
+TorchBackend.input_features (generative-recommenders' learnable positional embedding
+preprocessor: embeddings times sqrt(d), plus F.embedding of the positions, F.dropout), and the
+state normalisation (l2_normalize) with recops.models.encoder.l2_normalize (x / norm clamped at
+eps, as generative-recommenders' L2NormEmbeddingPostprocessor writes it).
+
 FuXi-alpha's feed-forward stage (fuxi_layer_ffn) is compared with TorchBackend.feed_forward, the
 FuXi-alpha code's MFFN stage 2 (`F.rms_norm`, `F.dropout`, the gate / up / down linears,
 `F.silu`), d = hidden = 50. The fused loss (sampled_softmax_loss) is compared with
@@ -25,6 +31,7 @@ thus the cheaper of the two formulations, and the speed-up is the smaller one.
 """
 
 import functools
+import types
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +123,48 @@ def dropout_rows(dtype):
     return rows
 
 
+def features_rows(dtype):
+    """The encoder's input features: TorchBackend.input_features (multiply, embedding, add,
+    F.dropout) against positional_input_features; positions of sequences of up to 200 rows."""
+    x = torch.randn(ROWS, DIM, dtype=dtype, requires_grad=True)
+    table = torch.randn(200, DIM, dtype=dtype, requires_grad=True)
+    positions = torch.arange(ROWS) % 200
+    layout = types.SimpleNamespace(positions=positions)  # what TorchBackend.positions reads
+    scale = DIM**0.5
+
+    def impls(p):
+        return {
+            "reference": functools.partial(
+                torch_backend.input_features, x, table, layout, scale, p, True
+            ),
+            "recops": functools.partial(
+                recops.positional_input_features, x, positions, table, scale, p
+            ),
+        }
+
+    check_matches(*impls(0.0).values(), dtype, "input features")  # masks differ when p > 0
+    case = f"input features L={ROWS} x {DIM} p={DROPOUT} {_name(dtype)}"
+    rows = measure_fwd_bwd("layer", case, impls(DROPOUT), [x, table], dtype, 0, 0, check=False)
+    for r in rows:
+        r.bytes_moved = (2 if r.case.endswith(" fwd") else 4) * x.numel() * x.element_size()
+    return rows
+
+
+def l2_normalize_rows(dtype):
+    """The models' state normalisation: recops.models.encoder.l2_normalize (norm, clamp, divide)
+    against l2_normalize."""
+    x = torch.randn(ROWS, DIM, dtype=dtype, requires_grad=True)
+    impls = {
+        "reference": functools.partial(l2_normalize, x),
+        "recops": functools.partial(recops.l2_normalize, x),
+    }
+    case = f"L2 normalize L={ROWS} x {DIM} {_name(dtype)}"
+    rows = measure_fwd_bwd("layer", case, impls, [x], dtype, 0, 0)
+    for r in rows:
+        r.bytes_moved = (2 if r.case.endswith(" fwd") else 5) * x.numel() * x.element_size()
+    return rows
+
+
 def ffn_rows(dtype):
     x = torch.randn(ROWS, DIM, dtype=dtype, requires_grad=True)
     gate, up = (torch.nn.Linear(DIM, HIDDEN, bias=False, dtype=dtype) for _ in range(2))
@@ -180,5 +229,7 @@ def run(limits):
             rows += output_rows(model, norm, out_width, dtype)
         rows += ffn_rows(dtype)
         rows += dropout_rows(dtype)
+        rows += features_rows(dtype)
+        rows += l2_normalize_rows(dtype)
         rows += loss_rows(dtype)
     return rows
