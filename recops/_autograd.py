@@ -1,8 +1,7 @@
 """Helpers for the fake kernels and autograd formulas registered from Python: an op call's
 arguments by schema name, and a backward op's results as gradients of its forward's inputs, found
 by name (a result ``grad_<name>`` is the gradient of the forward's argument ``<name>``), and the
-binding of an op's autograd to its backward op. Nothing
-here knows an argument's position."""
+binding of an op's autograd to its backward op. Nothing here knows an argument's position."""
 
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ namespace {
 
 // x's rows as the kernels read them, after the checks both directions share.
 at::Tensor checked_rows(const at::Tensor& x, double eps) {
-  check_cpu(x, "x");
   float_kind(x.scalar_type(), "x");
-  check_dim(x, 2, "x");
+  check_matrix(x, "x", x);
   check_finite(eps, "eps", compute_dtype(x));
   TORCH_CHECK_VALUE(eps >= 0, "eps must be >= 0, got ", eps);
   return as_rows(x);

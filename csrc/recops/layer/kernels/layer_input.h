@@ -66,11 +66,9 @@ void layer_input_forward(const InputProblem<T>& p, const ColumnPieces<T*>& out) 
       block.compute(r0, n);
       for (int64_t i = 0; i < n; ++i) {
         const C* z = block.z.data() + i * block.ld_z;
-        for (int64_t k = 0; k < out.count; z += out.cols[k++]) {
-          if (out.cols[k] == 0) continue;
-          T* o = out.data[k] + (r0 + i) * out.ld[k];
-          for (int64_t j = 0; j < out.cols[k]; ++j) o[j] = T(z[j] * fast_sigmoid(z[j]));
-        }
+        out.for_each_in_row(r0 + i, [&](T* o, int64_t first, int64_t cols) {
+          for (int64_t j = 0; j < cols; ++j) o[j] = T(z[first + j] * fast_sigmoid(z[first + j]));
+        });
       }
     }
   });
@@ -103,20 +101,13 @@ void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>
       block.compute(r0, n);
       for (int64_t i = 0; i < n; ++i) {  // z <- dz (the padding stays zero)
         C* z = block.z.data() + i * ld_z;
-        C* sums = gb;
-        for (int64_t k = 0; k < grad_output.count; ++k) {
-          const int64_t cols = grad_output.cols[k];
-          if (cols > 0) {
-            const T* g = grad_output.data[k] + (r0 + i) * grad_output.ld[k];
-            for (int64_t j = 0; j < cols; ++j) {
-              const C s = fast_sigmoid(z[j]);
-              z[j] = static_cast<C>(g[j]) * s * (C(1) + z[j] * (C(1) - s));
-              sums[j] += z[j];
-            }
+        grad_output.for_each_in_row(r0 + i, [&](const T* g, int64_t first, int64_t cols) {
+          for (int64_t j = first; j < first + cols; ++j) {
+            const C s = fast_sigmoid(z[j]);
+            z[j] = static_cast<C>(g[j - first]) * s * (C(1) + z[j] * (C(1) - s));
+            gb[j] += z[j];
           }
-          z += cols;
-          sums += cols;
-        }
+        });
       }
       gemm_nn(m, ld_normed, ld_z, block.z.data(), ld_z, weight_t.data(), ld_normed, d_normed.data(),
               ld_normed, false);

@@ -25,7 +25,6 @@
 
 namespace recops::layer::kernels {
 
-// A layer norm or an RMS norm, both without affine weights (the models' F.layer_norm / F.rms_norm).
 // The norms over a row, without affine weights: layer norm, RMS norm (eps added to the mean
 // square), and L2 normalisation x / max(|x|, eps) (recops.l2_normalize).
 enum class Norm { kLayer, kRms, kL2 };
@@ -76,6 +75,15 @@ struct ColumnPieces {
   const P* data;
   const int64_t* cols;
   const int64_t* ld;
+
+  // fn(row r of piece k, its first column in the whole, its columns) for each nonempty piece.
+  template <typename Fn>
+  void for_each_in_row(int64_t r, Fn&& fn) const {
+    int64_t first = 0;
+    for (int64_t k = 0; k < count; first += cols[k++]) {
+      if (cols[k] > 0) fn(data[k] + r * ld[k], first, cols[k]);
+    }
+  }
 };
 
 // The output out = x + dropout(u * norm(attn)) W^T + b: x [rows, dim], u and attn [rows, width]
