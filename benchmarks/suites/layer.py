@@ -1,7 +1,9 @@
 """The fused layer ops and the fused loss (issue 28) against the PyTorch composition the torch
-backend runs, which follows generative-recommenders' PyTorch path of an HSTU layer
-(`hstu_compute_uqvk`'s `F.silu(F.layer_norm(x) @ uvqk)`, `hstu_compute_output`'s
-`x + F.dropout(u * F.layer_norm(attn)) @ W_o`): the reference here is
+backend runs, which follows generative-recommenders' research HSTU layer
+(SequentialTransductionUnitJagged with its default SiLU activation: `F.silu(F.layer_norm(x) @
+uvqk)` on all of u, v, q, k; the production op `hstu_compute_uqvk` applies SiLU to u only) and
+its output stage (`hstu_compute_output`'s `x + F.dropout(u * F.layer_norm(attn)) @ W_o`): the
+reference here is
 `recops.models.torch_backend.TorchBackend`'s layer_input (with its split into u, v, q, k, whose
 backward concatenates the pieces' gradients) / layer_output themselves and `F.dropout`, so it
 costs what the model's reference costs (checked by reading both: the same norm, matmul, SiLU,
