@@ -382,10 +382,24 @@ TEST_P(TileVariant, SiluPasses) {
   }
 }
 
-// A few query rows against key / value rows read in place (strided rows, dims with tails), each
-// instruction set against the baseline and the baseline against plain loops in double.
-TEST_P(TileVariant, FewRowProducts) {
-  const int64_t rows = 3, n = 37, d = 70, ld = 80, dv = 69, ld_out = 75;
+// A few query rows against key / value rows read in place (strided rows, dims with tails, runs
+// shorter and longer than the prefetch distance; row counts that make whole groups of four, a
+// remainder, or both), each instruction set against the baseline and the baseline against plain
+// loops in double.
+class FewRowProducts : public ::testing::TestWithParam<std::tuple<CpuIsa, int64_t, int64_t>> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(supported_cpu_isa()) < static_cast<int>(std::get<0>(GetParam()))) {
+      GTEST_SKIP() << "the CPU lacks this instruction set";
+    }
+  }
+  const TileKernels& variant() const { return tile_kernels(std::get<0>(GetParam()), false); }
+  const TileKernels& base() const { return baseline::kTileKernels; }
+};
+
+TEST_P(FewRowProducts, AgreeWithDouble) {
+  const int64_t rows = std::get<1>(GetParam()), n = std::get<2>(GetParam());
+  const int64_t d = 70, ld = 80, dv = 69, ld_out = 75;
   const auto q = random_values(rows * ld, 40), k = random_values(n * ld, 41);
   const auto w = random_values(rows * n, 42), v = random_values(n * ld, 43);
   std::vector<float> s1(rows * n), s2(rows * n);
@@ -623,6 +637,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedTile,
                                            FusedCase{32, 16, 32, true, false, true},
                                            FusedCase{96, 48, 160, false, true, true},
                                            FusedCase{32, 32, 64, true, true, false}));
+
+INSTANTIATE_TEST_SUITE_P(RowsAndKeys, FewRowProducts,
+                         ::testing::Combine(::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                                            ::testing::Values(1, 3, 4, 6, 8),
+                                            ::testing::Values(5, 37)));
 
 INSTANTIATE_TEST_SUITE_P(Isa, TileVariant,
                          ::testing::Values(VariantCase{CpuIsa::kAvx2, false, "avx2"},

@@ -133,19 +133,4 @@ inline float dot(const float* __restrict a, const float* __restrict b, int64_t n
   return sum;
 }
 
-// Prefetches the cache lines of `bytes` bytes starting at p (addresses are never dereferenced);
-// kForWrite fetches them ready to be written (prefetchw), kLocality is __builtin_prefetch's
-// (3: all cache levels, 2: L2 and below). Always inlined: GCC deems a function that only
-// prefetches free of side effects and deletes calls to it that it did not inline.
-template <int kForWrite = 0, int kLocality = 3>
-__attribute__((always_inline)) inline void prefetch_bytes(const void* p, int64_t bytes) {
-  const char* line = static_cast<const char*>(p);
-  const char* end = line + bytes;
-  for (; line + 512 <= end; line += 512) {  // unrolled: a loop per line measured 20% slower
-    for (int64_t off = 0; off < 512; off += 64)
-      __builtin_prefetch(line + off, kForWrite, kLocality);
-  }
-  for (; line < end; line += 64) __builtin_prefetch(line, kForWrite, kLocality);
-}
-
 }  // namespace recops::embedding::kernels::RECOPS_ISA_NS

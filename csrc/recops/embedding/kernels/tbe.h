@@ -22,6 +22,7 @@
 #include "recops/common/half_bits.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
+#include "recops/common/prefetch.h"
 #include "recops/common/streaming.h"
 #include "recops/embedding/kernels/optimizer_table.h"
 #include "recops/embedding/kernels/quantized_tables.h"

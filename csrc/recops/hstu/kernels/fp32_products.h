@@ -10,6 +10,7 @@
 #include "recops/attention/kernels/bf16_layouts.h"
 #include "recops/attention/kernels/tile_variants.h"
 #include "recops/common/blas.h"
+#include "recops/common/prefetch.h"
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/fp32_operands.h"
@@ -169,13 +170,35 @@ class Fp32Precision {
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
 
-  // m rows of a product of key rows in pieces gemm_nn takes to the brgemm: the rows in whole
-  // granules, then the rest; fn(first row, rows) for each nonempty piece.
+  // m rows of a product of key rows (row stride ld, `cols` values read of each) in pieces
+  // gemm_nn takes to the brgemm: kStreamRows rows at a time, whole granules, then the rest;
+  // fn(first row, rows) for each nonempty piece. The keys stream from memory (a serving step
+  // reads each once) and the brgemm does not prefetch, so each piece's product runs while the
+  // next piece's rows are prefetched.
+  static constexpr int64_t kStreamRows = 4 * kBrgemmGranule;
   template <typename Fn>
-  static void in_granules(int64_t m, Fn&& fn) {
-    const int64_t whole = m / kBrgemmGranule * kBrgemmGranule;
-    if (whole > 0) fn(int64_t{0}, whole);
-    if (m > whole) fn(whole, m - whole);
+  static void in_streamed_pieces(int64_t m, const T* rows, int64_t ld, int64_t cols, Fn&& fn) {
+    const auto piece_end = [m](int64_t first) {
+      const int64_t whole = std::min(kStreamRows, (m - first) / kBrgemmGranule * kBrgemmGranule);
+      return whole > 0 ? first + whole : m;
+    };
+    for (int64_t first = 0; first < m;) {
+      const int64_t end = piece_end(first);
+      if (end < m) prefetch_rows(rows, ld, end, piece_end(end) - end, cols);
+      fn(first, end - first);
+      first = end;
+    }
+  }
+
+  // The first rows of the run holding key `next` of the block's sequence (unless the block's keys
+  // end before it), head h of `cols` values: a paged cache's next page, which the few-row products
+  // prefetching within a run do not reach.
+  void prefetch_next_run(const Block& blk, int64_t next, const Rows<T>& rows, int64_t h,
+                         int64_t cols) const {
+    const int64_t end = blk.key0 + blk.keys;
+    if (next >= end) return;
+    prefetch_rows(rows.at(seqs_.keys.row(blk.b, next), h, cols), rows.stride, 0,
+                  std::min(kPrefetchRowsAhead, end - next), cols);
   }
 
   // Blocks of at most this many query rows multiply vector by vector (TileOps' key_row_dots,
@@ -188,6 +211,7 @@ class Fp32Precision {
     const int64_t dqk = shape_.dqk, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
     if (rows <= kDotRows) {
       seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+        prefetch_next_run(blk, key + n, in_.k, h, dqk);
         passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, rows,
                              in_.k.at(row, h, dqk), in_.k.stride, n, dqk, s + (key - blk.key0),
                              blk.keys);
@@ -198,8 +222,9 @@ class Fp32Precision {
     transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, q_t, cols);
     for (int64_t d = 0; d < dqk; ++d) std::fill(q_t + d * cols + rows, q_t + (d + 1) * cols, T(0));
     seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-      in_granules(n, [&](int64_t first, int64_t m) {
-        gemm_nn(m, cols, dqk, in_.k.at(row + first, h, dqk), in_.k.stride, q_t, cols,
+      const T* k = in_.k.at(row, h, dqk);
+      in_streamed_pieces(n, k, in_.k.stride, dqk, [&](int64_t first, int64_t m) {
+        gemm_nn(m, cols, dqk, k + first * in_.k.stride, in_.k.stride, q_t, cols,
                 t.s_t.get() + (key - blk.key0 + first) * cols, cols, false);
       });
     });
@@ -214,6 +239,7 @@ class Fp32Precision {
     const int64_t dv = shape_.dv, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
     if (rows <= kDotRows) {
       seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
+        prefetch_next_run(blk, key + n, in_.v, h, dv);
         passes_.weighted_value_rows(w + (key - blk.key0), blk.keys, rows, in_.v.at(row, h, dv),
                                     in_.v.stride, n, dv, out, ld_out, key != blk.key0);
       });
@@ -228,8 +254,9 @@ class Fp32Precision {
     }
     bool accumulate = false;
     seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-      in_granules(n, [&](int64_t first, int64_t m) {
-        gemm_nn(cols, dv, m, weights + (key - blk.key0 + first), ld, in_.v.at(row + first, h, dv),
+      const T* v = in_.v.at(row, h, dv);
+      in_streamed_pieces(n, v, in_.v.stride, dv, [&](int64_t first, int64_t m) {
+        gemm_nn(cols, dv, m, weights + (key - blk.key0 + first), ld, v + first * in_.v.stride,
                 in_.v.stride, t.values.get(), dv, accumulate);
         accumulate = true;
       });
