@@ -19,10 +19,10 @@ generative-recommenders' pytorch_cached_hstu_mha, recops/serving/torch_delta_att
 backend). Before LoadGen, the latency of one request of a user with 200 and 4096 events encoded
 and 8 new ones, per system.
 
-Usage: python benchmarks/serving.py [--quick]
+Usage: python benchmarks/serving.py [--quick] [--target-p99-ms MS] [--out DIR]
                                     [--systems cached,cached-aoti,cached-torch,recompute,torch]
-Writes benchmarks/results/serving.json, serving.md and serving.png (latency vs QPS); --quick
-writes them to a temporary folder.
+Writes benchmarks/results/serving.json, serving.md and serving.png (latency vs QPS), or into
+DIR; --quick writes them to a temporary folder.
 """
 
 from __future__ import annotations
@@ -306,6 +306,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="LoadGen's min duration")
     parser.add_argument("--steps", type=int, default=5, help="Server QPS search steps")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check it runs")
+    parser.add_argument(
+        "--out",
+        default=RESULTS,
+        help="folder for serving.json / .md / .png (a temporary one with --quick)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.users, args.min_history, args.max_history = 8, 8, 64
@@ -358,7 +363,7 @@ def main() -> None:
             sut, throughput["qps"], args.target_p99_ms, count, args.seconds, args.steps
         )
         results["systems"][name] = {"offline": throughput, "server_peak_qps": peak, "server": tried}
-    write(results, tempfile.mkdtemp() if args.quick else RESULTS)
+    write(results, tempfile.mkdtemp() if args.quick else args.out)
 
 
 def write(results: dict, out: str) -> None:
