@@ -179,7 +179,8 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
           if (tiles.grad_sum[c] >= 0) {
             add_into(t.tile(tiles.grad_sum[c]), g, tile);
           } else {
-            accumulate_bias_grads(biases[c], seqs, blk, h, g, t.buckets(), grads.bias[c], t.slot());
+            accumulate_bias_grads(biases[c], mask, seqs, blk, h, g, t.buckets(), grads.bias[c],
+                                  t.slot());
           }
         };
         for (int64_t h = 0; h < H; ++h) {
@@ -200,8 +201,8 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         }
         for (int c = 0; c < kChannels; ++c) {
           if (tiles.grad_sum[c] < 0) continue;
-          accumulate_bias_grads(biases[c], seqs, blk, 0, t.tile(tiles.grad_sum[c]), t.buckets(),
-                                grads.bias[c], t.slot());
+          accumulate_bias_grads(biases[c], mask, seqs, blk, 0, t.tile(tiles.grad_sum[c]),
+                                t.buckets(), grads.bias[c], t.slot());
         }
       });
 }

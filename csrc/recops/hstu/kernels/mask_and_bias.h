@@ -392,29 +392,38 @@ void add_by_bucket(const T* g, const int32_t* buckets, int64_t n, double* sums) 
   }
 }
 
-// Adds the bias gradient of one tile (dS summed over the heads sharing the bias).
+// Adds the bias gradient of one tile (dS summed over the heads sharing the bias). A relative
+// bias's gradient is added over the keys each row sees under `mask` only (for_each_row_runs): the
+// tile is the mask's product there, zero elsewhere (half of it under a causal mask).
 template <typename T>
-void accumulate_bias_grads(const BiasSource<T>& src, const Sequences& seqs, const Block& blk,
-                           int64_t head, const T* grad_tile, const int32_t* bucket_tile,
-                           const BiasGrads<T>& sink, int64_t slot) {
-  for (int64_t r = 0; r < blk.rows; ++r) {
+void accumulate_bias_grads(const BiasSource<T>& src, const MaskSource<T>& mask,
+                           const Sequences& seqs, const Block& blk, int64_t head,
+                           const T* grad_tile, const int32_t* bucket_tile, const BiasGrads<T>& sink,
+                           int64_t slot) {
+  if (src.kind == BiasKind::kDense) {
+    for (int64_t r = 0; r < blk.rows; ++r) {
+      T* d = sink.dense + slot * sink.dense_thread_stride + blk.b * src.dense_stride_b +
+             head * src.dense_stride_h + (blk.row0 + r) * src.dense_stride_row + blk.key0;
+      add_into(d, grad_tile + r * blk.stride(), blk.keys);
+    }
+    return;
+  }
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     const T* g = grad_tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
-    if (src.kind == BiasKind::kDense) {
-      T* d = sink.dense + slot * sink.dense_thread_stride + blk.b * src.dense_stride_b +
-             head * src.dense_stride_h + i * src.dense_stride_row + blk.key0;
-      add_into(d, g, blk.keys);
-      continue;
+    for (int k = 0; k < runs; ++k) {
+      const int64_t j0 = begin[k], n = end[k] - begin[k];
+      if (sink.pos_w != nullptr) {
+        double* pos =
+            sink.pos_w + slot * sink.pos_thread_stride + (seqs.max_len - 1 - i + blk.key0 + j0);
+        for (int64_t j = 0; j < n; ++j) pos[j] += g[j0 + j];
+      }
+      if (sink.ts_w != nullptr) {
+        add_by_bucket(g + j0, bucket_tile + r * blk.stride() + j0, n,
+                      sink.ts_w + slot * sink.ts_thread_stride);
+      }
     }
-    if (sink.pos_w != nullptr) {
-      double* pos = sink.pos_w + slot * sink.pos_thread_stride + (seqs.max_len - 1 - i + blk.key0);
-      for (int64_t j = 0; j < blk.keys; ++j) pos[j] += g[j];
-    }
-    if (sink.ts_w != nullptr) {
-      add_by_bucket(g, bucket_tile + r * blk.stride(), blk.keys,
-                    sink.ts_w + slot * sink.ts_thread_stride);
-    }
-  }
+  });
 }
 
 }  // namespace recops::attention::kernels
