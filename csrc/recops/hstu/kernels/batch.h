@@ -23,17 +23,16 @@ struct KeyRows {
     if (row_begin != nullptr) return row_begin[b] + key;
     return pages[b * page_stride + key / page_rows] * page_rows + key % page_rows;
   }
+  // Where the run of consecutive rows holding key `key` of sequence b ends, `end` at the latest.
+  int64_t run_end(int64_t key, int64_t end) const {
+    return row_begin != nullptr ? end : std::min(end, (key / page_rows + 1) * page_rows);
+  }
   // fn(row, key, count) for the runs of consecutive rows that hold keys [key0, key0 + keys) of
   // sequence b, in key order.
   template <typename Fn>
   void for_each_run(int64_t b, int64_t key0, int64_t keys, Fn&& fn) const {
-    if (keys <= 0) return;
-    if (row_begin != nullptr) {
-      fn(row_begin[b] + key0, key0, keys);
-      return;
-    }
     for (int64_t key = key0, end = key0 + keys; key < end;) {
-      const int64_t n = std::min(end, (key / page_rows + 1) * page_rows) - key;
+      const int64_t n = run_end(key, end) - key;
       fn(row(b, key), key, n);
       key += n;
     }

@@ -170,35 +170,33 @@ class Fp32Precision {
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
 
-  // m rows of a product of key rows (row stride ld, `cols` values read of each) in pieces
-  // gemm_nn takes to the brgemm: kStreamRows rows at a time, whole granules, then the rest;
-  // fn(first row, rows) for each nonempty piece. The keys stream from memory (a serving step
-  // reads each once) and the brgemm does not prefetch, so each piece's product runs while the
-  // next piece's rows are prefetched.
+  // fn(first row, key, n) for the block's keys in pieces of n <= kStreamRows key rows of `rows`
+  // (head h, `cols` values each), run by run of rows, each piece whole brgemm granules but a
+  // run's last; before fn sees a piece, the first `ahead` rows of the next one (in this run or,
+  // in a paged cache, on the next page) are prefetched. The keys stream from memory (a serving
+  // step reads each once), and neither the brgemm nor the hardware prefetcher runs far enough
+  // ahead of the products.
   static constexpr int64_t kStreamRows = 4 * kBrgemmGranule;
   template <typename Fn>
-  static void in_streamed_pieces(int64_t m, const T* rows, int64_t ld, int64_t cols, Fn&& fn) {
-    const auto piece_end = [m](int64_t first) {
-      const int64_t whole = std::min(kStreamRows, (m - first) / kBrgemmGranule * kBrgemmGranule);
-      return whole > 0 ? first + whole : m;
-    };
-    for (int64_t first = 0; first < m;) {
-      const int64_t end = piece_end(first);
-      if (end < m) prefetch_rows(rows, ld, end, piece_end(end) - end, cols);
-      fn(first, end - first);
-      first = end;
-    }
-  }
-
-  // The first rows of the run holding key `next` of the block's sequence (unless the block's keys
-  // end before it), head h of `cols` values: a paged cache's next page, which the few-row products
-  // prefetching within a run do not reach.
-  void prefetch_next_run(const Block& blk, int64_t next, const Rows<T>& rows, int64_t h,
-                         int64_t cols) const {
+  void for_each_streamed_piece(const Block& blk, const Rows<T>& rows, int64_t h, int64_t cols,
+                               int64_t ahead, Fn&& fn) const {
+    const KeyRows& keys = seqs_.keys;
     const int64_t end = blk.key0 + blk.keys;
-    if (next >= end) return;
-    prefetch_rows(rows.at(seqs_.keys.row(blk.b, next), h, cols), rows.stride, 0,
-                  std::min(kPrefetchRowsAhead, end - next), cols);
+    const auto piece_end = [&](int64_t key) {
+      const int64_t stop = keys.run_end(key, end);
+      const int64_t whole = std::min(kStreamRows, (stop - key) / kBrgemmGranule * kBrgemmGranule);
+      return whole > 0 ? key + whole : stop;
+    };
+    const auto first_row = [&](int64_t key) { return rows.at(keys.row(blk.b, key), h, cols); };
+    for (int64_t key = blk.key0; key < end;) {
+      const int64_t next = piece_end(key);
+      if (next < end) {
+        prefetch_rows(first_row(next), rows.stride, 0, std::min(ahead, piece_end(next) - next),
+                      cols);
+      }
+      fn(first_row(key), key, next - key);
+      key = next;
+    }
   }
 
   // Blocks of at most this many query rows multiply vector by vector (TileOps' key_row_dots,
@@ -210,24 +208,21 @@ class Fp32Precision {
   void scores_from_key_rows(Scratch& t, const Block& blk, int64_t h, T* s) const {
     const int64_t dqk = shape_.dqk, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
     if (rows <= kDotRows) {
-      seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-        prefetch_next_run(blk, key + n, in_.k, h, dqk);
-        passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, rows,
-                             in_.k.at(row, h, dqk), in_.k.stride, n, dqk, s + (key - blk.key0),
-                             blk.keys);
-      });
+      for_each_streamed_piece(
+          blk, in_.k, h, dqk, kPrefetchRowsAhead, [&](const T* k, int64_t key, int64_t n) {
+            passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, rows, k,
+                                 in_.k.stride, n, dqk, s + (key - blk.key0), blk.keys);
+          });
       return;
     }
     T* q_t = t.q_t.get();
     transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, q_t, cols);
     for (int64_t d = 0; d < dqk; ++d) std::fill(q_t + d * cols + rows, q_t + (d + 1) * cols, T(0));
-    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-      const T* k = in_.k.at(row, h, dqk);
-      in_streamed_pieces(n, k, in_.k.stride, dqk, [&](int64_t first, int64_t m) {
-        gemm_nn(m, cols, dqk, k + first * in_.k.stride, in_.k.stride, q_t, cols,
-                t.s_t.get() + (key - blk.key0 + first) * cols, cols, false);
-      });
-    });
+    for_each_streamed_piece(blk, in_.k, h, dqk, kStreamRows,
+                            [&](const T* k, int64_t key, int64_t n) {
+                              gemm_nn(n, cols, dqk, k, in_.k.stride, q_t, cols,
+                                      t.s_t.get() + (key - blk.key0) * cols, cols, false);
+                            });
     transpose(blk.keys, rows, t.s_t.get(), cols, s, blk.keys);
   }
 
@@ -238,11 +233,11 @@ class Fp32Precision {
                               int64_t ld_out) const {
     const int64_t dv = shape_.dv, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
     if (rows <= kDotRows) {
-      seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-        prefetch_next_run(blk, key + n, in_.v, h, dv);
-        passes_.weighted_value_rows(w + (key - blk.key0), blk.keys, rows, in_.v.at(row, h, dv),
-                                    in_.v.stride, n, dv, out, ld_out, key != blk.key0);
-      });
+      for_each_streamed_piece(
+          blk, in_.v, h, dv, kPrefetchRowsAhead, [&](const T* v, int64_t key, int64_t n) {
+            passes_.weighted_value_rows(w + (key - blk.key0), blk.keys, rows, v, in_.v.stride, n,
+                                        dv, out, ld_out, key != blk.key0);
+          });
       return;
     }
     const int64_t ld = round_up(blk.keys, kBrgemmGranule);
@@ -252,15 +247,11 @@ class Fp32Precision {
       if (r < rows) std::copy_n(w + r * blk.keys, blk.keys, dst);
       std::fill(dst + (r < rows ? blk.keys : 0), dst + ld, T(0));
     }
-    bool accumulate = false;
-    seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
-      const T* v = in_.v.at(row, h, dv);
-      in_streamed_pieces(n, v, in_.v.stride, dv, [&](int64_t first, int64_t m) {
-        gemm_nn(cols, dv, m, weights + (key - blk.key0 + first), ld, v + first * in_.v.stride,
-                in_.v.stride, t.values.get(), dv, accumulate);
-        accumulate = true;
-      });
-    });
+    for_each_streamed_piece(blk, in_.v, h, dv, kStreamRows,
+                            [&](const T* v, int64_t key, int64_t n) {
+                              gemm_nn(cols, dv, n, weights + (key - blk.key0), ld, v, in_.v.stride,
+                                      t.values.get(), dv, key != blk.key0);
+                            });
     for (int64_t r = 0; r < rows; ++r) std::copy_n(t.values.get() + r * dv, dv, out + r * ld_out);
   }
 
