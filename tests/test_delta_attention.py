@@ -217,6 +217,8 @@ LONG_N = 1400  # max_seq_len of the long sequences below
 SPLIT_KEYS = {
     "one sequence, 2 threads": ([1390], [3], 2),
     "two, 3 threads": ([1390, 1100], [3, 1], 3),
+    # The products on the brgemm (more than four new rows): runs of keys past one piece.
+    "many new rows, 2 threads": ([1390, 150], [37, 20], 2),
 }
 
 

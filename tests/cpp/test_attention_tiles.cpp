@@ -434,6 +434,30 @@ TEST_P(FewRowProducts, AgreeWithDouble) {
   expect_agree(o2, o_want, "weighted_value_rows vs double", 1e-5, 1e-5);
 }
 
+// TileOps::transpose, exact: strided rows on both sides, whole 16 x 16 blocks with edges of rows
+// and columns, and the destination's padding left as it was; the variants' fp32 and the
+// baseline's float64.
+TEST_P(TileVariant, TransposeTile) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{37, 16}, {64, 48}, {5, 3}, {20, 33}}) {
+    const int64_t ld_src = cols + 7, ld_dst = rows + 5;
+    const auto src = random_values(rows * ld_src, 50);
+    std::vector<float> got((cols + 1) * ld_dst, -7.0f), want = got;
+    std::vector<double> got64(got.begin(), got.end()), want64 = got64;
+    const std::vector<double> src64(src.begin(), src.end());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        want[c * ld_dst + r] = src[r * ld_src + c];
+        want64[c * ld_dst + r] = src64[r * ld_src + c];
+      }
+    }
+    variant().fp32.transpose(src.data(), rows, cols, ld_src, got.data(), ld_dst);
+    baseline::kDoubleTileOps.transpose(src64.data(), rows, cols, ld_src, got64.data(), ld_dst);
+    EXPECT_EQ(got, want) << rows << " x " << cols;
+    EXPECT_EQ(got64, want64) << rows << " x " << cols;
+  }
+}
+
 TEST_P(TileVariant, SoftmaxRows) {
   const int64_t n = 301;
   const auto s0 = random_values(n, 34, -8.0f, 8.0f), dp0 = random_values(n, 35);

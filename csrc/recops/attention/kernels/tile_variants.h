@@ -35,6 +35,9 @@ struct TileOps {
                        int64_t d, T* s, int64_t ld_s);
   void (*weighted_value_rows)(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,
                               int64_t n, int64_t dv, T* out, int64_t ld_out, bool accumulate);
+  // dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols.
+  void (*transpose)(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
+                    int64_t ld_dst);
   // Softmax attention (softmax_tile_ops.h).
   T (*mask_row)(T* s, int64_t n, const uint8_t* keep);
   T (*exp_row)(T* s, int64_t n, T m);

@@ -170,6 +170,23 @@ void transpose_matrix(const uint16_t* src, int64_t rows, int64_t cols, int64_t l
 
 }  // namespace lanes16
 
+// TileOps::transpose: fp32 through lanes16's register blocks; float64 (validation) element by
+// element.
+template <typename T>
+void transpose_tile(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
+                    int64_t ld_dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int64_t kUnits = sizeof(float) / sizeof(uint16_t);  // lanes16 counts 16-bit units
+    lanes16::transpose_matrix<float>(reinterpret_cast<const uint16_t*>(src), rows, cols,
+                                     kUnits * ld_src, reinterpret_cast<uint16_t*>(dst),
+                                     kUnits * ld_dst);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+    }
+  }
+}
+
 void transpose_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld_src, uint16_t* dst,
                     int64_t ld_dst) {
   lanes16::transpose_matrix<uint16_t>(src, rows, cols, ld_src, dst, ld_dst);
@@ -326,6 +343,7 @@ constexpr TileOps<T> make_tile_ops() {
           &silu_score_grads<T>,
           &key_row_dots<T>,
           &weighted_value_rows<T>,
+          &transpose_tile<T>,
           &mask_row<T>,
           &exp_row<T>,
           &dropout_row<T>,

@@ -109,15 +109,29 @@ class Fp32Precision {
   }
 
   // out rows = silu(alpha Q K^T + bias) * scale * mask V for head h (bias null: none), the
-  // scores in s.
+  // scores in s (in the brgemm path reading K in place, in the scratch's padded weights instead).
   void silu_head_forward(Scratch& t, const MaskSource<T>&, const PaddedBlock& pb, int64_t h,
                          const T* bias, const T* mask, T* s, T* out, int64_t ld_out) const {
     const Block& blk = pb.blk;
+    if (!kv_.has_k_t() && blk.rows > kDotRows) {
+      // The SiLU pass runs on the weights' rows where the transposed scores land, so that the
+      // tile is neither transposed into s nor copied back out of it.
+      const int64_t ld = padded_keys(blk), tile_ld = blk.stride();
+      streamed_scores_into_weights(t, blk, h);
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        passes_.silu_scores(t.weights.get() + r * ld,
+                            bias == nullptr ? nullptr : bias + r * tile_ld,
+                            mask == nullptr ? nullptr : mask + r * tile_ld, blk.keys, shape_.alpha,
+                            shape_.silu_scale);
+      }
+      padded_product(t, blk, h, out, ld_out);
+      return;
+    }
     if (kv_.has_k_t()) {
       gemm_nn(blk.rows, blk.keys, shape_.dqk, in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride,
               kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s, blk.keys, false);
     } else {
-      scores_from_key_rows(t, blk, h, s);
+      key_row_scores(blk, h, s);
     }
     passes_.silu_scores(s, bias, mask, blk.rows * blk.keys, shape_.alpha, shape_.silu_scale);
     weighted_values(t, pb, h, s, out, ld_out);
@@ -203,56 +217,73 @@ class Fp32Precision {
   // weighted_value_rows); larger ones on the brgemm, padded to whole granules of rows.
   static constexpr int64_t kDotRows = 4;
 
-  // s = Q K^T of a block, reading K's rows in place: dot products for a few rows; else
-  // S^T = K Q^T run by run of key rows (Q^T padded to whole granules of columns), transposed.
-  void scores_from_key_rows(Scratch& t, const Block& blk, int64_t h, T* s) const {
-    const int64_t dqk = shape_.dqk, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
-    if (rows <= kDotRows) {
-      for_each_streamed_piece(
-          blk, in_.k, h, dqk, kPrefetchRowsAhead, [&](const T* k, int64_t key, int64_t n) {
-            passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, rows, k,
-                                 in_.k.stride, n, dqk, s + (key - blk.key0), blk.keys);
-          });
-      return;
-    }
+  static int64_t padded_rows(const Block& blk) { return round_up(blk.rows, kBrgemmGranule); }
+  static int64_t padded_keys(const Block& blk) { return round_up(blk.keys, kBrgemmGranule); }
+
+  // s = Q K^T of a block of at most kDotRows rows, dot products with K's rows in place.
+  void key_row_scores(const Block& blk, int64_t h, T* s) const {
+    const int64_t dqk = shape_.dqk;
+    for_each_streamed_piece(
+        blk, in_.k, h, dqk, kPrefetchRowsAhead, [&](const T* k, int64_t key, int64_t n) {
+          passes_.key_row_dots(in_.q.at(query_row(blk), h, dqk), in_.q.stride, blk.rows, k,
+                               in_.k.stride, n, dqk, s + (key - blk.key0), blk.keys);
+        });
+  }
+
+  // The scratch's weights [cols, keys rounded up] = Q K^T of a block (cols = rows rounded up),
+  // reading K's rows in place: S^T = K Q^T run by run of key rows (Q^T padded with zero columns),
+  // transposed into the weights. Rows past the block's are zero (Q^T's zero columns); columns
+  // past its keys are left as they are (no product reads them).
+  void streamed_scores_into_weights(Scratch& t, const Block& blk, int64_t h) const {
+    const int64_t dqk = shape_.dqk, rows = blk.rows, cols = padded_rows(blk);
+    const int64_t ld = padded_keys(blk);
     T* q_t = t.q_t.get();
     transpose(rows, dqk, in_.q.at(query_row(blk), h, dqk), in_.q.stride, q_t, cols);
     for (int64_t d = 0; d < dqk; ++d) std::fill(q_t + d * cols + rows, q_t + (d + 1) * cols, T(0));
+    T* s_t = t.s_t.get();
     for_each_streamed_piece(blk, in_.k, h, dqk, kStreamRows,
                             [&](const T* k, int64_t key, int64_t n) {
                               gemm_nn(n, cols, dqk, k, in_.k.stride, q_t, cols,
-                                      t.s_t.get() + (key - blk.key0) * cols, cols, false);
+                                      s_t + (key - blk.key0) * cols, cols, false);
                             });
-    transpose(blk.keys, rows, t.s_t.get(), cols, s, blk.keys);
+    passes_.transpose(s_t, blk.keys, cols, cols, t.weights.get(), ld);
   }
 
-  // weighted_values reading V in place: row by row for a few rows; else W padded to
-  // [cols, keys rounded up] (zeros outside), its product with V's key rows in a [cols, Dv]
-  // scratch, whose first rows are the output.
+  // out rows = (the scratch's padded weights) V for head h, V's key rows read in place: their
+  // product in a [cols, Dv] scratch, whose first rows are the output.
+  void padded_product(Scratch& t, const Block& blk, int64_t h, T* out, int64_t ld_out) const {
+    const int64_t dv = shape_.dv, ld = padded_keys(blk);
+    const T* weights = t.weights.get();
+    for_each_streamed_piece(blk, in_.v, h, dv, kStreamRows,
+                            [&](const T* v, int64_t key, int64_t n) {
+                              gemm_nn(padded_rows(blk), dv, n, weights + (key - blk.key0), ld, v,
+                                      in_.v.stride, t.values.get(), dv, key != blk.key0);
+                            });
+    for (int64_t r = 0; r < blk.rows; ++r)
+      std::copy_n(t.values.get() + r * dv, dv, out + r * ld_out);
+  }
+
+  // weighted_values reading V in place: row by row for a few rows; else W padded into the
+  // scratch's weights (zeros outside) and padded_product.
   void padded_weighted_values(Scratch& t, const Block& blk, int64_t h, const T* w, T* out,
                               int64_t ld_out) const {
-    const int64_t dv = shape_.dv, rows = blk.rows, cols = round_up(rows, kBrgemmGranule);
+    const int64_t rows = blk.rows;
     if (rows <= kDotRows) {
       for_each_streamed_piece(
-          blk, in_.v, h, dv, kPrefetchRowsAhead, [&](const T* v, int64_t key, int64_t n) {
+          blk, in_.v, h, shape_.dv, kPrefetchRowsAhead, [&](const T* v, int64_t key, int64_t n) {
             passes_.weighted_value_rows(w + (key - blk.key0), blk.keys, rows, v, in_.v.stride, n,
-                                        dv, out, ld_out, key != blk.key0);
+                                        shape_.dv, out, ld_out, key != blk.key0);
           });
       return;
     }
-    const int64_t ld = round_up(blk.keys, kBrgemmGranule);
+    const int64_t ld = padded_keys(blk);
     T* weights = t.weights.get();
-    for (int64_t r = 0; r < cols; ++r) {
+    for (int64_t r = 0; r < padded_rows(blk); ++r) {
       T* dst = weights + r * ld;
       if (r < rows) std::copy_n(w + r * blk.keys, blk.keys, dst);
       std::fill(dst + (r < rows ? blk.keys : 0), dst + ld, T(0));
     }
-    for_each_streamed_piece(blk, in_.v, h, dv, kStreamRows,
-                            [&](const T* v, int64_t key, int64_t n) {
-                              gemm_nn(cols, dv, n, weights + (key - blk.key0), ld, v, in_.v.stride,
-                                      t.values.get(), dv, key != blk.key0);
-                            });
-    for (int64_t r = 0; r < rows; ++r) std::copy_n(t.values.get() + r * dv, dv, out + r * ld_out);
+    padded_product(t, blk, h, out, ld_out);
   }
 
   const Sequences& seqs_;
