@@ -18,6 +18,7 @@ user is encoded whole on each request, as the full recompute does, and not cache
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 
@@ -216,8 +217,8 @@ class CachedRecommender:
             states = self._forward(items, times, positions, tables)
         if request_times is None:
             return states
-        last = torch.cumsum(tables.new_rows, 0) - 2  # each user's row before its token
-        return states[last]
+        ends = itertools.accumulate(tables.new_rows.tolist())
+        return states[[end - 2 for end in ends]]  # each user's row before its token
 
     @staticmethod
     def _delta_rows(windows, request_times, tables):
@@ -229,7 +230,7 @@ class CachedRecommender:
             if request_times is not None:
                 items.append(window_items.new_zeros(1))  # the request token: no item
                 times.append(torch.tensor([request_times[b]], dtype=torch.int64))
-            positions.append(start + torch.arange(int(tables.new_rows[b])))
+            positions.append(torch.arange(start, start + int(tables.new_rows[b])))
         return torch.cat(items), torch.cat(times), torch.cat(positions)
 
     def _forward(self, items, times, positions, tables) -> torch.Tensor:

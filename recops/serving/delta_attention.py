@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from recops.data.sequences import complete_offsets
 from recops.serving.paged_cache import PageTables
 
 ops = torch.ops.recops
@@ -33,15 +32,14 @@ def delta_attention(
     page_rows]`` float64). Returns ``[R, H * Dv]`` for HSTU, ``[R, H * 3 * Dv]`` (per head position,
     time, semantic) for FuXi-alpha, as the models' attention returns them, in q's dtype; the
     attention runs in the pages' dtype (bf16 pages: the bf16 tiles)."""
-    delta_offsets = complete_offsets(tables.new_rows)
     args = (
         q.to(keys.dtype),
         keys,
         values,
-        delta_offsets,
+        tables.delta_offsets,
         None,
         tables.pages,
-        tables.lengths + tables.new_rows,
+        tables.seq_lengths,
         max_seq_len,
     )
     bias = {"timestamps": timestamps, "ts_w": ts_w, "pos_w": pos_w}

@@ -10,7 +10,6 @@ import math
 
 from torch import nn
 
-from recops.models.encoder import l2_normalize
 from recops.serving.paged_cache import PageTables, store_rows
 
 
@@ -53,4 +52,4 @@ class DeltaStep(nn.Module):
                 self.max_seq_len, block.relative_bias.ts_w, block.relative_bias.pos_w,
             )  # fmt: skip
             x = block.combine(x, u, attn)
-        return l2_normalize(x)
+        return self.encoder.backend.l2_normalize(x)  # as the encoder normalises its states

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 import torch
+
+from recops.data.sequences import complete_offsets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +80,17 @@ class PageTables:
     pages: torch.Tensor  # [B, max_pages] int32
     lengths: torch.Tensor  # [B] int64
     new_rows: torch.Tensor  # [B] int64
+
+    # What the delta ops read besides the pages, computed once for every layer of a step.
+    @functools.cached_property
+    def delta_offsets(self) -> torch.Tensor:
+        """``[B + 1]`` offsets of the users' new rows among the request's."""
+        return complete_offsets(self.new_rows)
+
+    @functools.cached_property
+    def seq_lengths(self) -> torch.Tensor:
+        """``[B]`` rows of each user after the request's: cached and new."""
+        return self.lengths + self.new_rows
 
 
 def store_rows(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
@@ -224,27 +238,31 @@ class PagedKVCache:
                 self._changed.notify_all()
 
     def _page_tables(self, users: list[int], rows: list[int]) -> PageTables:
+        # Built from Python lists in one tensor each: a request of one user builds them in a few
+        # microseconds, where tensor arithmetic costs that per operation.
         entries = [self._users[u] for u in users]
         width = max((len(e.pages) for e in entries), default=0)
-        pages = torch.full((len(users), width), -1, dtype=torch.int32)
-        for b, entry in enumerate(entries):
-            pages[b, : len(entry.pages)] = torch.tensor(entry.pages, dtype=torch.int32)
-        lengths = torch.tensor([e.length for e in entries], dtype=torch.int64)
-        return PageTables(pages, lengths, torch.tensor(rows, dtype=torch.int64) - lengths)
+        padded = [e.pages + [-1] * (width - len(e.pages)) for e in entries]
+        pages = torch.tensor(padded, dtype=torch.int32).reshape(len(users), width)
+        lengths = [e.length for e in entries]
+        new_rows = [n - length for n, length in zip(rows, lengths, strict=True)]
+        return PageTables(
+            pages,
+            torch.tensor(lengths, dtype=torch.int64),
+            torch.tensor(new_rows, dtype=torch.int64),
+        )
 
     def slots(self, tables: PageTables) -> torch.Tensor:
         """Pool row slots (``page * page_rows + row``) of every request's new rows, users in
         order: where :meth:`write` puts them."""
         page_rows = self.layout.page_rows
-        user = torch.repeat_interleave(torch.arange(tables.lengths.numel()), tables.new_rows)
-        first = torch.cumsum(tables.new_rows, 0) - tables.new_rows
-        position = (
-            torch.arange(int(tables.new_rows.sum()))
-            - first.repeat_interleave(tables.new_rows)
-            + tables.lengths.repeat_interleave(tables.new_rows)
-        )
-        page = tables.pages[user, position // page_rows].long()
-        return page * page_rows + position % page_rows
+        slots = []
+        for pages, length, new in zip(
+            tables.pages.tolist(), tables.lengths.tolist(), tables.new_rows.tolist(), strict=True
+        ):
+            for position in range(length, length + new):
+                slots.append(pages[position // page_rows] * page_rows + position % page_rows)
+        return torch.tensor(slots, dtype=torch.int64)
 
     def write(
         self,
