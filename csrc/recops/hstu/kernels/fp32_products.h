@@ -36,11 +36,18 @@ inline bool one_block_per_sequence(const Sequences& seqs) {
   return true;
 }
 
+// The leading dimension of the padded weights (the value product's A operand) is the block's
+// keys rounded up to this. The brgemm keeps a kernel per leading dimension, and a server's
+// histories grow by a few rows a request: rounded to the granule (16), nearly every request
+// generated kernels anew (about 60 us each, and 24 KB kept), over the 288 leading dimensions a
+// 4608-row model has; rounded to 256, 18.
+constexpr int64_t kWeightsGranule = 256;
+
 // The forward's per-thread scratch: the tiles, and when K is read in place (one_block_per_sequence)
 // a block's operands padded to the brgemm granule (gemm_nn): Q^T [Dqk, cols] and S^T [keys, cols]
-// with cols = rows rounded up, the weights [cols, keys rounded up] and their product with V
-// [cols, Dv]. A product with one query row is then a brgemm on 16 columns, not a gemv, which the
-// BLAS runs on its generic path on some CPUs (MKL's on AMD).
+// with cols = rows rounded up, the weights [cols, keys rounded up to kWeightsGranule] and their
+// product with V [cols, Dv]. A product with one query row is then a brgemm on 16 columns, not a
+// gemv, which the BLAS runs on its generic path on some CPUs (MKL's on AMD).
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
   Fp32ForwardScratch(int tiles, int64_t rows, int64_t longest, bool with_buckets, int64_t slot,
@@ -48,7 +55,7 @@ struct Fp32ForwardScratch : TileArena<T> {
       : TileArena<T>(tiles, rows, longest, with_buckets, slot),
         q_t(in_place ? new T[kQueryBlock * dqk] : nullptr),
         s_t(in_place ? new T[kQueryBlock * longest] : nullptr),
-        weights(in_place ? new T[kQueryBlock * round_up(longest, kBrgemmGranule)] : nullptr),
+        weights(in_place ? new T[kQueryBlock * round_up(longest, kWeightsGranule)] : nullptr),
         values(in_place ? new T[kQueryBlock * dv] : nullptr) {}
   std::unique_ptr<T[]> q_t, s_t, weights, values;  // uninitialised: each use writes first
 };
@@ -218,7 +225,7 @@ class Fp32Precision {
   static constexpr int64_t kDotRows = 4;
 
   static int64_t padded_rows(const Block& blk) { return round_up(blk.rows, kBrgemmGranule); }
-  static int64_t padded_keys(const Block& blk) { return round_up(blk.keys, kBrgemmGranule); }
+  static int64_t padded_keys(const Block& blk) { return round_up(blk.keys, kWeightsGranule); }
 
   // s = Q K^T of a block of at most kDotRows rows, dot products with K's rows in place.
   void key_row_scores(const Block& blk, int64_t h, T* s) const {
@@ -230,7 +237,7 @@ class Fp32Precision {
         });
   }
 
-  // The scratch's weights [cols, keys rounded up] = Q K^T of a block (cols = rows rounded up),
+  // The scratch's weights [cols, padded_keys] = Q K^T of a block (cols = rows rounded up),
   // reading K's rows in place: S^T = K Q^T run by run of key rows (Q^T padded with zero columns),
   // transposed into the weights. Rows past the block's are zero (Q^T's zero columns); columns
   // past its keys are left as they are (no product reads them).
