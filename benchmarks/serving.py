@@ -21,6 +21,7 @@ and 8 new ones, per system.
 
 Usage: python benchmarks/serving.py [--quick] [--target-p99-ms MS] [--out DIR]
                                     [--systems cached,cached-aoti,cached-torch,recompute,torch]
+                                    [--latency-only] [--latency-repeats N]
 Writes benchmarks/results/serving.json, serving.md and serving.png (latency vs QPS), or into
 DIR; --quick writes them to a temporary folder.
 """
@@ -274,12 +275,12 @@ def make_system(name: str, recops_model, torch_model, users: Users):
     raise SystemExit(f"--systems: unknown system {name!r} ({', '.join(SYSTEMS)})")
 
 
-def request_latency(recops_model, torch_model, history: int, repeats: int) -> dict:
+def request_latency(recops_model, torch_model, history: int, repeats: int, systems) -> dict:
     """Median milliseconds of one request (a visit of MAX_NEW_EVENTS events, then top-k) of a
-    user with ``history`` events encoded before, on each system; a fresh user per repeat, so every
-    request meets the same history length."""
+    user with ``history`` events encoded before, on each of ``systems``; a fresh user per repeat,
+    so every request meets the same history length."""
     medians = {}
-    for name in SYSTEMS:
+    for name in systems:
         config = recops_model.config
         users = Users(
             repeats, history, history, config.num_items, config.max_seq_len - 1, seed=history,
@@ -299,6 +300,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--latency-repeats", type=int, default=5)
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="one request's latency on --systems only (no LoadGen runs); prints, writes nothing",
+    )
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--min-history", type=int, default=64)
     parser.add_argument("--max-history", type=int, default=4096)
@@ -341,14 +347,17 @@ def main() -> None:
     results = {"machine": machine, "target_p99_ms": args.target_p99_ms, "systems": {}}
     histories = [min(h, args.max_history) for h in LATENCY_HISTORIES]
     results["latency_ms"] = {}
+    systems = args.systems.split(",") if args.latency_only else SYSTEMS
     for history in histories:
-        latency = request_latency(recops_model, torch_model, history, args.latency_repeats)
+        latency = request_latency(recops_model, torch_model, history, args.latency_repeats, systems)
         results["latency_ms"][history] = latency
         print(
             f"one request, {history} events + {MAX_NEW_EVENTS} new: "
             + ", ".join(f"{name} {ms:.1f} ms" for name, ms in latency.items()),
             flush=True,
         )
+    if args.latency_only:
+        return
     for name in args.systems.split(","):
         users = Users(
             args.users, args.min_history, args.max_history, config.num_items, max_seq_len - 1
