@@ -270,8 +270,8 @@ class Fp32Precision {
       std::copy_n(t.values.get() + r * dv, dv, out + r * ld_out);
   }
 
-  // weighted_values reading V in place: row by row for a few rows; else W padded into the
-  // scratch's weights (zeros outside) and padded_product.
+  // weighted_values reading V in place: row by row for a few rows; else W copied into the
+  // scratch's weights (the padding rows zero; no product reads past the keys) and padded_product.
   void padded_weighted_values(Scratch& t, const Block& blk, int64_t h, const T* w, T* out,
                               int64_t ld_out) const {
     const int64_t rows = blk.rows;
@@ -287,8 +287,11 @@ class Fp32Precision {
     T* weights = t.weights.get();
     for (int64_t r = 0; r < padded_rows(blk); ++r) {
       T* dst = weights + r * ld;
-      if (r < rows) std::copy_n(w + r * blk.keys, blk.keys, dst);
-      std::fill(dst + (r < rows ? blk.keys : 0), dst + ld, T(0));
+      if (r < rows) {
+        std::copy_n(w + r * blk.keys, blk.keys, dst);
+      } else {
+        std::fill_n(dst, blk.keys, T(0));
+      }
     }
     padded_product(t, blk, h, out, ld_out);
   }
