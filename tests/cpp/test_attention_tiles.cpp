@@ -458,6 +458,79 @@ TEST_P(TileVariant, TransposeTile) {
   }
 }
 
+// TileOps::add_time_bias against the bucketizer key by key, exact: chronological keys (runs of
+// one bucket), keys on both sides of the query time, repeated times, magnitudes below 1, huge and
+// NaN ones; a divisor whose cells hold one threshold each (the vectorised path) and one whose
+// cells hold several.
+TEST_P(TileVariant, AddTimeBias) {
+  std::mt19937_64 rng(11);
+  for (const double divisor : {0.301, 1e-5}) {
+    const LogBucketizer bucketizer(divisor, 128);
+    const LogBucketizer::View bucket = bucketizer.view();
+    std::vector<float> ts_w(129);
+    for (int k = 0; k <= 128; ++k) ts_w[k] = 0.25f * static_cast<float>(k) - 3.0f;
+    const std::vector<double> ts_w64(ts_w.begin(), ts_w.end());
+    for (const int64_t n : {0, 1, 15, 16, 37, 300}) {
+      std::vector<double> key_time(n);
+      double t = 1e9;
+      for (int64_t j = 0; j < n; ++j) {
+        // Keys 100 to 179 at one time: groups that stay in the previous group's bucket.
+        const bool burst = j >= 100 && j < 180;
+        t += burst
+                 ? 0.0
+                 : static_cast<double>(rng() % 4 == 0 ? 0 : rng() % (uint64_t{1} << (rng() % 24)));
+        key_time[j] = j % 29 == 7 ? std::ldexp(static_cast<double>(rng() % 1000), 900) : t;
+      }
+      if (n > 5) key_time[5] = std::numeric_limits<double>::quiet_NaN();
+      if (n > 3) key_time[3] = 1e9 + 0.5;  // |delta| below 1 from the first query time
+      if (n > 9) {                         // just above 1, among the small divisor's thresholds
+        key_time[8] = 1e9 - 1.0011;
+        key_time[9] = 1e9 + 1.0004;
+      }
+      for (const double query_time : {1e9, t / 2 + 5e8, t + 1.0}) {
+        const auto pos = random_values(n, 60);
+        std::vector<float> got = pos, want = pos;
+        std::vector<double> got64(pos.begin(), pos.end()), want64 = got64;
+        std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
+        for (int64_t j = 0; j < n; ++j) {
+          want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
+          want[j] += ts_w[want_buckets[j]];
+          want64[j] += ts_w64[want_buckets[j]];
+        }
+        variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(),
+                                     got.data(), got_buckets.data());
+        EXPECT_EQ(got_buckets, want_buckets) << "divisor " << divisor << ", n = " << n;
+        EXPECT_EQ(got, want) << "divisor " << divisor << ", n = " << n;
+        baseline::kDoubleTileOps.add_time_bias(key_time.data(), n, query_time, bucket,
+                                               ts_w64.data(), got64.data(), got_buckets.data());
+        EXPECT_EQ(got64, want64) << "divisor " << divisor << ", n = " << n;
+      }
+    }
+  }
+}
+
+// TileOps::add_by_bucket (the time table's gradient) against a scatter key by key: runs of one
+// bucket shorter and longer than the vector groups, single keys between them, and a row of one
+// key; the values are exact in any summation order.
+TEST_P(TileVariant, AddByBucket) {
+  for (const int64_t n : {0, 1, 3, 16, 37, 200, 401}) {
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::vector<int32_t> buckets(n);
+    std::vector<float> g(n);
+    for (int64_t j = 0; j < n; ++j) {
+      buckets[j] = j % 9 == 4 ? static_cast<int32_t>(rng() % 5) : static_cast<int32_t>(j / 40);
+      g[j] = static_cast<float>(rng() % 1000) / 64.0f - 7.0f;
+    }
+    std::vector<double> got(16, 0.5), want(16, 0.5), got64(16, 0.5);
+    const std::vector<double> g64(g.begin(), g.end());
+    variant().fp32.add_by_bucket(g.data(), buckets.data(), n, got.data());
+    baseline::kDoubleTileOps.add_by_bucket(g64.data(), buckets.data(), n, got64.data());
+    for (int64_t j = 0; j < n; ++j) want[buckets[j]] += g[j];
+    EXPECT_EQ(got, want) << "n = " << n;
+    EXPECT_EQ(got64, want) << "n = " << n;
+  }
+}
+
 TEST_P(TileVariant, SoftmaxRows) {
   const int64_t n = 301;
   const auto s0 = random_values(n, 34, -8.0f, 8.0f), dp0 = random_values(n, 35);

@@ -126,24 +126,6 @@ TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {
   EXPECT_EQ(unshifted, batch.key_time);
 }
 
-// add_by_bucket (the relative bias's time-table gradient) against a scatter key by key.
-TEST(HstuBiasGrads, AddByBucketSumsRunsAndScatteredBuckets) {
-  // Runs of one bucket (chronological keys), single keys between them, and a row of one key.
-  for (const int64_t n : {0, 1, 3, 37, 200}) {
-    std::mt19937 rng(static_cast<uint32_t>(n));
-    std::vector<int32_t> buckets(n);
-    std::vector<float> g(n);
-    for (int64_t j = 0; j < n; ++j) {
-      buckets[j] = j % 9 == 4 ? static_cast<int32_t>(rng() % 5) : static_cast<int32_t>(j / 17);
-      g[j] = static_cast<float>(rng() % 1000) / 64.0f - 7.0f;  // exact in any summation order
-    }
-    std::vector<double> got(16, 0.5), want(16, 0.5);
-    add_by_bucket(g.data(), buckets.data(), n, got.data());
-    for (int64_t j = 0; j < n; ++j) want[buckets[j]] += g[j];
-    EXPECT_EQ(got, want) << "n = " << n;
-  }
-}
-
 // The one block loop of the HSTU-family kernels (block_schedule.h): every query row of every
 // sequence falls in exactly one block, which meets the keys its mask lets it see (causal with a
 // window of 40: the 40 keys before the block's first row up to its last row) and runs between its

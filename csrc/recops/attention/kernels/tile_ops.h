@@ -11,6 +11,7 @@
 #include "recops/common/cpu_isa.h"
 #include "recops/common/prefetch.h"
 #include "recops/common/vec_math.h"
+#include "recops/hstu/kernels/relative_bias_math.h"
 
 namespace recops::attention::kernels {
 
@@ -65,6 +66,57 @@ RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, c
       silu_score_grad(s, dp, x, scale * mask[j], j);
     }
   });
+}
+
+// HSTU's relative time bias over keys that share a query time (mask_and_bias.h's
+// build_bias_tile): buckets[j] = bucket(|query_time - key_time[j]|), out[j] += ts_w[buckets[j]].
+// Where no bucketizer cell holds two thresholds (every divisor above ~2.4e-4), the bucket is a
+// table lookup and a comparison, which vectorise as gathers: about 4x the scalar loop's speed.
+// (GCC vectorises the gathers only with the pointers restrict-qualified as parameters, and the
+// bucketizer's fields copied out of the caller's reference.)
+template <typename T>
+RECOPS_ALWAYS_INLINE void add_time_bias_generic(const double* __restrict key_time, int64_t n,
+                                                double query_time,
+                                                const LogBucketizer::View& bucket,
+                                                const T* __restrict ts_w, T* __restrict out,
+                                                int32_t* __restrict buckets) {
+  const LogBucketizer::View local = bucket;
+  if (local.several_per_cell) {
+    for (int64_t j = 0; j < n; ++j) {
+      buckets[j] = local(std::abs(query_time - key_time[j]));
+      out[j] += ts_w[buckets[j]];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t k = local.one_per_cell(std::abs(query_time - key_time[j]));
+    buckets[j] = k;
+    out[j] += ts_w[k];
+  }
+}
+
+// sums[buckets[j]] += g[j] for j < n (the time table's gradient). Chronological keys fall in long
+// runs of one log bucket: a run is compared and summed kLanes keys at a time in vector lanes
+// (double) and added to its bucket once, instead of a chain of adds through one memory slot.
+template <typename T>
+RECOPS_ALWAYS_INLINE void add_by_bucket_generic(const T* g, const int32_t* buckets, int64_t n,
+                                                double* sums) {
+  constexpr int64_t kLanes = 16;
+  for (int64_t j = 0; j < n;) {
+    const int32_t bucket = buckets[j];
+    double lanes[kLanes] = {};
+    bool whole_groups = false;
+    for (; j + kLanes <= n; j += kLanes) {
+      int32_t differs = 0;
+      for (int64_t k = 0; k < kLanes; ++k) differs |= buckets[j + k] ^ bucket;
+      if (differs != 0) break;
+      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(g[j + k]);
+      whole_groups = true;
+    }
+    double sum = 0;
+    for (; j < n && buckets[j] == bucket; ++j) sum += static_cast<double>(g[j]);
+    sums[bucket] += whole_groups ? fold_lanes<kLanes>(lanes) + sum : sum;
+  }
 }
 
 // Products of a few query rows (a serving step's) with key and value rows read where they lie,

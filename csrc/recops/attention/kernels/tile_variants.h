@@ -22,6 +22,10 @@
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/common/cpu_isa.h"
 
+#if RECOPS_X86_VARIANTS
+#include <immintrin.h>
+#endif
+
 namespace recops::attention::kernels {
 
 // The element-wise passes of one variant on T tiles (the *_generic functions of tile_ops.h and
@@ -31,6 +35,9 @@ struct TileOps {
   // HSTU family (tile_ops.h).
   void (*silu_scores)(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale);
   void (*silu_score_grads)(T* s, T* dp, const T* bias, const T* mask, int64_t n, T alpha, T scale);
+  void (*add_time_bias)(const double* key_time, int64_t n, double query_time,
+                        const LogBucketizer::View& bucket, const T* ts_w, T* out, int32_t* buckets);
+  void (*add_by_bucket)(const T* g, const int32_t* buckets, int64_t n, double* sums);
   void (*key_row_dots)(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld_k, int64_t n,
                        int64_t d, T* s, int64_t ld_s);
   void (*weighted_value_rows)(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,

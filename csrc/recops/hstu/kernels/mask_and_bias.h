@@ -15,7 +15,7 @@
 #include <cstring>
 #include <utility>
 
-#include "recops/attention/kernels/tile_ops.h"
+#include "recops/attention/kernels/tile_variants.h"
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/relative_bias_math.h"
 
@@ -167,6 +167,7 @@ struct BiasSource {
   const T* ts_w = nullptr;
   const T* pos_w = nullptr;
   LogBucketizer::View buckets{};
+  const TileOps<T>* passes = &tile_ops<T>();  // the time term's per-key passes
 
   bool per_head() const { return kind == BiasKind::kDense && dense_stride_h != 0; }
 };
@@ -322,18 +323,12 @@ void build_bias_tile(const BiasSource<T>& src, const MaskSource<T>& mask, const 
     int32_t* bucket_row = bucket_tile + r * blk.stride();
     std::fill(bucket_row, bucket_row + blk.keys, 0);
     const double query_time = src.query_time[seqs.query_row(blk.b, i)];
-    const LogBucketizer::View bucket = src.buckets;  // by value: not reloaded after each store
-    const T* ts_w = src.ts_w;
     for (int k = 0; k < runs; ++k) {
       seqs.keys.for_each_run(blk.b, blk.key0 + begin[k], end[k] - begin[k],
                              [&](int64_t key_row, int64_t key, int64_t n) {
-                               const double* key_time = src.key_time + key_row;
-                               int32_t* buckets = bucket_row + (key - blk.key0);
-                               T* out = row + (key - blk.key0);
-                               for (int64_t j = 0; j < n; ++j) {
-                                 buckets[j] = bucket(std::abs(query_time - key_time[j]));
-                                 out[j] += ts_w[buckets[j]];
-                               }
+                               src.passes->add_time_bias(
+                                   src.key_time + key_row, n, query_time, src.buckets, src.ts_w,
+                                   row + (key - blk.key0), bucket_row + (key - blk.key0));
                              });
     }
   });
@@ -374,24 +369,6 @@ bool build_head_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Bl
   return rebuilt_masked;
 }
 
-// sums[buckets[j]] += g[j] for j < n. Chronological keys fall in long runs of one log bucket:
-// each run is summed in registers, four partial sums wide, and added to its bucket once, instead
-// of a chain of adds through one memory slot (each waiting for the previous one's store).
-template <typename T>
-void add_by_bucket(const T* g, const int32_t* buckets, int64_t n, double* sums) {
-  for (int64_t j = 0; j < n;) {
-    const int32_t bucket = buckets[j];
-    int64_t end = j + 1;
-    while (end < n && buckets[end] == bucket) ++end;
-    double partial[4] = {0.0, 0.0, 0.0, 0.0};
-    for (; j + 4 <= end; j += 4) {
-      for (int k = 0; k < 4; ++k) partial[k] += g[j + k];
-    }
-    for (; j < end; ++j) partial[0] += g[j];
-    sums[bucket] += (partial[0] + partial[1]) + (partial[2] + partial[3]);
-  }
-}
-
 // Adds the bias gradient of one tile (dS summed over the heads sharing the bias). A relative
 // bias's gradient is added over the keys each row sees under `mask` only (for_each_row_runs): the
 // tile is the mask's product there, zero elsewhere (half of it under a causal mask).
@@ -419,8 +396,8 @@ void accumulate_bias_grads(const BiasSource<T>& src, const MaskSource<T>& mask,
         for (int64_t j = 0; j < n; ++j) pos[j] += g[j0 + j];
       }
       if (sink.ts_w != nullptr) {
-        add_by_bucket(g + j0, bucket_tile + r * blk.stride() + j0, n,
-                      sink.ts_w + slot * sink.ts_thread_stride);
+        src.passes->add_by_bucket(g + j0, bucket_tile + r * blk.stride() + j0, n,
+                                  sink.ts_w + slot * sink.ts_thread_stride);
       }
     }
   });

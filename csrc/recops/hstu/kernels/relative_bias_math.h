@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "recops/common/cpu_isa.h"
+
 namespace recops::attention::kernels {
 
 // The reference bucket of a time-delta magnitude; NaN magnitudes fall in bucket 0.
@@ -99,15 +101,25 @@ class LogBucketizer {
     bool several_per_cell;
 
     int32_t operator()(double magnitude) const {
-      // Clamped into [1, saturation] without branches (a NaN magnitude becomes 1).
-      double m = magnitude > 1.0 ? magnitude : 1.0;
-      m = m < saturation ? m : saturation;
+      if (!several_per_cell) return one_per_cell(magnitude);
+      const double m = clamped(magnitude);
       int32_t b = cell_bucket[(bits(m) - kOneBits) >> cell_shift];
-      b += m >= thresholds[b + 1];
-      if (several_per_cell) {
-        while (m >= thresholds[b + 1]) ++b;
-      }
+      while (m >= thresholds[b + 1]) ++b;
       return b;
+    }
+
+    // The bucket where no cell holds two thresholds (!several_per_cell): a table lookup and one
+    // comparison, without branches, so that a loop calling it vectorises (gathers).
+    RECOPS_ALWAYS_INLINE int32_t one_per_cell(double magnitude) const {
+      const double m = clamped(magnitude);
+      const int32_t b = cell_bucket[(bits(m) - kOneBits) >> cell_shift];
+      return b + (m >= thresholds[b + 1] ? 1 : 0);
+    }
+
+    // Into [1, saturation] without branches (a NaN magnitude becomes 1).
+    RECOPS_ALWAYS_INLINE double clamped(double magnitude) const {
+      const double m = magnitude > 1.0 ? magnitude : 1.0;
+      return m < saturation ? m : saturation;
     }
   };
 
@@ -122,7 +134,7 @@ class LogBucketizer {
   static constexpr uint64_t kOneBits = 0x3FF0000000000000ull;
   static constexpr uint64_t kInfBits = 0x7FF0000000000000ull;
 
-  static uint64_t bits(double x) {
+  RECOPS_ALWAYS_INLINE static uint64_t bits(double x) {
     uint64_t u;
     std::memcpy(&u, &x, sizeof(u));
     return u;
