@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "recops/attention/kernels/tile_variants.h"
 #include "recops/common/blas.h"
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/batch.h"
@@ -16,14 +17,16 @@
 namespace recops::attention::kernels {
 
 // dst [B, cols, longest] = per sequence b, its key rows of src (rows of `cols` values) transposed
-// (columns past the length are left as they are), sequences split between threads.
+// by the tile passes' transpose (columns past the length are left as they are), sequences split
+// between threads.
 template <typename T>
-void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src, T* dst) {
+void transpose_sequences(const Sequences& seqs, int64_t cols, const Rows<T>& src,
+                         const TileOps<T>& passes, T* dst) {
   parallel_for(0, seqs.count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
-        transpose(n, cols, src.at(row, 0, 0), src.stride, dst + b * cols * seqs.longest + key,
-                  seqs.longest);
+        passes.transpose(src.at(row, 0, 0), n, cols, src.stride,
+                         dst + b * cols * seqs.longest + key, seqs.longest);
       });
     }
   });
@@ -34,15 +37,16 @@ class KeyValueTransposes {
  public:
   // v.data null: no V^T; with_k_t false: no K^T.
   KeyValueTransposes(const Sequences& seqs, int64_t heads, int64_t dqk, int64_t dv,
-                     const Rows<T>& k, const Rows<T>& v, bool with_k_t = true)
+                     const Rows<T>& k, const Rows<T>& v, const TileOps<T>& passes,
+                     bool with_k_t = true)
       : heads_(heads),
         dqk_(dqk),
         dv_(dv),
         longest_(seqs.longest),
         k_t_(with_k_t ? new T[seqs.count * heads * dqk * longest_] : nullptr),
         v_t_(v.data != nullptr ? new T[seqs.count * heads * dv * longest_] : nullptr) {
-    if (with_k_t) transpose_sequences(seqs, heads * dqk, k, k_t_.get());
-    if (v.data != nullptr) transpose_sequences(seqs, heads * dv, v, v_t_.get());
+    if (with_k_t) transpose_sequences(seqs, heads * dqk, k, passes, k_t_.get());
+    if (v.data != nullptr) transpose_sequences(seqs, heads * dv, v, passes, v_t_.get());
   }
 
   // Column key0 (a key of sequence b) of head h's K^T / V^T (leading dimension ld()). Columns

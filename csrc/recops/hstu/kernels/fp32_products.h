@@ -78,9 +78,9 @@ class Fp32Precision {
       : seqs_(seqs),
         shape_(shape),
         in_(in),
-        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{},
-            backward || !one_block_per_sequence(seqs)),
-        passes_(tile_ops<T>()) {}
+        passes_(tile_ops<T>()),
+        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{}, passes_,
+            backward || !one_block_per_sequence(seqs)) {}
 
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
@@ -167,10 +167,11 @@ class Fp32Precision {
               in_.k.stride, dq, ld_dq, key != blk.key0);
     });
     scale_rows(dq, blk.rows, dqk, ld_dq, shape_.alpha);
-    transpose(blk.rows, dqk, q, in_.q.stride, tg.q_t(), kQueryBlock, shape_.alpha);
+    passes_.transpose(q, blk.rows, dqk, in_.q.stride, tg.q_t(), kQueryBlock);
+    if (shape_.alpha != T(1)) scale_rows(tg.q_t(), dqk, blk.rows, kQueryBlock, shape_.alpha);
     gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(), kQueryBlock, ds, blk.keys, tg.dk_t(h, blk.key0),
             tg.ld(), true);
-    transpose(blk.rows, dv, go, ld_go, tg.go_t(), kQueryBlock);
+    passes_.transpose(go, blk.rows, dv, ld_go, tg.go_t(), kQueryBlock);
     gemm_nn(dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, s, blk.keys, tg.dv_t(h, blk.key0),
             tg.ld(), true);
   }
@@ -181,7 +182,7 @@ class Fp32Precision {
                         int64_t ld_go, Weights w, T* s) const {
     const Block& blk = pb.blk;
     KeyGradients<T>& tg = scratch.grads;
-    transpose(blk.rows, shape_.dv, go, ld_go, tg.go_t(), kQueryBlock);
+    passes_.transpose(go, blk.rows, shape_.dv, ld_go, tg.go_t(), kQueryBlock);
     gemm_nn(shape_.dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, w, blk.keys,
             tg.dv_t(h, blk.key0), tg.ld(), true);
     gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), s,
@@ -299,8 +300,8 @@ class Fp32Precision {
   const Sequences& seqs_;
   HstuShape<T> shape_;
   HstuTensors<T> in_;
-  KeyValueTransposes<T> kv_;
   const TileOps<T>& passes_;
+  KeyValueTransposes<T> kv_;
 };
 
 }  // namespace recops::attention::kernels
