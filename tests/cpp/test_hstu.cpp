@@ -205,6 +205,25 @@ TEST(HstuBlockSchedule, FindsTheKeyRowsNoItemWrites) {
   EXPECT_EQ(unwritten_key_rows(touching, 8), Gaps{});
 }
 
+// The rows of an output or dQ no block writes: the rows outside every sequence's query rows (here
+// the last 3 and 5 rows of two sequences' keys, a sequence without queries, and rows before,
+// between and after); none when two sequences share a query row.
+TEST(HstuBlockSchedule, FindsTheQueryRowsNoBlockWrites) {
+  using Gaps = std::vector<std::pair<int64_t, int64_t>>;
+  const std::vector<int64_t> q_begin = {4, 20, 30}, q_length = {3, 0, 5};
+  const std::vector<int64_t> key_begin = {0, 12, 30}, key_length = {10, 4, 8};
+  KeyRows keys;
+  keys.row_begin = key_begin.data();
+  keys.length = key_length.data();
+  const Sequences apart = Sequences::with_keys(3, q_begin.data(), q_length.data(), keys, 10);
+  EXPECT_EQ(unwritten_query_rows(apart, 40), (Gaps{{0, 4}, {7, 30}, {35, 40}}));
+  EXPECT_EQ(unwritten_query_rows(apart, 35), (Gaps{{0, 4}, {7, 30}}));
+  const std::vector<int64_t> shared_begin = {0, 2}, shared_length = {3, 3};
+  const Sequences shared =
+      Sequences::with_keys(2, shared_begin.data(), shared_length.data(), keys, 10);
+  EXPECT_FALSE(unwritten_query_rows(shared, 8).has_value());
+}
+
 // The forward's key split (forward_key_parts, for_each_block_in_parallel with parts): with fewer
 // query blocks than threads, each block's keys are cut in parts that cover them exactly once, a
 // part past the first starting at a multiple of kKeyPartGranule; otherwise no split.

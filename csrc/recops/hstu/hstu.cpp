@@ -40,7 +40,8 @@ at::Tensor hstu_forward_of(const PreparedAttention& a, const at::Tensor& q, cons
       q, k, v, seqs.view, options, false, true, [&](const auto& prec, auto dtype) {
         using P = std::decay_t<decltype(prec)>;
         using C = typename P::Compute;
-        at::Tensor out = at::zeros({a.rows, a.heads, v.size(-1)}, q.options().dtype(dtype));
+        at::Tensor out =
+            query_rows_output({a.rows, a.heads, v.size(-1)}, q.options().dtype(dtype), seqs.view);
         hstu_forward(prec, a.mask.source<C>(), {bias.source<C>()}, chunks,
                      ChannelLayout::heads(a.heads, v.size(-1)),
                      elements_of<typename P::Element>(out));

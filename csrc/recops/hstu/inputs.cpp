@@ -272,11 +272,20 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) 
   return sum_partials(buffer, table.scalar_type());
 }
 
+at::Tensor query_rows_output(at::IntArrayRef shape, const at::TensorOptions& options,
+                             const kernels::Sequences& seqs) {
+  const auto gaps = kernels::unwritten_query_rows(seqs, shape[0]);
+  if (!gaps.has_value()) return at::zeros(shape, options);
+  at::Tensor out = at::empty(shape, options);
+  for (const auto& [begin, end] : *gaps) out.narrow(0, begin, end - begin).zero_();
+  return out;
+}
+
 QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks,
                                const kernels::Sequences& seqs) {
   const int64_t rows = q.size(0), heads = q.size(1);
   const auto options = q.options().dtype(compute_dtype(q));
-  dq = at::zeros({rows, heads, q.size(2)}, options);
+  dq = query_rows_output({rows, heads, q.size(2)}, options, seqs);
   const auto gaps = chunks == 1 ? kernels::unwritten_key_rows(seqs, rows) : std::nullopt;
   write_keys = gaps.has_value();
   if (!write_keys) {

@@ -229,6 +229,12 @@ decltype(auto) with_precision(const at::Tensor& q, const at::Tensor& k, const at
   });
 }
 
+// A [query rows, ...] output of the kernels (the attention's output, dQ): uninitialised but for
+// the rows no block writes (kernels::unwritten_query_rows), which are zero; zero throughout when
+// two sequences share a query row.
+at::Tensor query_rows_output(at::IntArrayRef shape, const at::TensorOptions& options,
+                             const kernels::Sequences& seqs);
+
 // dQ, and dK / dV as per-chunk partials, in the compute type of q.
 struct QkvGradBuffers {
   at::Tensor dq, dk, dv;

@@ -206,20 +206,13 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
       });
 }
 
-// The rows [begin, end) of dK and dV (of `rows` rows) that no backward item writes when each
-// sequence with queries is one item (one chunk): the rows outside every such sequence's keys.
-// Empty when two of those sequences share a key row, whose gradients must then add up.
-inline std::optional<std::vector<std::pair<int64_t, int64_t>>> unwritten_key_rows(
-    const Sequences& seqs, int64_t rows) {
-  std::vector<std::pair<int64_t, int64_t>> runs;
-  for (int64_t b = 0; b < seqs.count; ++b) {
-    if (seqs.q_length[b] == 0) continue;  // no item
-    seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t, int64_t n) {
-      runs.emplace_back(row, row + n);
-    });
-  }
+using RowGaps = std::vector<std::pair<int64_t, int64_t>>;
+
+// The rows [begin, end) of [0, rows) outside every run of `runs` (sorted here); none (nullopt)
+// when two runs overlap.
+inline std::optional<RowGaps> rows_outside(RowGaps runs, int64_t rows) {
   std::sort(runs.begin(), runs.end());
-  std::vector<std::pair<int64_t, int64_t>> gaps;
+  RowGaps gaps;
   int64_t next = 0;  // the first row past the runs so far
   for (const auto& [begin, end] : runs) {
     if (begin < next) return std::nullopt;
@@ -228,6 +221,33 @@ inline std::optional<std::vector<std::pair<int64_t, int64_t>>> unwritten_key_row
   }
   if (next < rows) gaps.emplace_back(next, rows);
   return gaps;
+}
+
+// The rows of dK and dV (of `rows` rows) that no backward item writes when each sequence with
+// queries is one item (one chunk): the rows outside every such sequence's keys. None (nullopt)
+// when two of those sequences share a key row, whose gradients must then add up.
+inline std::optional<RowGaps> unwritten_key_rows(const Sequences& seqs, int64_t rows) {
+  RowGaps runs;
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    if (seqs.q_length[b] == 0) continue;  // no item
+    seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t, int64_t n) {
+      runs.emplace_back(row, row + n);
+    });
+  }
+  return rows_outside(std::move(runs), rows);
+}
+
+// The rows of an output or of dQ (of `rows` rows) that no block writes: the rows outside every
+// sequence's query rows (every query row is in one block, which sees at least one key and writes
+// the row). None (nullopt) when two sequences share a query row.
+inline std::optional<RowGaps> unwritten_query_rows(const Sequences& seqs, int64_t rows) {
+  RowGaps runs;
+  for (int64_t b = 0; b < seqs.count; ++b) {
+    if (seqs.q_length[b] > 0) {
+      runs.emplace_back(seqs.q_row_begin[b], seqs.q_row_begin[b] + seqs.q_length[b]);
+    }
+  }
+  return rows_outside(std::move(runs), rows);
 }
 
 // The backward kernels' loop: as for_each_block_in_parallel, with the thread's key-side gradient

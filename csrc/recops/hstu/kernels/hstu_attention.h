@@ -105,7 +105,8 @@ void block_tiles(const P& prec, const MaskSource<typename P::Compute>& mask,
   }
 }
 
-// out: zero-initialised, addressed by `layout`.
+// out addressed by `layout`: every query row is written (by its block, which sees at least one
+// key); the other rows are left as they are (inputs.h's query_rows_output zeroes them).
 template <typename P>
 void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
                   const ChannelBiases<typename P::Compute>& biases, int64_t chunks,
