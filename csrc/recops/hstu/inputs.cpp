@@ -272,13 +272,23 @@ at::Tensor reduce_table_grad(const at::Tensor& buffer, const at::Tensor& table) 
   return sum_partials(buffer, table.scalar_type());
 }
 
-at::Tensor query_rows_output(at::IntArrayRef shape, const at::TensorOptions& options,
-                             const kernels::Sequences& seqs) {
-  const auto gaps = kernels::unwritten_query_rows(seqs, shape[0]);
+namespace {
+
+// An uninitialised tensor whose rows along `dim` in `gaps` are zero (the rows the kernels write
+// no value to); zero throughout without gaps (nullopt: the kernels add into it).
+at::Tensor zero_at_gaps(at::IntArrayRef shape, const at::TensorOptions& options,
+                        const std::optional<kernels::RowGaps>& gaps, int64_t dim) {
   if (!gaps.has_value()) return at::zeros(shape, options);
   at::Tensor out = at::empty(shape, options);
-  for (const auto& [begin, end] : *gaps) out.narrow(0, begin, end - begin).zero_();
+  for (const auto& [begin, end] : *gaps) out.narrow(dim, begin, end - begin).zero_();
   return out;
+}
+
+}  // namespace
+
+at::Tensor query_rows_output(at::IntArrayRef shape, const at::TensorOptions& options,
+                             const kernels::Sequences& seqs) {
+  return zero_at_gaps(shape, options, kernels::unwritten_query_rows(seqs, shape[0]), 0);
 }
 
 QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t chunks,
@@ -288,17 +298,8 @@ QkvGradBuffers::QkvGradBuffers(const at::Tensor& q, const at::Tensor& v, int64_t
   dq = query_rows_output({rows, heads, q.size(2)}, options, seqs);
   const auto gaps = chunks == 1 ? kernels::unwritten_key_rows(seqs, rows) : std::nullopt;
   write_keys = gaps.has_value();
-  if (!write_keys) {
-    dk = at::zeros({chunks, rows, heads, q.size(2)}, options);
-    dv = at::zeros({chunks, rows, heads, v.size(2)}, options);
-    return;
-  }
-  dk = at::empty({1, rows, heads, q.size(2)}, options);
-  dv = at::empty({1, rows, heads, v.size(2)}, options);
-  for (const auto& [begin, end] : *gaps) {
-    dk.select(0, 0).narrow(0, begin, end - begin).zero_();
-    dv.select(0, 0).narrow(0, begin, end - begin).zero_();
-  }
+  dk = zero_at_gaps({chunks, rows, heads, q.size(2)}, options, gaps, 1);
+  dv = zero_at_gaps({chunks, rows, heads, v.size(2)}, options, gaps, 1);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvGradBuffers::reduce(const at::Tensor& q,

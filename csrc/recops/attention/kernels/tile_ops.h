@@ -70,52 +70,37 @@ RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, c
 
 // HSTU's relative time bias over keys that share a query time (mask_and_bias.h's
 // build_bias_tile): buckets[j] = bucket(|query_time - key_time[j]|), out[j] += ts_w[buckets[j]].
-// Where no bucketizer cell holds two thresholds (every divisor above ~2.4e-4), the bucket is a
-// table lookup and a comparison, which vectorise as gathers: about 4x the scalar loop's speed.
-// (GCC vectorises the gathers only with the pointers restrict-qualified as parameters, and the
-// bucketizer's fields copied out of the caller's reference.)
+// Scalar: the bucket is two dependent table lookups, which GCC vectorises (as gathers) only when
+// tuning for a CPU with fast gathers; variant.h's AVX-512 build writes them out.
 template <typename T>
-RECOPS_ALWAYS_INLINE void add_time_bias_generic(const double* __restrict key_time, int64_t n,
+RECOPS_ALWAYS_INLINE void add_time_bias_generic(const double* key_time, int64_t n,
                                                 double query_time,
-                                                const LogBucketizer::View& bucket,
-                                                const T* __restrict ts_w, T* __restrict out,
-                                                int32_t* __restrict buckets) {
-  const LogBucketizer::View local = bucket;
-  if (local.several_per_cell) {
-    for (int64_t j = 0; j < n; ++j) {
-      buckets[j] = local(std::abs(query_time - key_time[j]));
-      out[j] += ts_w[buckets[j]];
-    }
-    return;
-  }
+                                                const LogBucketizer::View& bucket, const T* ts_w,
+                                                T* out, int32_t* buckets) {
+  const LogBucketizer::View local = bucket;  // by value: not reloaded after each store
   for (int64_t j = 0; j < n; ++j) {
-    const int32_t k = local.one_per_cell(std::abs(query_time - key_time[j]));
-    buckets[j] = k;
-    out[j] += ts_w[k];
+    buckets[j] = local(std::abs(query_time - key_time[j]));
+    out[j] += ts_w[buckets[j]];
   }
 }
 
 // sums[buckets[j]] += g[j] for j < n (the time table's gradient). Chronological keys fall in long
-// runs of one log bucket: a run is compared and summed kLanes keys at a time in vector lanes
-// (double) and added to its bucket once, instead of a chain of adds through one memory slot.
+// runs of one log bucket: each run is summed in registers, four partial sums wide, and added to
+// its bucket once, instead of a chain of adds through one memory slot (each waiting for the
+// previous one's store).
 template <typename T>
 RECOPS_ALWAYS_INLINE void add_by_bucket_generic(const T* g, const int32_t* buckets, int64_t n,
                                                 double* sums) {
-  constexpr int64_t kLanes = 16;
   for (int64_t j = 0; j < n;) {
     const int32_t bucket = buckets[j];
-    double lanes[kLanes] = {};
-    bool whole_groups = false;
-    for (; j + kLanes <= n; j += kLanes) {
-      int32_t differs = 0;
-      for (int64_t k = 0; k < kLanes; ++k) differs |= buckets[j + k] ^ bucket;
-      if (differs != 0) break;
-      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(g[j + k]);
-      whole_groups = true;
+    int64_t end = j + 1;
+    while (end < n && buckets[end] == bucket) ++end;
+    double partial[4] = {0.0, 0.0, 0.0, 0.0};
+    for (; j + 4 <= end; j += 4) {
+      for (int k = 0; k < 4; ++k) partial[k] += g[j + k];
     }
-    double sum = 0;
-    for (; j < n && buckets[j] == bucket; ++j) sum += static_cast<double>(g[j]);
-    sums[bucket] += whole_groups ? fold_lanes<kLanes>(lanes) + sum : sum;
+    for (; j < end; ++j) partial[0] += g[j];
+    sums[bucket] += (partial[0] + partial[1]) + (partial[2] + partial[3]);
   }
 }
 

@@ -31,40 +31,39 @@ void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T al
 template <typename T>
 void add_time_bias(const double* key_time, int64_t n, double query_time,
                    const LogBucketizer::View& bucket, const T* ts_w, T* out, int32_t* buckets) {
+  static_assert(std::is_same_v<T, float>, "float64 tiles run the baseline table");
   int64_t j = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    if (!bucket.several_per_cell) {
-      const __m512d query = _mm512_set1_pd(query_time), one = _mm512_set1_pd(1.0);
-      const __m512d saturation = _mm512_set1_pd(bucket.saturation);
-      const __m512i one_bits = _mm512_set1_epi64(0x3FF0000000000000ll);
-      const __m128i shift = _mm_cvtsi32_si128(bucket.cell_shift);
-      const __m256i step = _mm256_set1_epi32(1);
-      int32_t last = -1;  // the previous group's last bucket (none yet)
-      __m512d low = _mm512_set1_pd(0.0), high = low;
-      for (; j + 8 <= n; j += 8) {
-        __m512d m = _mm512_abs_pd(_mm512_sub_pd(query, _mm512_loadu_pd(key_time + j)));
-        m = _mm512_min_pd(_mm512_max_pd(m, one), saturation);  // max(NaN, 1) is 1, as clamped()
-        __m256i b;
-        __m256 w;
-        const __mmask8 inside =
-            _mm512_cmp_pd_mask(m, low, _CMP_GE_OQ) & _mm512_cmp_pd_mask(m, high, _CMP_LT_OQ);
-        if (inside == 0xFF) {
-          b = _mm256_set1_epi32(last);
-          w = _mm256_set1_ps(ts_w[last]);
-        } else {
-          const __m512i cell =
-              _mm512_srl_epi64(_mm512_sub_epi64(_mm512_castpd_si512(m), one_bits), shift);
-          b = _mm512_i64gather_epi32(cell, bucket.cell_bucket, 4);
-          const __m512d next = _mm512_i32gather_pd(_mm256_add_epi32(b, step), bucket.thresholds, 8);
-          b = _mm256_mask_add_epi32(b, _mm512_cmp_pd_mask(m, next, _CMP_GE_OQ), b, step);
-          w = _mm256_i32gather_ps(ts_w, b, 4);
-          last = _mm256_extract_epi32(b, 7);
-          low = _mm512_set1_pd(bucket.thresholds[last]);
-          high = _mm512_set1_pd(bucket.thresholds[last + 1]);  // NaN past the last bucket
-        }
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets + j), b);
-        _mm256_storeu_ps(out + j, _mm256_add_ps(_mm256_loadu_ps(out + j), w));
+  if (!bucket.several_per_cell) {
+    const __m512d query = _mm512_set1_pd(query_time), one = _mm512_set1_pd(1.0);
+    const __m512d saturation = _mm512_set1_pd(bucket.saturation);
+    const __m512i one_bits = _mm512_set1_epi64(static_cast<int64_t>(LogBucketizer::kOneBits));
+    const __m128i shift = _mm_cvtsi32_si128(bucket.cell_shift);
+    const __m256i step = _mm256_set1_epi32(1);
+    int32_t last = -1;  // the previous group's last bucket (none yet)
+    __m512d low = _mm512_set1_pd(0.0), high = low;
+    for (; j + 8 <= n; j += 8) {
+      __m512d m = _mm512_abs_pd(_mm512_sub_pd(query, _mm512_loadu_pd(key_time + j)));
+      m = _mm512_min_pd(_mm512_max_pd(m, one), saturation);  // max(NaN, 1) is 1, as clamped()
+      __m256i b;
+      __m256 w;
+      const __mmask8 inside =
+          _mm512_cmp_pd_mask(m, low, _CMP_GE_OQ) & _mm512_cmp_pd_mask(m, high, _CMP_LT_OQ);
+      if (inside == 0xFF) {
+        b = _mm256_set1_epi32(last);
+        w = _mm256_set1_ps(ts_w[last]);
+      } else {
+        const __m512i cell =
+            _mm512_srl_epi64(_mm512_sub_epi64(_mm512_castpd_si512(m), one_bits), shift);
+        b = _mm512_i64gather_epi32(cell, bucket.cell_bucket, 4);
+        const __m512d next = _mm512_i32gather_pd(_mm256_add_epi32(b, step), bucket.thresholds, 8);
+        b = _mm256_mask_add_epi32(b, _mm512_cmp_pd_mask(m, next, _CMP_GE_OQ), b, step);
+        w = _mm256_i32gather_ps(ts_w, b, 4);
+        last = _mm256_extract_epi32(b, 7);
+        low = _mm512_set1_pd(bucket.thresholds[last]);
+        high = _mm512_set1_pd(bucket.thresholds[last + 1]);  // NaN past the last bucket
       }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(buckets + j), b);
+      _mm256_storeu_ps(out + j, _mm256_add_ps(_mm256_loadu_ps(out + j), w));
     }
   }
   add_time_bias_generic(key_time + j, n - j, query_time, bucket, ts_w, out + j, buckets + j);
@@ -83,29 +82,25 @@ void add_time_bias(const double* key_time, int64_t n, double query_time,
 // run ends. The lanes add in another order than the generic body's.
 template <typename T>
 void add_by_bucket(const T* g, const int32_t* buckets, int64_t n, double* sums) {
-  if constexpr (!std::is_same_v<T, float>) {
-    add_by_bucket_generic(g, buckets, n, sums);
-  } else {
-    for (int64_t j = 0; j < n;) {
-      const int32_t bucket = buckets[j];
-      const __m512i same = _mm512_set1_epi32(bucket);
-      __m512d low = _mm512_setzero_pd(), high = low;
-      for (;;) {
-        const __mmask16 valid =
-            n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
-        const __mmask16 differs = _mm512_mask_cmpneq_epi32_mask(
-            valid, _mm512_maskz_loadu_epi32(valid, buckets + j), same);
-        // The keys before the first of another bucket (all valid ones when none is).
-        const __mmask16 run =
-            differs != 0 ? static_cast<__mmask16>((differs & -differs) - 1) : valid;
-        const __m512 values = _mm512_maskz_loadu_ps(run, g + j);
-        low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(values)));
-        high = _mm512_add_pd(high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(values, 1)));
-        j += __builtin_popcount(run);
-        if (run != 0xFFFF) break;  // the run, or the row, ended
-      }
-      sums[bucket] += _mm512_reduce_add_pd(_mm512_add_pd(low, high));
+  static_assert(std::is_same_v<T, float>, "float64 tiles run the baseline table");
+  for (int64_t j = 0; j < n;) {
+    const int32_t bucket = buckets[j];
+    const __m512i same = _mm512_set1_epi32(bucket);
+    __m512d low = _mm512_setzero_pd(), high = low;
+    for (;;) {
+      const __mmask16 valid =
+          n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+      const __mmask16 differs =
+          _mm512_mask_cmpneq_epi32_mask(valid, _mm512_maskz_loadu_epi32(valid, buckets + j), same);
+      // The keys before the first of another bucket (all valid ones when none is).
+      const __mmask16 run = differs != 0 ? static_cast<__mmask16>((differs & -differs) - 1) : valid;
+      const __m512 values = _mm512_maskz_loadu_ps(run, g + j);
+      low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(values)));
+      high = _mm512_add_pd(high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(values, 1)));
+      j += __builtin_popcount(run);
+      if (run != 0xFFFF) break;  // the run, or the row, ended
     }
+    sums[bucket] += _mm512_reduce_add_pd(_mm512_add_pd(low, high));
   }
 }
 #else

@@ -91,6 +91,10 @@ class LogBucketizer {
     }
   }
 
+  // The bits of 1.0, the smallest magnitude: cell c starts at the magnitude of bits
+  // kOneBits + (c << cell_shift).
+  static constexpr uint64_t kOneBits = 0x3FF0000000000000ull;
+
   // The evaluation state by value, for hot loops: held in registers, it need not be reloaded
   // after every store (a uint8 bucket store may alias anything in memory).
   struct View {
@@ -109,7 +113,8 @@ class LogBucketizer {
     }
 
     // The bucket where no cell holds two thresholds (!several_per_cell): a table lookup and one
-    // comparison, without branches, so that a loop calling it vectorises (gathers).
+    // comparison, without branches (attention/kernels/variant.h's AVX-512 add_time_bias is this,
+    // eight magnitudes at a time).
     RECOPS_ALWAYS_INLINE int32_t one_per_cell(double magnitude) const {
       const double m = clamped(magnitude);
       const int32_t b = cell_bucket[(bits(m) - kOneBits) >> cell_shift];
@@ -131,7 +136,6 @@ class LogBucketizer {
   static constexpr int kMantissaBits = 52;
   static constexpr int kMinCellBits = 4;
   static constexpr int kMaxCellBits = 12;
-  static constexpr uint64_t kOneBits = 0x3FF0000000000000ull;
   static constexpr uint64_t kInfBits = 0x7FF0000000000000ull;
 
   RECOPS_ALWAYS_INLINE static uint64_t bits(double x) {
