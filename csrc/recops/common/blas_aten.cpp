@@ -82,6 +82,20 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, cons
   blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
+void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (m > 0 && n > 0 && k > 0 && (lda | ldb | ldc) % kBrgemmGranule == 0) {
+    at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c);
+    return;
+  }
+  gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                       const double* b, int64_t ldb, double* c, int64_t ldc, bool accumulate) {
+  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
 bool gemm_bf16_available() {
   return cpu_has_avx512_bf16() && at::globalContext().userEnabledMkldnn();
 }

@@ -68,8 +68,8 @@ struct FfnBlock {
     }
     const int64_t m = granules(n);
     std::fill(h.begin() + n * dim_p, h.begin() + m * dim_p, C(0));
-    gemm_nn(m, 2 * hidden_p, dim_p, h.data(), dim_p, w.gate_up_t.data(), 2 * hidden_p, z.data(),
-            2 * hidden_p, false);
+    gemm_nn_any_shape(m, 2 * hidden_p, p.dim, h.data(), dim_p, w.gate_up_t.data(), 2 * hidden_p,
+                      z.data(), 2 * hidden_p, false);
     for (int64_t i = 0; i < n; ++i) {
       const C* zi = z.data() + i * 2 * hidden_p;
       C* gi = g.data() + i * hidden_p;
@@ -93,8 +93,8 @@ void layer_ffn_forward(const FfnProblem<T>& p, T* out, int64_t ld_out) {
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0);
       block.compute(r0, n);
       // g's rows past n hold an earlier block's values (finite); their products are not read.
-      gemm_nn(granules(n), dim_p, hidden_p, block.g.data(), hidden_p, weights.down_t.data(), dim_p,
-              y.data(), dim_p, false);
+      gemm_nn_any_shape(granules(n), dim_p, p.hidden, block.g.data(), hidden_p,
+                        weights.down_t.data(), dim_p, y.data(), dim_p, false);
       for (int64_t i = 0; i < n; ++i) {
         const T* x = p.x + (r0 + i) * p.ld_x;
         const C* yi = y.data() + i * dim_p;
@@ -138,10 +138,10 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
       std::fill(go.begin() + n * dim_p, go.begin() + m * dim_p, C(0));
       // dW_down += dy^T g (go_t's columns past n are zero), dg = dy W_down.
       transpose(m, dim_p, go.data(), dim_p, go_t.data(), kRowBlock);
-      gemm_nn(dim_p, hidden_p, m, go_t.data(), kRowBlock, block.g.data(), hidden_p,
-              down.weight(chunk), down.ld(), true);
-      gemm_nn(m, hidden_p, dim_p, go.data(), dim_p, weights.down.data(), hidden_p, dg.data(),
-              hidden_p, false);
+      gemm_nn_any_shape(dim, hidden_p, m, go_t.data(), kRowBlock, block.g.data(), hidden_p,
+                        down.weight(chunk), down.ld(), true);
+      gemm_nn_any_shape(m, hidden_p, dim, go.data(), dim_p, weights.down.data(), hidden_p,
+                        dg.data(), hidden_p, false);
       // The gate's backward: dz_gate = dg * up * silu'(z_gate), dz_up = dg * silu(z_gate).
       for (int64_t i = 0; i < n; ++i) {
         const C* zi = block.z.data() + i * ld_z;

@@ -43,7 +43,8 @@ struct InputBlock {
     }
     const int64_t m = granules(n);
     std::fill(normed.begin() + n * ld_normed, normed.begin() + m * ld_normed, C(0));
-    gemm_nn(m, ld_z, ld_normed, normed.data(), ld_normed, weight, ld_z, z.data(), ld_z, false);
+    gemm_nn_any_shape(m, ld_z, p.dim, normed.data(), ld_normed, weight, ld_z, z.data(), ld_z,
+                      false);
     if (p.bias == nullptr) return;
     for (int64_t i = 0; i < n; ++i) {
       C* row = z.data() + i * ld_z;
@@ -109,11 +110,11 @@ void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>
           }
         });
       }
-      gemm_nn(m, ld_normed, ld_z, block.z.data(), ld_z, weight_t.data(), ld_normed, d_normed.data(),
-              ld_normed, false);
+      gemm_nn_any_shape(m, ld_normed, width, block.z.data(), ld_z, weight_t.data(), ld_normed,
+                        d_normed.data(), ld_normed, false);
       transpose(m, ld_normed, block.normed.data(), ld_normed, normed_t.data(), kRowBlock);
-      gemm_nn(ld_normed, ld_z, m, normed_t.data(), kRowBlock, block.z.data(), ld_z, gw,
-              partials.ld(), true);
+      gemm_nn_any_shape(dim, ld_z, m, normed_t.data(), kRowBlock, block.z.data(), ld_z, gw,
+                        partials.ld(), true);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = r0 + i;
         norm_backward_row(p.x + r * p.ld_x, dim, block.norms[i], p.norm,

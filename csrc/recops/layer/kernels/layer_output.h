@@ -43,8 +43,8 @@ void layer_output_forward(const OutputProblem<T>& p, T* out, int64_t ld_out) {
                  p.dropout.template row<C>(r), gated.data() + i * ld_gated);
       }
       // Rows past n hold an earlier block's values (finite); their products are not read.
-      gemm_nn(granules(n), ld_projected, ld_gated, gated.data(), ld_gated, weight_t.data(),
-              ld_projected, projected.data(), ld_projected, false);
+      gemm_nn_any_shape(granules(n), ld_projected, p.width, gated.data(), ld_gated, weight_t.data(),
+                        ld_projected, projected.data(), ld_projected, false);
       for (int64_t i = 0; i < n; ++i) {
         const T* x = p.x + (r0 + i) * p.ld_x;
         const C* y = projected.data() + i * ld_projected;
@@ -111,8 +111,8 @@ void layer_output_backward(const OutputProblem<T>& p, const T* grad_output, int6
         }
       }
       std::fill(go.begin() + n * ld_go, go.begin() + m * ld_go, C(0));
-      gemm_nn(m, ld_gated, ld_go, go.data(), ld_go, weight.data(), ld_gated, dgated.data(),
-              ld_gated, false);
+      gemm_nn_any_shape(m, ld_gated, dim, go.data(), ld_go, weight.data(), ld_gated, dgated.data(),
+                        ld_gated, false);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = r0 + i;
         const T* a = p.attn + r * p.ld_attn;
@@ -122,8 +122,8 @@ void layer_output_backward(const OutputProblem<T>& p, const T* grad_output, int6
       }
       // grad_weight += grad_output^T gated over the block's rows (go_t's columns past n are zero).
       transpose(m, ld_go, go.data(), ld_go, go_t.data(), kRowBlock);
-      gemm_nn(ld_go, ld_gated, m, go_t.data(), kRowBlock, gated.data(), ld_gated, grad_weight,
-              partials.ld(), true);
+      gemm_nn_any_shape(dim, ld_gated, m, go_t.data(), kRowBlock, gated.data(), ld_gated,
+                        grad_weight, partials.ld(), true);
     }
   });
   partials.write(grads.weight, grads.bias);

@@ -14,10 +14,12 @@ namespace recops::layer::kernels::RECOPS_ISA_NS {
 
 constexpr int64_t kRowBlock = 64;
 
-// n rounded up to whole brgemm granules (common/blas.h). The blocks' products run on operands
+// n rounded up to whole brgemm granules (common/blas.h). The blocks' operands are laid out
 // padded to these sizes with zeros, so that every product takes the brgemm micro-kernel (the
 // models' widths, 50 or 200, are not multiples of the granule; the BLAS's small products ran at a
-// fraction of its speed) and the padding adds nothing to the parts that are read.
+// fraction of its speed) and the padding adds nothing to the parts that are read. The products
+// whose depth (k) or output rows (m) is a width take its true size (gemm_nn_any_shape): the
+// padding's zeros would be multiplied for nothing, a quarter of the work at a width of 50.
 inline int64_t granules(int64_t n) {
   return (n + kBrgemmGranule - 1) / kBrgemmGranule * kBrgemmGranule;
 }
