@@ -93,7 +93,7 @@ void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
 
 void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                        const double* b, int64_t ldb, double* c, int64_t ldc, bool accumulate) {
-  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 bool gemm_bf16_available() {
