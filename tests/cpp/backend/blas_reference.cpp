@@ -40,7 +40,7 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, cons
 
 void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  reference_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
