@@ -399,39 +399,42 @@ class FewRowProducts : public ::testing::TestWithParam<std::tuple<CpuIsa, int64_
 
 TEST_P(FewRowProducts, AgreeWithDouble) {
   const int64_t rows = std::get<1>(GetParam()), n = std::get<2>(GetParam());
-  const int64_t d = 70, ld = 80, dv = 69, ld_out = 75;
+  const int64_t d = 70, ld = 80, ld_out = 75;
   const auto q = random_values(rows * ld, 40), k = random_values(n * ld, 41);
   const auto w = random_values(rows * n, 42), v = random_values(n * ld, 43);
   std::vector<float> s1(rows * n), s2(rows * n);
   variant().fp32.key_row_dots(q.data(), ld, rows, k.data(), ld, n, d, s1.data(), n);
   base().fp32.key_row_dots(q.data(), ld, rows, k.data(), ld, n, d, s2.data(), n);
   expect_agree(s1, s2, "key_row_dots", 1e-5, 1e-5);
-  std::vector<float> want(rows * n), o1(rows * ld_out, 1.0f), o2 = o1, o_want = o1;
+  std::vector<float> want(rows * n);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
       double dot = 0;
       for (int64_t c = 0; c < d; ++c) dot += double(q[r * ld + c]) * k[j * ld + c];
       want[r * n + j] = static_cast<float>(dot);
     }
-    for (int64_t c = 0; c < dv; ++c) {
-      double sum = o_want[r * ld_out + c];
-      for (int64_t j = 0; j < n; ++j) sum += double(w[r * n + j]) * v[j * ld + c];
-      o_want[r * ld_out + c] = static_cast<float>(sum);
-    }
   }
   expect_agree(s2, want, "key_row_dots vs double", 1e-5, 1e-5);
-  for (const bool accumulate : {true, false}) {
-    variant().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o1.data(), ld_out,
-                                       accumulate);
-    base().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o2.data(), ld_out,
-                                    accumulate);
-    expect_agree(o1, o2, "weighted_value_rows", 1e-5, 1e-5);
+  // Value widths of whole vectors (32), a masked last one (47), and past one block of 64 (69).
+  for (const int64_t dv : {32, 47, 69}) {
+    std::vector<float> o1(rows * ld_out, 1.0f), o2 = o1, o_want = o1;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < dv; ++c) {
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += double(w[r * n + j]) * v[j * ld + c];
+        o_want[r * ld_out + c] = static_cast<float>(sum);
+      }
+    }
+    for (const bool accumulate : {true, false}) {
+      variant().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o1.data(),
+                                         ld_out, accumulate);
+      base().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o2.data(), ld_out,
+                                      accumulate);
+      expect_agree(o1, o2, "weighted_value_rows", 1e-5, 1e-5);
+    }
+    // The last call overwrote the rows' first dv columns (accumulate false) and left the rest.
+    expect_agree(o2, o_want, "weighted_value_rows vs double", 1e-5, 1e-5);
   }
-  // The last call overwrote the rows (accumulate false): the product without the ones.
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < dv; ++c) o_want[r * ld_out + c] -= 1.0f;
-  }
-  expect_agree(o2, o_want, "weighted_value_rows vs double", 1e-5, 1e-5);
 }
 
 // TileOps::transpose, exact: strided rows on both sides, whole 16 x 16 blocks with edges of rows
