@@ -10,10 +10,11 @@ import random
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves, tree_map, tree_structure, treespec_dumps
 
 import recops
 from recops.export import (
@@ -27,7 +28,7 @@ from recops.export import (
     read_answers,
     write_requests,
 )
-from recops.export.delta_step import example_step_inputs
+from recops.export.delta_step import PackagedStep, example_step_inputs
 from recops.models import ModelConfig, SequentialRecommender
 from recops.models.recommend import recommend
 from recops.serving import CachedRecommender
@@ -296,3 +297,12 @@ def test_cached_server_on_a_packaged_delta_step_equals_full_recompute(tmp_path):
     assert_same_top_k(*got, *recommend(model, history, K, request_times=times))
     served.set_step(None)  # eager again: the same answers from the same cache
     assert_same_top_k(*served.recommend(users, K, request_times=times), *got)
+
+
+def test_packaged_step_refuses_a_package_of_another_layer_count():
+    # A package's call spec as AOTInductor stores it: a step of three layers' pools.
+    three_layers = ((0,) * 7 + ([0] * 3, [0] * 3, 0), {})
+    specs = [treespec_dumps(tree_structure(three_layers)), treespec_dumps(tree_structure(0))]
+    loader = SimpleNamespace(get_call_spec=lambda: specs, boxed_run=None)
+    with pytest.raises(ValueError, match="takes 14 tensors .* of 2 layers takes 12"):
+        PackagedStep(SimpleNamespace(loader=loader), num_layers=2)
