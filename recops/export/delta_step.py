@@ -81,7 +81,8 @@ class PackagedStep:
     lengths) that cost a third as much as the step."""
 
     def __init__(self, compiled, num_layers: int):
-        in_spec, out_spec = (pytree.treespec_loads(spec) for spec in compiled.loader.get_call_spec())
+        specs = compiled.loader.get_call_spec()
+        in_spec, out_spec = (pytree.treespec_loads(spec) for spec in specs)
         expected = 8 + 2 * num_layers  # seven tensors, keys and values per layer, timestamps
         if in_spec.num_leaves != expected or out_spec.num_leaves != 1:
             raise ValueError(
