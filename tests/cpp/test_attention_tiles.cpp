@@ -426,8 +426,8 @@ TEST_P(FewRowProducts, AgreeWithDouble) {
       }
     }
     for (const bool accumulate : {true, false}) {
-      variant().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o1.data(),
-                                         ld_out, accumulate);
+      variant().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o1.data(), ld_out,
+                                         accumulate);
       base().fp32.weighted_value_rows(w.data(), n, rows, v.data(), ld, n, dv, o2.data(), ld_out,
                                       accumulate);
       expect_agree(o1, o2, "weighted_value_rows", 1e-5, 1e-5);

@@ -214,9 +214,8 @@ RECOPS_ALWAYS_INLINE void weighted_value_block(const float* w, int64_t ld_w, con
 
 // kRows query rows over all dv columns, 64 at a time.
 template <int kRows>
-void weighted_value_row_group(const float* w, int64_t ld_w, const float* v, int64_t ld_v,
-                              int64_t n, int64_t dv, float* out, int64_t ld_out,
-                              bool accumulate) {
+void weighted_value_row_group(const float* w, int64_t ld_w, const float* v, int64_t ld_v, int64_t n,
+                              int64_t dv, float* out, int64_t ld_out, bool accumulate) {
   for (int64_t c0 = 0; c0 < dv; c0 += 64) {
     const int64_t width = std::min<int64_t>(64, dv - c0);
     const __mmask16 last =
