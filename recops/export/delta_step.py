@@ -95,8 +95,8 @@ class PackagedStep:
     def __call__(
         self, items, times, positions, slots, pages, lengths, new_rows, keys, values, timestamps
     ) -> torch.Tensor:
-        flat = [items, times, positions, slots, pages, lengths, new_rows, *keys, *values]
-        return self._run([*flat, timestamps])[0]
+        step_inputs = [items, times, positions, slots, pages, lengths, new_rows]
+        return self._run([*step_inputs, *keys, *values, timestamps])[0]
 
 
 def load_delta_step(served, path, runners: int = 1) -> None:
