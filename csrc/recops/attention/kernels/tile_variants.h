@@ -21,6 +21,7 @@
 #include "recops/attention/kernels/softmax_tile_ops.h"
 #include "recops/attention/kernels/tile_ops.h"
 #include "recops/common/cpu_isa.h"
+#include "recops/common/kernels/small_gemm.h"
 
 #if RECOPS_X86_VARIANTS
 #include <immintrin.h>

@@ -152,6 +152,7 @@ void key_row_dots(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld
         a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k2 + c), a2);
         a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k3 + c), a3);
       }
+      // The tail apart: a mask computed for every vector made the op 8% slower at d = 32.
       if (tail != 0) {
         const __m512 x = _mm512_maskz_loadu_ps(tail, qr + whole);
         a0 = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(tail, k0 + whole), a0);
@@ -173,101 +174,15 @@ void key_row_dots(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld
 #endif
 
 #if RECOPS_ISA_LEVEL == 2
-// One group of kRows query rows over `width` value columns, kVecs vectors of 16 (the last masked
-// by `last`): weighted_value_rows_generic's block with its sums in registers.
-template <int kRows, int kVecs>
-RECOPS_ALWAYS_INLINE void weighted_value_block(const float* w, int64_t ld_w, const float* v,
-                                               int64_t ld_v, int64_t n, int64_t width,
-                                               __mmask16 last, float* out, int64_t ld_out,
-                                               bool accumulate) {
-  const auto lanes = [last](int c) { return c + 1 < kVecs ? __mmask16(0xFFFF) : last; };
-  __m512 acc[kRows][kVecs];
-#pragma GCC unroll 4
-  for (int i = 0; i < kRows; ++i) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kVecs; ++c) acc[i][c] = _mm512_setzero_ps();
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const float* vj = v + j * ld_v;
-    if (j + kPrefetchRowsAhead < n) prefetch_rows(vj, ld_v, kPrefetchRowsAhead, 1, width);
-    __m512 x[kVecs];
-#pragma GCC unroll 4
-    for (int c = 0; c < kVecs; ++c) x[c] = _mm512_maskz_loadu_ps(lanes(c), vj + 16 * c);
-#pragma GCC unroll 4
-    for (int i = 0; i < kRows; ++i) {
-      const __m512 wij = _mm512_set1_ps(w[i * ld_w + j]);
-#pragma GCC unroll 4
-      for (int c = 0; c < kVecs; ++c) acc[i][c] = _mm512_fmadd_ps(wij, x[c], acc[i][c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < kRows; ++i) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kVecs; ++c) {
-      float* o = out + i * ld_out + 16 * c;
-      const __m512 sum =
-          accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(lanes(c), o), acc[i][c]) : acc[i][c];
-      _mm512_mask_storeu_ps(o, lanes(c), sum);
-    }
-  }
-}
-
-// kRows query rows over all dv columns, 64 at a time.
-template <int kRows>
-void weighted_value_row_group(const float* w, int64_t ld_w, const float* v, int64_t ld_v, int64_t n,
-                              int64_t dv, float* out, int64_t ld_out, bool accumulate) {
-  for (int64_t c0 = 0; c0 < dv; c0 += 64) {
-    const int64_t width = std::min<int64_t>(64, dv - c0);
-    const __mmask16 last =
-        width % 16 == 0 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (width % 16)) - 1u);
-    const auto block = [&](auto vecs) {
-      weighted_value_block<kRows, decltype(vecs)::value>(w, ld_w, v + c0, ld_v, n, width, last,
-                                                         out + c0, ld_out, accumulate);
-    };
-    switch ((width + 15) / 16) {
-      case 1:
-        block(std::integral_constant<int, 1>{});
-        break;
-      case 2:
-        block(std::integral_constant<int, 2>{});
-        break;
-      case 3:
-        block(std::integral_constant<int, 3>{});
-        break;
-      default:
-        block(std::integral_constant<int, 4>{});
-    }
-  }
-}
-
-// weighted_value_rows_generic with its sums in registers (GCC keeps the generic body's
-// [rows][64] sums on the stack, a load and a store around every multiply-add: 30% of a serving
-// step's delta op at 10 new rows over 209 keys): groups of four query rows, 64 value columns at a
-// time (up to 16 vectors of sums), the last vector of a row masked.
+// weighted_value_rows_generic as the register-blocked small product it is, out (+)= W V
+// (common/kernels/small_gemm.h; AVX-512, so always available here): GCC keeps the generic body's
+// [rows][64] sums on the stack, a load and a store around every multiply-add, which took 30% of
+// a serving step's delta op at 10 new rows over 209 keys.
 template <typename T>
 void weighted_value_rows(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,
                          int64_t n, int64_t dv, T* out, int64_t ld_out, bool accumulate) {
   static_assert(std::is_same_v<T, float>, "float64 tiles run the baseline table");
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    weighted_value_row_group<4>(w + r * ld_w, ld_w, v, ld_v, n, dv, out + r * ld_out, ld_out,
-                                accumulate);
-  }
-  const T* w_rest = w + r * ld_w;
-  T* out_rest = out + r * ld_out;
-  switch (rows - r) {  // the last rows as one group too
-    case 3:
-      return weighted_value_row_group<3>(w_rest, ld_w, v, ld_v, n, dv, out_rest, ld_out,
-                                         accumulate);
-    case 2:
-      return weighted_value_row_group<2>(w_rest, ld_w, v, ld_v, n, dv, out_rest, ld_out,
-                                         accumulate);
-    case 1:
-      return weighted_value_row_group<1>(w_rest, ld_w, v, ld_v, n, dv, out_rest, ld_out,
-                                         accumulate);
-    default:
-      return;
-  }
+  small_gemm(rows, dv, n, w, ld_w, v, ld_v, out, ld_out, accumulate);
 }
 #else
 template <typename T>
