@@ -37,6 +37,7 @@ from recops.operators import (  # noqa: E402  (registers fake kernels and autogr
     loss,
     quantize,
     relative_bias,
+    retrieval,
     sparse,
     utility,
 )
@@ -54,6 +55,7 @@ from recops.operators.layer import (  # noqa: E402
 )
 from recops.operators.loss import sampled_softmax_loss  # noqa: E402
 from recops.operators.relative_bias import RelativeBucketedTimeAndPositionBasedBias  # noqa: E402
+from recops.operators.retrieval import mips_topk  # noqa: E402
 
 fbgemm_bindings = _fbgemm.bind()
 use_for_fbgemm = _fbgemm.use_for_fbgemm
@@ -99,10 +101,12 @@ __all__ = [
     "layer",
     "library_path",
     "loss",
+    "mips_topk",
     "ops",
     "positional_input_features",
     "quantize",
     "relative_bias",
+    "retrieval",
     "sampled_softmax_loss",
     "sparse",
     "use_for_fbgemm",

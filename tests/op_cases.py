@@ -27,6 +27,7 @@ from test_layer import composition as layer_output_composition
 from test_layer import ffn_composition, reference_keep
 from test_layer import input_composition as layer_input_composition
 from test_relative_bias import reference_time_buckets
+from test_retrieval import integer_rows, jagged_exclusions, reference_topk
 from test_segment_sum import segment_sum_reference
 
 from recops.embedding.optimizers import ALL_ROWS as OPTIMIZER_ROWS
@@ -1954,6 +1955,42 @@ def ref_sampled_softmax_backward(a):
     return reference_grads(out, grad.reshape(()), leaves, SOFTMAX_INPUTS, a)
 
 
+# --------------------------------------------------------------------------- retrieval
+def make_mips_topk(d):
+    gen = d.generator()
+    rows, count, dim = d.int(0, 6), d.int(0, 40), d.int(0, 5)
+    dtype = d.choice((F32, F64))
+    args = {
+        "queries": integer_rows(gen, rows, dim, dtype),
+        "candidates": integer_rows(gen, count, dim, dtype),
+        "k": d.int(0, count),
+        "excluded_offsets": None,
+        "excluded": None,
+    }
+    if d.bool():
+        offsets, excluded = jagged_exclusions(gen, rows, count, d.choice(INDEX_DTYPES), d.int(0, 2))
+        args.update(excluded_offsets=offsets, excluded=excluded)
+    return args
+
+
+def ref_mips_topk(a):
+    queries = tensor(a, "queries", (F32, F64), (2,))
+    candidates = tensor(a, "candidates", (queries.dtype,), (2,))
+    require(candidates.shape[1] == queries.shape[1], "candidates columns")
+    k = a["k"]
+    require(0 <= k <= candidates.shape[0], "k in [0, N]")
+    offsets = optional_tensor(a, "excluded_offsets", INDEX_DTYPES, (1,))
+    excluded = optional_tensor(a, "excluded", INDEX_DTYPES, (1,))
+    require((offsets is None) == (excluded is None), "exclusions given together")
+    if offsets is not None:
+        values = offsets_list(offsets, "excluded_offsets")
+        require(len(values) == queries.shape[0] + 1, "excluded_offsets length")
+        require(values[-1] <= excluded.numel(), "excluded_offsets[-1] within excluded")
+        named = ints(excluded[values[0] : values[-1]])
+        require(all(0 <= j < candidates.shape[0] for j in named), "excluded in [0, N)")
+    return reference_topk(queries, candidates, k, offsets, excluded)
+
+
 # --------------------------------------------------------------------------- TBE ops
 def make_tbe_layout(d):
     """Two features on tables of 6 x 4 and 5 x 2 rows (shared by a third feature)."""
@@ -3053,6 +3090,7 @@ CASES = [
         with_grad_output(make_sampled_softmax, ref_sampled_softmax),
         ref_sampled_softmax_backward,
     ),
+    case("mips_topk", make_mips_topk, ref_mips_topk),
     # The TBE ops' results and state are checked through the module (TBE property).
     case("split_embedding_codegen_forward", make_tbe_forward),
     case("split_embedding_codegen_grad_indice_weights", make_grad_indice_weights),

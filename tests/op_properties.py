@@ -35,6 +35,7 @@ FAMILIES = {
     "deberta": ("disentangled", "deberta_"),
     "layer": ("counter_dropout", "hstu_layer_", "fuxi_layer_", "l2_normalize", "positional_"),
     "loss": ("sampled_softmax_loss",),
+    "retrieval": ("mips_topk",),
     "hashing": ("zero_collision_hash", "create_zch_buffer"),
     "keyed": ("merge_pooled", "kt_regroup", "regroup_keyed", "permute_multi"),
     "quantize": ("RowwiseQuantized", "pruned_", "int_nbit_"),

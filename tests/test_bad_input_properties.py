@@ -29,6 +29,7 @@ EXAMPLES = {
     "deberta": 1000,
     "layer": 800,
     "loss": 400,
+    "retrieval": 300,
     "hashing": 600,
     "tbe": 1600,
     "keyed": 1000,

@@ -150,7 +150,8 @@ def test_eval_batches_end_with_a_request_token():
         assert batch.timestamps[end - 1] == times[-1]  # the test target's time
         assert torch.equal(batch.item_ids[start : end - 1], items[:-1][-(max_len - 1) :])
         assert batch.targets[b] == items[-1]
-        seen = batch.seen[1][batch.seen[0] == b]
+        offsets, items_seen = batch.seen
+        seen = items_seen[offsets[b] : offsets[b + 1]]
         assert torch.equal(seen, items[:-1])  # the whole history, not only the window
 
 

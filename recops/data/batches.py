@@ -21,7 +21,8 @@ class JaggedBatch:
     this batch's longest sequence (the width of padded formulations). The output at
     ``query_rows[i]`` predicts ``targets[i]``. In training batches every row but a sequence's last
     predicts the next row's item, and ``predicts_next`` marks those rows; in evaluation and
-    request batches it is None and ``seen`` lists (query, item) pairs that rankings exclude.
+    request batches it is None and ``seen`` lists, jagged, the items each query's ranking
+    excludes: query m's are ``seen[1][seen[0][m]:seen[0][m + 1]]``.
     """
 
     item_ids: torch.Tensor  # [L] int64
@@ -32,7 +33,7 @@ class JaggedBatch:
     query_rows: torch.Tensor  # [M] int64
     targets: torch.Tensor | None = None  # [M] int64; None in request batches
     predicts_next: torch.Tensor | None = None  # [L] bool
-    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ([S] query index, [S] item)
+    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ([M + 1] offsets, [S] items)
 
     @property
     def batch_size(self) -> int:
@@ -41,6 +42,14 @@ class JaggedBatch:
     @property
     def lengths(self) -> torch.Tensor:
         return self.seq_offsets[1:] - self.seq_offsets[:-1]
+
+
+def seen_pairs(seen: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``JaggedBatch.seen`` as (query index, item) pairs: what indexes a ``[M, items]`` tensor."""
+    offsets, items = seen
+    lengths = offsets[1:] - offsets[:-1]
+    rows = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    return rows, items[int(offsets[0]) : int(offsets[-1])]
 
 
 def _rows(starts: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,10 +119,7 @@ def request_batch(
     timestamps = torch.empty(rows.numel(), dtype=torch.int64)
     timestamps[is_history] = history_timestamps[rows[is_history]]
     timestamps[token_rows] = request_times.to(torch.int64)
-    seen = None
-    if exclude_seen:
-        batch = torch.arange(lengths.numel())
-        seen = (torch.repeat_interleave(batch, lengths), history_items)
+    seen = (history_offsets, history_items) if exclude_seen else None
     return JaggedBatch(
         item_ids=item_ids,
         timestamps=timestamps,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from recops.data.batches import JaggedBatch, request_batch
+from recops.data.batches import JaggedBatch, request_batch, seen_pairs
 from recops.data.sequences import complete_offsets
 
 
@@ -47,8 +47,19 @@ def state_scores(model, states: torch.Tensor, candidates: torch.Tensor | None = 
 def exclude_seen(scores: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
     """Sets the scores of the items each query's user has seen (``batch.seen``) to -inf."""
     if batch.seen is not None:
-        scores[batch.seen] = float("-inf")
+        scores[seen_pairs(batch.seen)] = float("-inf")
     return scores
+
+
+def top_items(model, states: torch.Tensor, k: int, seen=None, candidates=None):
+    """``(items [M, k], scores [M, k])``: the k best items for each query state ``[M, d]`` over
+    the catalogue (``candidates``, unit-norm ``[num_items + 1, d]``, or the model's own), best
+    first, never item 0 and the ``seen`` ones (jagged, as ``JaggedBatch.seen``) only when no
+    other is left; on the model's backend (recops: one op, the catalogue's scores never
+    stored)."""
+    if candidates is None:
+        candidates = model.candidate_embeddings()
+    return model.backend.top_items(states, candidates, k, seen)
 
 
 def _as_history_batch(model, histories, request_times, exclude):
@@ -83,11 +94,7 @@ def recommend(
     [U, k])``, best first; items the user has seen are excluded unless told otherwise."""
     batch = _as_history_batch(model, user_histories, request_times, exclude_seen_items)
     with evaluating(model):
-        scores = catalogue_scores(model, batch)
-    if exclude_seen_items:
-        exclude_seen(scores, batch)
-    top = scores.topk(k, dim=1)
-    return top.indices, top.values
+        return top_items(model, model.query_states(batch), k, batch.seen)
 
 
 def recommend_all(model, user_histories, k: int = 10, batch_size: int = 256) -> None:

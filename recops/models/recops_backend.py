@@ -1,8 +1,8 @@
 """The recops op backend: fused jagged attention kernels (the relative time and position bias
 computed in-tile from the timestamps and the bias tables), the fused layer input and output and the
 counter-based dropout (masks regenerated in backward, not stored), the fused sampled softmax
-loss, recops' jagged ops where a batch is padded or unpacked, and the TBE with its fused optimizer
-for the items."""
+loss, the catalogue's top-k in one op, recops' jagged ops where a batch is padded or unpacked,
+and the TBE with its fused optimizer for the items."""
 
 from __future__ import annotations
 
@@ -113,6 +113,19 @@ class RecopsBackend:
         """recops.models.loss.sampled_softmax_loss (its arguments) in one fused op, the [M, R]
         logits never stored."""
         return recops.sampled_softmax_loss(*args)
+
+    def top_items(self, states, candidates, k: int, seen):
+        """recops.models.recommend.top_items in one op (recops.mips_topk) over items 1..: the
+        catalogue's ``[M, num_items + 1]`` scores never stored."""
+        excluded_offsets, excluded = (None, None) if seen is None else (seen[0], seen[1] - 1)
+        values, indices = recops.mips_topk(
+            states.float(),
+            candidates[1:].float(),
+            k,
+            excluded_offsets=excluded_offsets,
+            excluded=excluded,
+        )
+        return indices + 1, values
 
     def item_table(self, weights, learning_rate, eps) -> TbeItemTable:
         return TbeItemTable(weights, learning_rate, eps)

@@ -22,7 +22,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from recops.data.batches import JaggedBatch
+from recops.data.batches import JaggedBatch, seen_pairs
 from recops.models.encoder import l2_normalize
 from recops.models.item_table import TorchItemTable
 from recops.models.loss import sampled_softmax_loss
@@ -172,6 +172,16 @@ class TorchBackend:
     def sampled_softmax_loss(self, *args) -> torch.Tensor:
         """recops.models.loss.sampled_softmax_loss: the loss as PyTorch ops."""
         return sampled_softmax_loss(*args)
+
+    def top_items(self, states, candidates, k: int, seen):
+        """recops.models.recommend.top_items as generative-recommenders' brute-force MIPS: every
+        item's score, item 0 and the seen items set to -inf, torch.topk."""
+        scores = states.float() @ candidates.float().T
+        scores[:, 0] = float("-inf")
+        if seen is not None:
+            scores[seen_pairs(seen)] = float("-inf")
+        top = scores.topk(k, dim=1)
+        return top.indices, top.values
 
     def item_table(self, weights, learning_rate, eps) -> TorchItemTable:
         return TorchItemTable(weights, learning_rate, eps)

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
-from recops.models.recommend import evaluating, state_scores
+from recops.data.sequences import complete_offsets
+from recops.models.recommend import evaluating, state_scores, top_items
 from recops.serving.delta_attention import delta_attention
 from recops.serving.delta_step import DeltaStep
 from recops.serving.item_table import ServedItemTable
@@ -142,12 +143,15 @@ class CachedRecommender:
         """Top-k items ``[U, k]`` and scores for each user from its observed history, asked at
         ``request_times[u]`` (default: its last event's time); what
         ``recops.models.recommend.recommend`` returns for the same histories."""
-        scores = self.scores(user_ids, request_times=request_times)
+        user_ids = [int(u) for u in user_ids]
+        states = self._query_states(user_ids, request_times)
+        seen = None
         if exclude_seen_items:
-            for b, user in enumerate(user_ids):
-                scores[b, self.history(int(user))[0]] = float("-inf")
-        top = scores.topk(k, dim=1)
-        return top.indices, top.values
+            histories = [self.history(user)[0] for user in user_ids]
+            lengths = torch.tensor([items.numel() for items in histories])
+            seen = (complete_offsets(lengths), torch.cat(histories))
+        with evaluating(self.model):
+            return top_items(self.model, states, k, seen, self.items.candidates())
 
     def scores(
         self,
@@ -156,17 +160,22 @@ class CachedRecommender:
         request_times: Sequence[int] | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The whole catalogue's scores ``[U, num_items + 1]`` (item 0: -inf) for each user, seen
-        items included: what ``recommend`` ranks (evaluations rank a target among them)."""
-        user_ids = [int(u) for u in user_ids]
+        items included: what evaluations rank a target among (``recommend`` ranks them without
+        storing them)."""
+        states = self._query_states([int(u) for u in user_ids], request_times)
+        with evaluating(self.model):
+            return state_scores(self.model, states, self.items.candidates())
+
+    def _query_states(self, user_ids: list[int], request_times) -> torch.Tensor:
+        """``[U, d]`` states of each user's query row, asked at ``request_times[u]`` (default:
+        its last event's time)."""
         if request_times is None:
             times = [int(self.history(u)[1][-1]) for u in user_ids]
         else:
             times = torch.as_tensor(request_times, dtype=torch.int64).reshape(-1).tolist()
             if len(times) != len(user_ids):
                 raise ValueError(f"request_times must hold one time per user, got {len(times)}")
-        states = self._encode(user_ids, request_times=times)
-        with evaluating(self.model):
-            return state_scores(self.model, states, self.items.candidates())
+        return self._encode(user_ids, request_times=times)
 
     # ------------------------------------------------------------------------------ encoding
     def _window(self, user: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
