@@ -103,6 +103,7 @@ def test_exported_graph_calls_recops_ops_as_single_nodes(model):
         "sasrec": "recops.jagged_to_padded_dense.default",
     }[model.config.model]
     assert targets.count(attention) >= model.config.num_layers
+    assert targets.count("recops.mips_topk.default") == 1  # the catalogue's top-k
     assert not any("hstu_dense_backward" in t for t in targets)  # inference: no autograd
 
 

@@ -16,7 +16,6 @@ import functools
 import torch
 from harness import measure_case
 
-
 from recops.models.recops_backend import RecopsBackend
 from recops.models.torch_backend import TorchBackend
 

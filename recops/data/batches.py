@@ -22,7 +22,8 @@ class JaggedBatch:
     ``query_rows[i]`` predicts ``targets[i]``. In training batches every row but a sequence's last
     predicts the next row's item, and ``predicts_next`` marks those rows; in evaluation and
     request batches it is None and ``seen`` lists, jagged, the items each query's ranking
-    excludes: query m's are ``seen[1][seen[0][m]:seen[0][m + 1]]``.
+    excludes: query m's are ``seen[1][seen[0][m]:seen[0][m + 1]]`` (offsets from 0 to every
+    item).
     """
 
     item_ids: torch.Tensor  # [L] int64
@@ -44,12 +45,19 @@ class JaggedBatch:
         return self.seq_offsets[1:] - self.seq_offsets[:-1]
 
 
+def segment_ids(offsets: torch.Tensor, rows: int) -> torch.Tensor:
+    """``[rows]``: the segment of ``offsets`` (from 0) each row falls in."""
+    positions = torch.arange(rows, dtype=offsets.dtype, device=offsets.device)
+    # (offsets[1:] would be a slice whose contiguity check specialises the batch size to >= 2
+    # under torch.export.)
+    return torch.searchsorted(offsets, positions, right=True) - 1
+
+
 def seen_pairs(seen: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``JaggedBatch.seen`` as (query index, item) pairs: what indexes a ``[M, items]`` tensor."""
+    """``JaggedBatch.seen`` as (query index, item) pairs, what indexes a ``[M, items]`` tensor
+    (sizes that torch.export keeps symbolic)."""
     offsets, items = seen
-    lengths = offsets[1:] - offsets[:-1]
-    rows = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-    return rows, items[int(offsets[0]) : int(offsets[-1])]
+    return segment_ids(offsets, items.numel()), items
 
 
 def _rows(starts: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,8 +10,8 @@ Inputs (all int64, jagged rows of a batch of users):
 
 The graph builds the request batch in place of ``recops.data.batches.request_batch`` (each window
 followed by its request token, with index arithmetic whose sizes are sums of the input sizes, so
-that batch size and lengths stay dynamic), encodes it, scores the catalogue and takes the top-k:
-the eager ``recommend``'s steps, in its order.
+that batch size and lengths stay dynamic), encodes it and takes the catalogue's top-k on
+the model's backend (recops.mips_topk on recops'): the eager ``recommend``'s steps, in its order.
 """
 
 from __future__ import annotations
@@ -19,16 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recops.data.batches import JaggedBatch
-from recops.models.recommend import state_scores
+from recops.data.batches import JaggedBatch, segment_ids
 from recops.serving.item_table import ServedItemTable
-
-
-def segment_ids(offsets: torch.Tensor, rows: int) -> torch.Tensor:
-    """``[rows]``: the segment of ``offsets`` each row falls in."""
-    positions = torch.arange(rows, dtype=offsets.dtype, device=offsets.device)
-    # (offsets[1:] would be a slice whose contiguity check specialises the batch size to >= 2.)
-    return torch.searchsorted(offsets, positions, right=True) - 1
 
 
 class RecommenderGraph(nn.Module):
@@ -43,6 +35,7 @@ class RecommenderGraph(nn.Module):
         # out of the graph.
         self.encoder = model.eval().encoder
         self.table = ServedItemTable(model, item_table)
+        self.backend = model.backend
         self.k = k
         self.max_seq_len = model.config.max_seq_len
 
@@ -81,8 +74,5 @@ class RecommenderGraph(nn.Module):
             history_items, history_timestamps, history_offsets, request_times
         )
         states = self.encoder(self.table.rows(batch.item_ids), batch)[batch.query_rows]
-        scores = state_scores(None, states, self.table.candidates())
-        seen_users = segment_ids(seen_offsets, seen_items.numel())
-        scores = scores.index_put((seen_users, seen_items), scores.new_tensor(float("-inf")))
-        top = scores.topk(self.k, dim=1)
-        return top.indices, top.values
+        seen = (seen_offsets, seen_items)
+        return self.backend.top_items(states, self.table.candidates(), self.k, seen)
