@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 import torch
 
-from recops.data.sequences import complete_offsets
 from recops.models.recommend import evaluating, state_scores, top_items
 from recops.serving.delta_attention import delta_attention
 from recops.serving.delta_step import DeltaStep
@@ -36,6 +35,12 @@ CACHED_MODELS = ("hstu", "fuxi")
 # The attention of the new rows: recops' fused delta op, or the plain-PyTorch reference that
 # stands for generative-recommenders' pytorch_cached_hstu_mha (benchmarks compare the two).
 ATTENTIONS = {"recops": delta_attention, "torch": torch_delta_attention}
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """torch.cat, but a request of one user's pieces skips the copy (each op costs microseconds
+    in a request that takes a few hundred)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 class CachedRecommender:
@@ -87,14 +92,17 @@ class CachedRecommender:
             return self._histories[user]
 
     def _checked_events(self, user: int, items, timestamps) -> tuple[torch.Tensor, torch.Tensor]:
-        items = torch.as_tensor(items, dtype=torch.int64).reshape(-1)
-        timestamps = torch.as_tensor(timestamps, dtype=torch.int64).reshape(-1)
+        items = torch.as_tensor(items, dtype=torch.int64)
+        timestamps = torch.as_tensor(timestamps, dtype=torch.int64)
+        items = items if items.dim() == 1 else items.reshape(-1)
+        timestamps = timestamps if timestamps.dim() == 1 else timestamps.reshape(-1)
         if items.numel() != timestamps.numel():
             raise ValueError(
                 f"user {user}: events need one timestamp per item, got {items.numel()} items "
                 f"and {timestamps.numel()} timestamps"
             )
-        if items.numel() and not 1 <= int(items.min()) <= int(items.max()) <= self.config.num_items:
+        low, high = torch.aminmax(items) if items.numel() else (1, 1)
+        if not 1 <= int(low) <= int(high) <= self.config.num_items:
             raise ValueError(f"user {user}: item ids must be in [1, {self.config.num_items}]")
         return items, timestamps
 
@@ -148,8 +156,8 @@ class CachedRecommender:
         seen = None
         if exclude_seen_items:
             histories = [self.history(user)[0] for user in user_ids]
-            lengths = torch.tensor([items.numel() for items in histories])
-            seen = (complete_offsets(lengths), torch.cat(histories))
+            ends = itertools.accumulate(items.numel() for items in histories)
+            seen = (torch.tensor([0, *ends]), _cat(histories))
         with evaluating(self.model):
             return top_items(self.model, states, k, seen, self.items.candidates())
 
@@ -185,7 +193,9 @@ class CachedRecommender:
         if items.numel() == 0:
             raise ValueError(f"user {user} has no observed events")
         kept = self.config.max_seq_len - 1
-        return items[-kept:], timestamps[-kept:], items.numel() <= kept
+        if items.numel() <= kept:
+            return items, timestamps, True
+        return items[-kept:], timestamps[-kept:], False
 
     def _encode(self, user_ids: list[int], request_times: list[int] | None) -> torch.Tensor:
         """_encode_together, in parts small enough for the cache's pages when all at once are
@@ -226,26 +236,29 @@ class CachedRecommender:
             states = self._forward(items, times, positions, tables)
         if request_times is None:
             return states
-        ends = itertools.accumulate(tables.new_rows.tolist())
-        return states[[end - 2 for end in ends]]  # each user's row before its token
+        rows = [end - 2 for end in itertools.accumulate(tables.row_counts[1])]
+        # Each user's row before its token (one user's: a view, an op instead of two).
+        return states[rows[0] : rows[0] + 1] if len(rows) == 1 else states[rows]
 
     @staticmethod
     def _delta_rows(windows, request_times, tables):
+        lengths, new_rows = tables.row_counts
         items, times, positions = [], [], []
         for b, (window_items, window_times, _) in enumerate(windows):
-            start = int(tables.lengths[b])
-            items.append(window_items[start:])
-            times.append(window_times[start:])
-            if request_times is not None:
-                items.append(window_items.new_zeros(1))  # the request token: no item
-                times.append(torch.tensor([request_times[b]], dtype=torch.int64))
-            positions.append(torch.arange(start, start + int(tables.new_rows[b])))
-        return torch.cat(items), torch.cat(times), torch.cat(positions)
+            start = lengths[b]
+            if request_times is None:
+                items.append(window_items[start:])
+                times.append(window_times[start:])
+            else:  # and the request token: no item, at the request time
+                items.append(torch.constant_pad_nd(window_items[start:], (0, 1), 0))
+                times.append(torch.constant_pad_nd(window_times[start:], (0, 1), request_times[b]))
+            positions.append(torch.arange(start, start + new_rows[b]))
+        return _cat(items), _cat(times), _cat(positions)
 
     def _forward(self, items, times, positions, tables) -> torch.Tensor:
         """The delta step (DeltaStep, or the package it was swapped for) on the new rows."""
         cache = self.cache
         return self._step(
             items, times, positions, cache.slots(tables), tables.pages, tables.lengths,
-            tables.new_rows, cache.keys.unbind(0), cache.values.unbind(0), cache.timestamps,
+            tables.new_rows, cache.layer_keys, cache.layer_values, cache.timestamps,
         )  # fmt: skip

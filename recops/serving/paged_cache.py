@@ -94,6 +94,12 @@ class PageTables:
         """``[B]`` rows of each user after the request's: cached and new."""
         return self.lengths + self.new_rows
 
+    @functools.cached_property
+    def row_counts(self) -> tuple[list[int], list[int]]:
+        """``(lengths, new_rows)`` as Python lists, for the request's bookkeeping (reading them
+        from the tensors entry by entry costs an op each)."""
+        return self.lengths.tolist(), self.new_rows.tolist()
+
 
 _MADV_HUGEPAGE = 14  # Linux's madvise advice for transparent huge pages
 _HUGE_PAGE_BYTES = 2 << 20
@@ -143,6 +149,8 @@ class PagedKVCache:
         self.keys = _pool((*shape, layout.key_dim), layout.dtype)
         self.values = _pool((*shape, layout.value_dim), layout.dtype)
         self.timestamps = _pool((num_pages, layout.page_rows), torch.float64)
+        # Each layer's pools, as the delta step takes them (views made once, not per request).
+        self.layer_keys, self.layer_values = self.keys.unbind(0), self.values.unbind(0)
         self._free = list(range(num_pages - 1, -1, -1))  # pop() takes the lowest page first
         self._users: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._held: set[int] = set()
@@ -271,20 +279,15 @@ class PagedKVCache:
         pages = torch.tensor(padded, dtype=torch.int32).reshape(len(users), width)
         lengths = [e.length for e in entries]
         new_rows = [n - length for n, length in zip(rows, lengths, strict=True)]
-        return PageTables(
-            pages,
-            torch.tensor(lengths, dtype=torch.int64),
-            torch.tensor(new_rows, dtype=torch.int64),
-        )
+        counts = torch.tensor([lengths, new_rows], dtype=torch.int64).reshape(2, len(users))
+        return PageTables(pages, counts[0], counts[1])
 
     def slots(self, tables: PageTables) -> torch.Tensor:
         """Pool row slots (``page * page_rows + row``) of every request's new rows, users in
         order: where :meth:`write` puts them."""
         page_rows = self.layout.page_rows
         slots = []
-        for pages, length, new in zip(
-            tables.pages.tolist(), tables.lengths.tolist(), tables.new_rows.tolist(), strict=True
-        ):
+        for pages, length, new in zip(tables.pages.tolist(), *tables.row_counts, strict=True):
             for position in range(length, length + new):
                 slots.append(pages[position // page_rows] * page_rows + position % page_rows)
         return torch.tensor(slots, dtype=torch.int64)
