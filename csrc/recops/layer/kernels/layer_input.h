@@ -28,8 +28,8 @@ struct InputBlock {
         weight(padded_weight),
         ld_normed(granules(problem.dim)),
         ld_z(granules(problem.width)),
-        normed(static_cast<size_t>(kRowBlock * ld_normed), C(0)),
-        z(static_cast<size_t>(kRowBlock * ld_z), C(0)),
+        normed(static_cast<size_t>(block_rows(problem.rows) * ld_normed), C(0)),
+        z(static_cast<size_t>(block_rows(problem.rows) * ld_z), C(0)),
         norms(kRowBlock) {}
 
   // normed and z = normed W + b for rows [r0, r0 + n), n <= kRowBlock; the rows after them up to
@@ -57,7 +57,7 @@ struct InputBlock {
 template <typename T>
 void layer_input_forward(const InputProblem<T>& p, const ColumnPieces<T*>& out) {
   using C = accumulate_t<T>;
-  const std::vector<C> weight = padded_operand<C>(p.weight, p.dim, p.width, p.width, false);
+  const PaddedRows<C, T> weight(p.weight, p.dim, p.width);
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     SingleThreadedBlas blas;

@@ -32,8 +32,8 @@ void layer_output_forward(const OutputProblem<T>& p, T* out, int64_t ld_out) {
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     SingleThreadedBlas blas;
-    std::vector<C> gated(static_cast<size_t>(kRowBlock * ld_gated), C(0));
-    std::vector<C> projected(static_cast<size_t>(kRowBlock * ld_projected));
+    std::vector<C> gated(static_cast<size_t>(block_rows(p.rows) * ld_gated), C(0));
+    std::vector<C> projected(static_cast<size_t>(block_rows(p.rows) * ld_projected));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0);
       for (int64_t i = 0; i < n; ++i) {

@@ -42,6 +42,35 @@ std::vector<C> padded_operand(const T* values, int64_t rows, int64_t cols, int64
   return out;
 }
 
+// Rows in a block's scratch: kRowBlock, or for fewer rows in all (a serving step's few new
+// rows) their granules, so that a call does not clear scratch no row uses.
+inline int64_t block_rows(int64_t rows) {
+  return granules(std::min(kRowBlock, rows));
+}
+
+// padded_operand(values, rows, cols, cols, false) of a contiguous operand, or the operand in
+// place where the copy would equal it (C is T and both sizes are whole granules): a serving
+// step's few rows cost less than copying the weight they multiply.
+template <typename C, typename T>
+class PaddedRows {
+ public:
+  PaddedRows(const T* values, int64_t rows, int64_t cols) {
+    if constexpr (std::is_same_v<C, T>) {
+      if (rows % kBrgemmGranule == 0 && cols % kBrgemmGranule == 0) {
+        data_ = values;
+        return;
+      }
+    }
+    copy_ = padded_operand<C>(values, rows, cols, cols, false);
+    data_ = copy_.data();
+  }
+  const C* data() const { return data_; }
+
+ private:
+  std::vector<C> copy_;
+  const C* data_ = nullptr;
+};
+
 // A row's normalisation y = (a - mean) * rstd (mean = 0 for the RMS and L2 norms), in double;
 // clamped: an L2 norm below eps, which the row was divided by instead (its gradient stops there).
 struct RowNorm {
