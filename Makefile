@@ -26,7 +26,7 @@ ASAN_TESTS := tests/test_jagged.py tests/test_cumsum.py tests/test_sparse.py tes
 	tests/test_permute_sparse_features.py tests/test_keyed.py tests/test_index_select.py \
 	tests/test_hashing.py tests/test_quantize.py tests/test_embedding_counter.py tests/test_bounds_check.py \
 	tests/test_int_nbit_lookup.py tests/test_int_nbit_module.py tests/test_delta_attention.py \
-	tests/test_layer.py tests/test_loss.py
+	tests/test_layer.py tests/test_loss.py tests/test_retrieval.py
 JOBS := MAX_JOBS=$${MAX_JOBS:-2}
 # The C++ tests' CMake build (tests/cpp).
 CPP_TEST_BUILD := build/cpp
