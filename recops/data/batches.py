@@ -113,7 +113,8 @@ def request_batch(
     request time, as in training it is from the time of the item it predicts (generative
     recommenders puts the target's timestamp after the history the same way). The token's own
     output is unused, and the attention being causal no other position sees it. ``seen`` lists
-    every history item (not only the kept window) when ``exclude_seen``."""
+    every history item (not only the kept window) when ``exclude_seen``: ``history_offsets``
+    and ``history_items`` as given, which therefore run from offset 0 over every item."""
     lengths = history_offsets[1:] - history_offsets[:-1]
     if lengths.numel() and int(lengths.min()) < 1:
         raise ValueError("every history needs at least one item")
