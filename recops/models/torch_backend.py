@@ -26,6 +26,7 @@ from recops.data.batches import JaggedBatch, seen_pairs
 from recops.models.encoder import l2_normalize
 from recops.models.item_table import TorchItemTable
 from recops.models.loss import sampled_softmax_loss
+from recops.models.recommend import state_scores
 
 # HSTU's bucketisation: floor(ln(max(|dt|, 1)) / 0.301), clamped to the table.
 BUCKET_DIVISOR = 0.301
@@ -176,8 +177,7 @@ class TorchBackend:
     def top_items(self, states, candidates, k: int, seen):
         """recops.models.recommend.top_items as generative-recommenders' brute-force MIPS: every
         item's score, item 0 and the seen items set to -inf, torch.topk."""
-        scores = states.float() @ candidates.float().T
-        scores[:, 0] = float("-inf")
+        scores = state_scores(None, states, candidates)
         if seen is not None:
             scores[seen_pairs(seen)] = float("-inf")
         top = scores.topk(k, dim=1)

@@ -3,6 +3,7 @@
 
 #include "recops/common/checks.h"
 #include "recops/common/dispatch.h"
+#include "recops/common/index_scans.h"
 #include "recops/retrieval/kernels/mips_topk.h"
 #include "recops/retrieval/ops.h"
 
@@ -33,10 +34,9 @@ std::pair<at::Tensor, at::Tensor> checked_exclusions(
                     " must be at most the number of entries of excluded (", excluded->numel(), ")");
   at::Tensor values = excluded->to(at::kLong).contiguous();
   const int64_t* v = values.const_data_ptr<int64_t>();
-  for (int64_t i = o[0]; i < o[queries]; ++i) {
-    TORCH_CHECK_INDEX(v[i] >= 0 && v[i] < candidates, "excluded[", i, "] = ", v[i],
-                      " must be a row of candidates, in [0, ", candidates, ")");
-  }
+  const int64_t bad = first_out_of_range(v + o[0], o[queries] - o[0], candidates);
+  TORCH_CHECK_INDEX(bad < 0, "excluded[", o[0] + bad, "] = ", bad < 0 ? 0 : v[o[0] + bad],
+                    " must be a row of candidates, in [0, ", candidates, ")");
   return {offsets, values};
 }
 
