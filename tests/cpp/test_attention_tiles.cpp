@@ -512,6 +512,36 @@ TEST_P(TileVariant, AddTimeBias) {
   }
 }
 
+// TileOps::add_time_bias on keys nearing the query time, exact: the magnitudes shrink by a fifth
+// of a bucket a key, so most groups of eight keys step down one bucket from the previous group
+// (the vectorised path's second test) and end either in the lower bucket or, a key before the
+// step, in the upper one; down to bucket 0, where no bucket lies below.
+TEST_P(TileVariant, AddTimeBiasNearingTheQuery) {
+  const LogBucketizer bucketizer(0.301, 128);
+  const LogBucketizer::View bucket = bucketizer.view();
+  std::vector<float> ts_w(129);
+  for (int k = 0; k <= 128; ++k) ts_w[k] = 0.5f * static_cast<float>(k) + 1.0f;
+  const double query_time = 1e12;
+  for (const double shift : {0.0, 0.13, 0.37}) {
+    const int64_t n = 640;
+    std::vector<double> key_time(n);
+    for (int64_t j = 0; j < n; ++j) {
+      key_time[j] = query_time - std::exp(0.301 * (static_cast<double>(n - j) / 5.0 + shift));
+    }
+    std::vector<float> got(n, 0.25f), want(n, 0.25f);
+    std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
+    for (int64_t j = 0; j < n; ++j) {
+      want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
+      want[j] += ts_w[want_buckets[j]];
+    }
+    variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
+                                 got_buckets.data());
+    EXPECT_EQ(got_buckets, want_buckets) << "shift " << shift;
+    EXPECT_EQ(got, want) << "shift " << shift;
+    EXPECT_EQ(want_buckets.back(), 0) << "the keys reach bucket 0";
+  }
+}
+
 // TileOps::add_by_bucket (the time table's gradient) against a scatter key by key: runs of one
 // bucket shorter and longer than the vector groups, single keys between them, and a row of one
 // key; the values are exact in any summation order.
