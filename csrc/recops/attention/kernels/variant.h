@@ -27,10 +27,10 @@ void silu_score_grads(T* s, T* dp, const T* bias, const T* mask, int64_t n, T al
 // all lie in the previous group's bucket, [thresholds[b], thresholds[b + 1]), takes that bucket
 // and its weight as they are; so does a group that steps down from it into bucket b - 1, as the
 // keys near the query time (one compare tells the two apart): in the models' training batches
-// these were 16-22% of the groups, a third to half of those the first test missed. The other
-// groups gather from the bucketizer's tables (written out: GCC vectorises gathers only when
-// tuning for a CPU that has fast ones, not for the generic x86-64 the extension is built for),
-// three dependent gathers costing about 8x the fast path.
+// these were 16-22% of the groups, two fifths (N = 200) to seven tenths (N = 1024) of those the
+// first test missed. The other groups gather from the bucketizer's tables (written out: GCC
+// vectorises gathers only when tuning for a CPU that has fast ones, not for the generic x86-64
+// the extension is built for), three dependent gathers costing about 8x the fast path.
 template <typename T>
 void add_time_bias(const double* key_time, int64_t n, double query_time,
                    const LogBucketizer::View& bucket, const T* ts_w, T* out, int32_t* buckets) {
