@@ -84,7 +84,7 @@ void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>
                           T* grad_x, T* grad_weight, T* grad_bias) {
   using C = accumulate_t<T>;
   const int64_t dim = p.dim, width = p.width;
-  const std::vector<C> weight = padded_operand<C>(p.weight, dim, width, width, false);
+  const PaddedRows<C, T> weight(p.weight, dim, width);
   const std::vector<C> weight_t = padded_operand<C>(p.weight, dim, width, width, true);
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   const int64_t chunks = fixed_chunks(blocks);

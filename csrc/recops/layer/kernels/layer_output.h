@@ -87,7 +87,7 @@ void layer_output_backward(const OutputProblem<T>& p, const T* grad_output, int6
   const int64_t width = p.width, dim = p.dim;
   const int64_t ld_gated = granules(width), ld_go = granules(dim);
   // dgated = grad_output W
-  const std::vector<C> weight = padded_operand<C>(p.weight, dim, width, width, false);
+  const PaddedRows<C, T> weight(p.weight, dim, width);
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   const int64_t chunks = fixed_chunks(blocks);
   ParameterGradPartials<C> partials(chunks, dim, width, dim);
