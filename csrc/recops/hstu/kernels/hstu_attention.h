@@ -59,7 +59,8 @@ struct HstuGrads {
 };
 
 // The tiles of the scratch (TileArena indices): the mask, the scores, then the bias tile of each
-// channel with a bias, and for the backward dS and the gradient sum of each bias the heads share.
+// channel with a bias, and for the backward dS and the gradient sum of each bias several heads
+// share (with one head, its gradient is the sum: no tile to clear and add into).
 struct ChannelTiles {
   static constexpr int kMask = 0, kScores = 1;
   int bias[kChannels] = {-1, -1, -1}, grad_sum[kChannels] = {-1, -1, -1};
@@ -67,7 +68,7 @@ struct ChannelTiles {
   bool buckets = false;  // a relative bias with a time table (at most one: the arena has one)
 
   template <typename T>
-  ChannelTiles(const ChannelBiases<T>& biases, bool backward) {
+  ChannelTiles(const ChannelBiases<T>& biases, bool backward, int64_t heads) {
     for (int c = 0; c < kChannels; ++c) {
       if (biases[c].kind != BiasKind::kNone) bias[c] = count++;
       buckets = buckets || biases[c].ts_w != nullptr;
@@ -75,7 +76,7 @@ struct ChannelTiles {
     if (!backward) return;
     grads = count++;
     for (int c = 0; c < kChannels; ++c) {
-      if (bias[c] >= 0 && !biases[c].per_head()) grad_sum[c] = count++;
+      if (bias[c] >= 0 && !biases[c].per_head() && heads > 1) grad_sum[c] = count++;
     }
   }
   template <typename Arena>
@@ -114,7 +115,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
   using E = typename P::Element;
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads;
-  const ChannelTiles tiles(biases, false);
+  const ChannelTiles tiles(biases, false, H);
   // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool silu_mask = prec.forward_mask_tile(mask);
   const bool with_mask = silu_mask || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
@@ -160,7 +161,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
   using C = typename P::Compute;
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads, dqk = prec.shape().dqk;
-  const ChannelTiles tiles(biases, true);
+  const ChannelTiles tiles(biases, true, H);
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
       [&](int64_t slot) { return prec.backward_scratch(tiles.count, tiles.buckets, slot); },
