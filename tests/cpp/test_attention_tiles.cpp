@@ -542,6 +542,38 @@ TEST_P(TileVariant, AddTimeBiasNearingTheQuery) {
   }
 }
 
+// TileOps::add_time_bias on groups of eight keys whose magnitudes lie up to eight buckets below
+// the group before them, in random order within a group (not only stepping down), and on groups
+// that jump further, down to bucket 0: every path of the vector pass, in any order.
+TEST_P(TileVariant, AddTimeBiasGroupsAcrossBuckets) {
+  const LogBucketizer bucketizer(0.301, 128);
+  const LogBucketizer::View bucket = bucketizer.view();
+  std::vector<float> ts_w(129);
+  for (int k = 0; k <= 128; ++k) ts_w[k] = 0.75f * static_cast<float>(k) - 20.0f;
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double query_time = 1e12;
+  const int64_t n = 1203;
+  std::vector<double> key_time(n);
+  double level = 60.0;  // in buckets, falling to 0
+  for (int64_t j = 0; j < n; ++j) {
+    if (j % 8 == 0) level = std::max(0.0, level - (rng() % 5 == 0 ? 12.0 : 4.0 * unit(rng)));
+    const double magnitude = std::exp(0.301 * std::max(0.0, level - 8.0 * unit(rng)));
+    key_time[j] = query_time - magnitude;
+  }
+  std::vector<float> got(n, 0.5f), want(n, 0.5f);
+  std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
+  for (int64_t j = 0; j < n; ++j) {
+    want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
+    want[j] += ts_w[want_buckets[j]];
+  }
+  variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
+                               got_buckets.data());
+  EXPECT_EQ(got_buckets, want_buckets);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want_buckets.back(), 0) << "the keys reach bucket 0";
+}
+
 // TileOps::add_by_bucket (the time table's gradient) against a scatter key by key: runs of one
 // bucket shorter and longer than the vector groups, single keys between them, and a row of one
 // key; the values are exact in any summation order.
