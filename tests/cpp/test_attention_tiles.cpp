@@ -512,6 +512,27 @@ TEST_P(TileVariant, AddTimeBias) {
   }
 }
 
+// Checks the variant's add_time_bias against the scalar bucketizer key by key (buckets and the
+// tile values, out starting at `start`); returns the expected buckets.
+std::vector<int32_t> expect_time_bias_as_scalar(const TileOps<float>& ops,
+                                                const std::vector<double>& key_time,
+                                                double query_time,
+                                                const LogBucketizer::View& bucket,
+                                                const std::vector<float>& ts_w, float start) {
+  const int64_t n = static_cast<int64_t>(key_time.size());
+  std::vector<float> got(n, start), want(n, start);
+  std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
+  for (int64_t j = 0; j < n; ++j) {
+    want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
+    want[j] += ts_w[want_buckets[j]];
+  }
+  ops.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
+                    got_buckets.data());
+  EXPECT_EQ(got_buckets, want_buckets);
+  EXPECT_EQ(got, want);
+  return want_buckets;
+}
+
 // TileOps::add_time_bias on keys nearing the query time, exact: the magnitudes shrink by a fifth
 // of a bucket a key, so most groups of eight keys step down one bucket from the previous group
 // (the vectorised path's second test) and end either in the lower bucket or, a key before the
@@ -528,17 +549,10 @@ TEST_P(TileVariant, AddTimeBiasNearingTheQuery) {
     for (int64_t j = 0; j < n; ++j) {
       key_time[j] = query_time - std::exp(0.301 * (static_cast<double>(n - j) / 5.0 + shift));
     }
-    std::vector<float> got(n, 0.25f), want(n, 0.25f);
-    std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
-    for (int64_t j = 0; j < n; ++j) {
-      want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
-      want[j] += ts_w[want_buckets[j]];
-    }
-    variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
-                                 got_buckets.data());
-    EXPECT_EQ(got_buckets, want_buckets) << "shift " << shift;
-    EXPECT_EQ(got, want) << "shift " << shift;
-    EXPECT_EQ(want_buckets.back(), 0) << "the keys reach bucket 0";
+    SCOPED_TRACE(shift);
+    const std::vector<int32_t> buckets =
+        expect_time_bias_as_scalar(variant().fp32, key_time, query_time, bucket, ts_w, 0.25f);
+    EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
   }
 }
 
@@ -561,17 +575,9 @@ TEST_P(TileVariant, AddTimeBiasGroupsAcrossBuckets) {
     const double magnitude = std::exp(0.301 * std::max(0.0, level - 8.0 * unit(rng)));
     key_time[j] = query_time - magnitude;
   }
-  std::vector<float> got(n, 0.5f), want(n, 0.5f);
-  std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
-  for (int64_t j = 0; j < n; ++j) {
-    want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
-    want[j] += ts_w[want_buckets[j]];
-  }
-  variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
-                               got_buckets.data());
-  EXPECT_EQ(got_buckets, want_buckets);
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(want_buckets.back(), 0) << "the keys reach bucket 0";
+  const std::vector<int32_t> buckets =
+      expect_time_bias_as_scalar(variant().fp32, key_time, query_time, bucket, ts_w, 0.5f);
+  EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
 }
 
 // TileOps::add_by_bucket (the time table's gradient) against a scatter key by key: runs of one
