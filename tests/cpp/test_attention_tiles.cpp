@@ -461,6 +461,28 @@ TEST_P(TileVariant, TransposeTile) {
   }
 }
 
+// Checks a variant's add_time_bias against the scalar bucketizer key by key: the buckets, and the
+// tile `start` plus each key's weight; returns the expected buckets.
+std::vector<int32_t> expect_time_bias_as_scalar(const TileOps<float>& ops,
+                                                const std::vector<double>& key_time,
+                                                double query_time,
+                                                const LogBucketizer::View& bucket,
+                                                const std::vector<float>& ts_w,
+                                                const std::vector<float>& start) {
+  const int64_t n = static_cast<int64_t>(key_time.size());
+  std::vector<float> got = start, want = start;
+  std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
+  for (int64_t j = 0; j < n; ++j) {
+    want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
+    want[j] += ts_w[want_buckets[j]];
+  }
+  ops.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
+                    got_buckets.data());
+  EXPECT_EQ(got_buckets, want_buckets);
+  EXPECT_EQ(got, want);
+  return want_buckets;
+}
+
 // TileOps::add_time_bias against the bucketizer key by key, exact: chronological keys (runs of
 // one bucket), keys on both sides of the query time, repeated times, magnitudes below 1, huge and
 // NaN ones; a divisor whose cells hold one threshold each (the vectorised path) and one whose
@@ -491,46 +513,19 @@ TEST_P(TileVariant, AddTimeBias) {
         key_time[9] = 1e9 + 1.0004;
       }
       for (const double query_time : {1e9, t / 2 + 5e8, t + 1.0}) {
+        SCOPED_TRACE("divisor " + std::to_string(divisor) + ", n = " + std::to_string(n));
         const auto pos = random_values(n, 60);
-        std::vector<float> got = pos, want = pos;
+        const std::vector<int32_t> want_buckets =
+            expect_time_bias_as_scalar(variant().fp32, key_time, query_time, bucket, ts_w, pos);
         std::vector<double> got64(pos.begin(), pos.end()), want64 = got64;
-        std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
-        for (int64_t j = 0; j < n; ++j) {
-          want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
-          want[j] += ts_w[want_buckets[j]];
-          want64[j] += ts_w64[want_buckets[j]];
-        }
-        variant().fp32.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(),
-                                     got.data(), got_buckets.data());
-        EXPECT_EQ(got_buckets, want_buckets) << "divisor " << divisor << ", n = " << n;
-        EXPECT_EQ(got, want) << "divisor " << divisor << ", n = " << n;
+        for (int64_t j = 0; j < n; ++j) want64[j] += ts_w64[want_buckets[j]];
+        std::vector<int32_t> got_buckets(n, -1);
         baseline::kDoubleTileOps.add_time_bias(key_time.data(), n, query_time, bucket,
                                                ts_w64.data(), got64.data(), got_buckets.data());
-        EXPECT_EQ(got64, want64) << "divisor " << divisor << ", n = " << n;
+        EXPECT_EQ(got64, want64);
       }
     }
   }
-}
-
-// Checks the variant's add_time_bias against the scalar bucketizer key by key (buckets and the
-// tile values, out starting at `start`); returns the expected buckets.
-std::vector<int32_t> expect_time_bias_as_scalar(const TileOps<float>& ops,
-                                                const std::vector<double>& key_time,
-                                                double query_time,
-                                                const LogBucketizer::View& bucket,
-                                                const std::vector<float>& ts_w, float start) {
-  const int64_t n = static_cast<int64_t>(key_time.size());
-  std::vector<float> got(n, start), want(n, start);
-  std::vector<int32_t> got_buckets(n, -1), want_buckets(n);
-  for (int64_t j = 0; j < n; ++j) {
-    want_buckets[j] = bucket(std::abs(query_time - key_time[j]));
-    want[j] += ts_w[want_buckets[j]];
-  }
-  ops.add_time_bias(key_time.data(), n, query_time, bucket, ts_w.data(), got.data(),
-                    got_buckets.data());
-  EXPECT_EQ(got_buckets, want_buckets);
-  EXPECT_EQ(got, want);
-  return want_buckets;
 }
 
 // TileOps::add_time_bias on keys nearing the query time, exact: the magnitudes shrink by a fifth
@@ -550,8 +545,8 @@ TEST_P(TileVariant, AddTimeBiasNearingTheQuery) {
       key_time[j] = query_time - std::exp(0.301 * (static_cast<double>(n - j) / 5.0 + shift));
     }
     SCOPED_TRACE(shift);
-    const std::vector<int32_t> buckets =
-        expect_time_bias_as_scalar(variant().fp32, key_time, query_time, bucket, ts_w, 0.25f);
+    const std::vector<int32_t> buckets = expect_time_bias_as_scalar(
+        variant().fp32, key_time, query_time, bucket, ts_w, std::vector<float>(n, 0.25f));
     EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
   }
 }
@@ -575,8 +570,8 @@ TEST_P(TileVariant, AddTimeBiasGroupsAcrossBuckets) {
     const double magnitude = std::exp(0.301 * std::max(0.0, level - 8.0 * unit(rng)));
     key_time[j] = query_time - magnitude;
   }
-  const std::vector<int32_t> buckets =
-      expect_time_bias_as_scalar(variant().fp32, key_time, query_time, bucket, ts_w, 0.5f);
+  const std::vector<int32_t> buckets = expect_time_bias_as_scalar(
+      variant().fp32, key_time, query_time, bucket, ts_w, std::vector<float>(n, 0.5f));
   EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
 }
 
