@@ -167,7 +167,7 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       [&](Scratch& scratch, const Block& blk) {
         const int64_t key0 = std::max<int64_t>(0, blk.row0 - window);
         if (scratch.grads.length != blk.length || blk.key0 != key0 ||
-            blk.keys != blk.row0 + blk.rows - key0 || blk.rows > kQueryBlock) {
+            blk.keys != blk.row0 + blk.rows - key0 || blk.rows > seqs.query_block) {
           ++errors;
         }
         for (int64_t r = 0; r < blk.rows; ++r) ++visits[row_begin[blk.b] + blk.row0 + r];
@@ -177,7 +177,8 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   for (int64_t row = 0; row < rows; ++row) EXPECT_EQ(visits[row].load(), 1) << "row " << row;
   std::vector<std::pair<const float*, const float*>> got, expected;
   for (const auto& slot : ended) got.insert(got.end(), slot.begin(), slot.end());
-  for (const WorkItem& item : make_work_items(length.data(), seqs.count, chunks)) {
+  for (const WorkItem& item :
+       make_work_items(length.data(), seqs.count, chunks, seqs.query_block)) {
     const int64_t first = row_begin[item.sequence];
     expected.emplace_back(qkv.dk_partial(item.chunk) + first * heads * dqk,
                           qkv.dv_partial(item.chunk) + first * heads * dv);

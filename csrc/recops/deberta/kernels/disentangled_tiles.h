@@ -136,7 +136,7 @@ void for_each_unit_block(const DisentangledProblem<E>& p, int64_t chunks,
     lengths[u] = p.mask.q_extent[u / p.shape.heads];
   }
   for_each_work_item(
-      lengths.data(), static_cast<int64_t>(lengths.size()), chunks, make_scratch,
+      lengths.data(), static_cast<int64_t>(lengths.size()), chunks, kQueryBlock, make_scratch,
       [&](auto& t, const WorkItem& item) { begin(t, Unit<E>(p, item.sequence)); },
       [&](auto& t, const WorkItem& item, int64_t row0, int64_t rows) {
         block(t, Unit<E>(p, item.sequence), row0, rows);

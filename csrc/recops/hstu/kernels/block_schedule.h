@@ -22,10 +22,10 @@
 
 namespace recops::attention::kernels {
 
-// The query rows of a tile of `seqs`: a block's most (kQueryBlock, or fewer when no sequence has
-// that many queries, as in a serving step), padded to the precision's row granule.
+// The query rows of a tile of `seqs`: a block's most (seqs.query_block, or fewer when no sequence
+// has that many queries, as in a serving step), padded to the precision's row granule.
 inline int64_t tile_rows(const Sequences& seqs, int64_t granule) {
-  return std::min(kQueryBlock, round_up(std::max<int64_t>(seqs.most_queries, 1), granule));
+  return std::min(seqs.query_block, round_up(std::max<int64_t>(seqs.most_queries, 1), granule));
 }
 
 // Per-thread scratch: `count` tiles of `rows` x `keys` values (a kernel names them with its own
@@ -143,7 +143,7 @@ void for_each_item_block(const Sequences& seqs, const MaskSource<T>& mask, int64
                          MakeScratch&& make_scratch, BeginItem&& begin_item, Fn&& fn,
                          EndItem&& end_item) {
   for_each_work_item(
-      seqs.q_length, seqs.count, chunks, make_scratch, begin_item,
+      seqs.q_length, seqs.count, chunks, seqs.query_block, make_scratch, begin_item,
       [&](auto& scratch, const WorkItem& item, int64_t row0, int64_t rows) {
         const Block blk = query_block(seqs, mask, item.sequence, row0, rows);
         if (blk.keys > 0) fn(scratch, blk);
@@ -163,7 +163,8 @@ constexpr int64_t kMinPartKeys = 512;
 // add up to the block's.
 inline int64_t forward_key_parts(const Sequences& seqs) {
   int64_t blocks = 0;
-  for (int64_t b = 0; b < seqs.count; ++b) blocks += query_blocks(seqs.q_length[b]);
+  for (int64_t b = 0; b < seqs.count; ++b)
+    blocks += query_blocks(seqs.q_length[b], seqs.query_block);
   const int64_t threads = max_threads();
   if (blocks == 0 || blocks >= threads) return 1;
   return std::max<int64_t>(1,
@@ -185,10 +186,11 @@ void for_each_block_in_parallel(const Sequences& seqs, const MaskSource<T>& mask
   }
   std::vector<Block> blocks;  // fewer than the threads (forward_key_parts)
   for (int64_t b = 0; b < seqs.count; ++b) {
-    for_each_query_block(seqs.q_length[b], WorkItem{b, 0}, 1, [&](int64_t row0, int64_t rows) {
-      const Block blk = query_block(seqs, mask, b, row0, rows);
-      if (blk.keys > 0) blocks.push_back(blk);
-    });
+    for_each_query_block(seqs.q_length[b], WorkItem{b, 0}, 1, seqs.query_block,
+                         [&](int64_t row0, int64_t rows) {
+                           const Block blk = query_block(seqs, mask, b, row0, rows);
+                           if (blk.keys > 0) blocks.push_back(blk);
+                         });
   }
   parallel_for_dynamic(
       static_cast<int64_t>(blocks.size()) * parts, make_scratch, [&](auto& scratch, int64_t i) {

@@ -31,7 +31,7 @@ void scale_rows(T* x, int64_t rows, int64_t cols, int64_t ld, T alpha) {
 // first, a write and a read of a whole copy of K, pays off only when several blocks reuse it.
 inline bool one_block_per_sequence(const Sequences& seqs) {
   for (int64_t b = 0; b < seqs.count; ++b) {
-    if (seqs.q_length[b] > kQueryBlock) return false;
+    if (seqs.q_length[b] > seqs.query_block) return false;
   }
   return true;
 }

@@ -16,7 +16,7 @@
 // the adapter sums; a bias gradient is summed over the heads that share the bias before it is
 // scattered, once per block. A forward with fewer query blocks than threads (a serving step)
 // splits each block's keys between the threads instead (forward_key_parts), each part past the
-// first adding through a copy of the output. Extra memory: per-thread tiles O(kQueryBlock * N)
+// first adding through a copy of the output. Extra memory: per-thread tiles O(query block * N)
 // (N: the longest sequence) plus O(H * D * N), about one copy of K and V.
 #pragma once
 
