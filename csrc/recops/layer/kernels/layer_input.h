@@ -66,9 +66,12 @@ void layer_input_forward(const InputProblem<T>& p, const ColumnPieces<T*>& out) 
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0);
       block.compute(r0, n);
       for (int64_t i = 0; i < n; ++i) {
-        const C* z = block.z.data() + i * block.ld_z;
+        // SiLU over the whole padded row (whole vectors; a piece of 50 would end in scalar
+        // lanes), then the pieces copied out.
+        C* z = block.z.data() + i * block.ld_z;
+        for (int64_t j = 0; j < block.ld_z; ++j) z[j] *= fast_sigmoid(z[j]);
         out.for_each_in_row(r0 + i, [&](T* o, int64_t first, int64_t cols) {
-          for (int64_t j = 0; j < cols; ++j) o[j] = T(z[first + j] * fast_sigmoid(z[first + j]));
+          for (int64_t j = 0; j < cols; ++j) o[j] = T(z[first + j]);
         });
       }
     }
@@ -95,20 +98,22 @@ void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>
     const int64_t ld_normed = block.ld_normed, ld_z = block.ld_z;
     std::vector<C> normed_t(static_cast<size_t>(ld_normed * kRowBlock));
     std::vector<C> d_normed(static_cast<size_t>(kRowBlock * ld_normed));
+    std::vector<C> grad_row(static_cast<size_t>(ld_z), C(0));  // a row's pieces, padded
     C* gw = partials.weight(chunk);
     C* gb = partials.bias(chunk);
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * kRowBlock, n = std::min(kRowBlock, p.rows - r0), m = granules(n);
       block.compute(r0, n);
-      for (int64_t i = 0; i < n; ++i) {  // z <- dz (the padding stays zero)
+      for (int64_t i = 0; i < n; ++i) {  // z <- dz over the whole padded row, as the forward
         C* z = block.z.data() + i * ld_z;
         grad_output.for_each_in_row(r0 + i, [&](const T* g, int64_t first, int64_t cols) {
-          for (int64_t j = first; j < first + cols; ++j) {
-            const C s = fast_sigmoid(z[j]);
-            z[j] = static_cast<C>(g[j - first]) * s * (C(1) + z[j] * (C(1) - s));
-            gb[j] += z[j];
-          }
+          for (int64_t j = 0; j < cols; ++j) grad_row[first + j] = static_cast<C>(g[j]);
         });
+        for (int64_t j = 0; j < ld_z; ++j) {  // the padding stays zero: its grad_row is zero
+          const C s = fast_sigmoid(z[j]);
+          z[j] = grad_row[j] * s * (C(1) + z[j] * (C(1) - s));
+        }
+        for (int64_t j = 0; j < width; ++j) gb[j] += z[j];
       }
       gemm_nn_any_shape(m, ld_normed, width, block.z.data(), ld_z, weight_t.data(), ld_normed,
                         d_normed.data(), ld_normed, false);
