@@ -34,7 +34,7 @@ struct FfnWeights {
     }
     if (!backward) return;
     gate_up.resize(gate_up_t.size());
-    transpose(dim_p, 2 * hidden_p, gate_up_t.data(), 2 * hidden_p, gate_up.data(), dim_p);
+    transpose_tile(gate_up_t.data(), dim_p, 2 * hidden_p, 2 * hidden_p, gate_up.data(), dim_p);
     down = padded_operand<C>(p.down, p.dim, p.hidden, p.hidden, false);
   }
 };
@@ -137,7 +137,7 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
       }
       std::fill(go.begin() + n * dim_p, go.begin() + m * dim_p, C(0));
       // dW_down += dy^T g (go_t's columns past n are zero), dg = dy W_down.
-      transpose(m, dim_p, go.data(), dim_p, go_t.data(), kRowBlock);
+      transpose_tile(go.data(), m, dim_p, dim_p, go_t.data(), kRowBlock);
       gemm_nn_any_shape(dim, hidden_p, m, go_t.data(), kRowBlock, block.g.data(), hidden_p,
                         down.weight(chunk), down.ld(), true);
       gemm_nn_any_shape(m, hidden_p, dim, go.data(), dim_p, weights.down.data(), hidden_p,
@@ -154,7 +154,7 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
       }
       std::fill(dz.begin() + n * ld_z, dz.begin() + m * ld_z, C(0));
       // [dW_gate; dW_up] += dz^T h, dh = dz [W_gate; W_up].
-      transpose(m, ld_z, dz.data(), ld_z, dz_t.data(), kRowBlock);
+      transpose_tile(dz.data(), m, ld_z, ld_z, dz_t.data(), kRowBlock);
       gemm_nn(ld_z, dim_p, m, dz_t.data(), kRowBlock, block.h.data(), dim_p, gate_up.weight(chunk),
               gate_up.ld(), true);
       gemm_nn(m, dim_p, ld_z, dz.data(), ld_z, weights.gate_up.data(), dim_p, dh.data(), dim_p,

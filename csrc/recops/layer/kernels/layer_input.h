@@ -117,7 +117,7 @@ void layer_input_backward(const InputProblem<T>& p, const ColumnPieces<const T*>
       }
       gemm_nn_any_shape(m, ld_normed, width, block.z.data(), ld_z, weight_t.data(), ld_normed,
                         d_normed.data(), ld_normed, false);
-      transpose(m, ld_normed, block.normed.data(), ld_normed, normed_t.data(), kRowBlock);
+      transpose_tile(block.normed.data(), m, ld_normed, ld_normed, normed_t.data(), kRowBlock);
       gemm_nn_any_shape(dim, ld_z, m, normed_t.data(), kRowBlock, block.z.data(), ld_z, gw,
                         partials.ld(), true);
       for (int64_t i = 0; i < n; ++i) {

@@ -121,7 +121,7 @@ void layer_output_backward(const OutputProblem<T>& p, const T* grad_output, int6
                      gated.data() + i * ld_gated, grads.u + r * width, grads.attn + r * width);
       }
       // grad_weight += grad_output^T gated over the block's rows (go_t's columns past n are zero).
-      transpose(m, ld_go, go.data(), ld_go, go_t.data(), kRowBlock);
+      transpose_tile(go.data(), m, ld_go, ld_go, go_t.data(), kRowBlock);
       gemm_nn_any_shape(dim, ld_gated, m, go_t.data(), kRowBlock, gated.data(), ld_gated,
                         grad_weight, partials.ld(), true);
     }

@@ -8,9 +8,12 @@
 // normalised as accurately as any other; the sums run in lanes (lane_sum), so they vectorise.
 #pragma once
 
+#include "recops/common/kernels/transpose_tile.h"
 #include "recops/layer/kernels/layer_kernels.h"
 
 namespace recops::layer::kernels::RECOPS_ISA_NS {
+
+using ::recops::RECOPS_ISA_NS::transpose_tile;
 
 constexpr int64_t kRowBlock = 64;
 

@@ -8,9 +8,12 @@
 // bits for any thread count.
 #pragma once
 
+#include "recops/common/kernels/transpose_tile.h"
 #include "recops/loss/kernels/loss_kernels.h"
 
 namespace recops::loss::kernels::RECOPS_ISA_NS {
+
+using ::recops::RECOPS_ISA_NS::transpose_tile;
 
 constexpr int64_t kRowBlock = 64;
 
@@ -213,7 +216,7 @@ void sampled_softmax_backward(const SampledSoftmaxProblem<T>& p,
         }
         normalize_backward(pos, dim, ps, dpos.data(), grads.positives + r * dim);
       }
-      transpose(n, count, c.data(), count, coefficients_t.data(), kRowBlock);
+      transpose_tile(c.data(), n, count, count, coefficients_t.data(), kRowBlock);
       gemm_nn(count, dim, n, coefficients_t.data(), kRowBlock, block.queries.data(), dim,
               partial.data() + chunk * count * dim, dim, true);
     }
