@@ -59,10 +59,9 @@ void for_each_query_block(int64_t length, const WorkItem& item, int64_t chunks, 
 
 // The one parallel loop of the tiled attention kernels: the work items of `units` units (unit u
 // has length[u] query rows, in blocks of block_rows <= kQueryBlock), longest first on
-// parallel_for_dynamic. A thread builds its scratch
-// once (make_scratch(slot)); per item it calls begin_item(scratch, item), then
-// block(scratch, item, row0, rows) for each of the item's query blocks, then
-// end_item(scratch, item).
+// parallel_for_dynamic. A thread builds its scratch once (make_scratch(slot)); per item it calls
+// begin_item(scratch, item), then block(scratch, item, row0, rows) for each of the item's query
+// blocks, then end_item(scratch, item).
 template <typename MakeScratch, typename BeginItem, typename BlockFn, typename EndItem>
 void for_each_work_item(const int64_t* length, int64_t units, int64_t chunks, int64_t block_rows,
                         MakeScratch&& make_scratch, BeginItem&& begin_item, BlockFn&& block,
