@@ -127,12 +127,19 @@ TEST(HstuInputs, QueryTimesTakeTheNextItemsTime) {
 }
 
 // The one block loop of the HSTU-family kernels (block_schedule.h): every query row of every
-// sequence falls in exactly one block, which meets the keys its mask lets it see (causal with a
-// window of 40: the 40 keys before the block's first row up to its last row) and runs between its
-// item's begin_item and end_item; end_item gets the item's dK, dV partial at the sequence's rows.
+// sequence falls in exactly one block (of the sequences' block rows, starting at a multiple of
+// them), which meets the keys its mask lets it see (causal with a window of 40: the 40 keys
+// before the block's first row up to its last row) and runs between its item's begin_item and
+// end_item; end_item gets the item's dK, dV partial at the sequence's rows.
 TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
   const std::vector<int64_t> row_begin = {0, 70, 75, 75}, length = {70, 5, 0, 150};
   const Sequences seqs = Sequences::same_rows(4, row_begin.data(), length.data(), 150);
+  // Queries on their own rows take the short blocks (batch.h); queries over cached keys do not.
+  EXPECT_EQ(seqs.query_block, kOwnRowsQueryBlock);
+  EXPECT_EQ(Sequences::with_keys(4, row_begin.data(), length.data(),
+                                 {row_begin.data(), length.data()}, 150)
+                .query_block,
+            kQueryBlock);
   const int64_t rows = 225, heads = 2, dqk = 3, dv = 4, chunks = 2, window = 40;
   MaskSource<float> mask;
   mask.max_attn_len = window;
@@ -167,7 +174,8 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       [&](Scratch& scratch, const Block& blk) {
         const int64_t key0 = std::max<int64_t>(0, blk.row0 - window);
         if (scratch.grads.length != blk.length || blk.key0 != key0 ||
-            blk.keys != blk.row0 + blk.rows - key0 || blk.rows > seqs.query_block) {
+            blk.keys != blk.row0 + blk.rows - key0 || blk.rows > seqs.query_block ||
+            blk.row0 % seqs.query_block != 0) {
           ++errors;
         }
         for (int64_t r = 0; r < blk.rows; ++r) ++visits[row_begin[blk.b] + blk.row0 + r];
