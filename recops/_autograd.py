@@ -1,15 +1,13 @@
 """Helpers for the fake kernels and autograd formulas registered from Python: an op call's
 arguments by schema name, and a backward op's results as gradients of its forward's inputs, found
-by name (a result ``grad_<name>`` is the gradient of the forward's argument ``<name>``), and the
-binding of an op's autograd to its backward op. Nothing here knows an argument's position."""
+by name (a result ``grad_<name>`` is the gradient of the forward's argument ``<name>``). Nothing
+here knows an argument's position. Ops whose backward op takes exactly the forward's arguments
+bind their autograd in C++ instead (csrc/recops/common/backward_op_autograd.h)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
-
-import torch
-from torch.library import register_autograd
 
 
 def named_arguments(op, args, kwargs=None) -> dict[str, Any]:
@@ -52,34 +50,3 @@ def grads_by_name(ctx, forward, backward, results):
     for position, grad in zip(_grad_positions(forward, backward), results, strict=True):
         grads[position] = grad
     return input_grads(ctx, *grads)
-
-
-def saving_setup(forward, tensors):
-    """A setup_context that keeps a call's ``tensors`` (by name) as saved tensors and its other
-    arguments by name, for call_backward."""
-
-    def setup(ctx, inputs, output):
-        ctx.arguments = named_arguments(forward, inputs)
-        ctx.save_for_backward(*(ctx.arguments.pop(name) for name in tensors))
-
-    return setup
-
-
-def call_backward(ctx, backward, tensors, grad_output):
-    """``backward`` called on ``grad_output`` with what saving_setup kept."""
-    saved = dict(zip(tensors, ctx.saved_tensors, strict=True))
-    return backward(grad_output, **saved, **ctx.arguments)
-
-
-def bind_backward_op(name, forward, backward, tensors):
-    """Registers the autograd of op ``name`` (``forward``, an OpOverload) as a call of its
-    ``backward`` op, which takes ``grad_output`` then the forward's arguments and names its
-    results ``grad_<input>``: the call's ``tensors`` (by name) saved, its other arguments kept."""
-
-    def backward_fn(ctx, grad_output):
-        results = call_backward(ctx, backward, tensors, grad_output)
-        return grads_by_name(
-            ctx, forward, backward, (results,) if isinstance(results, torch.Tensor) else results
-        )
-
-    register_autograd(name, backward_fn, setup_context=saving_setup(forward, tensors))

@@ -108,3 +108,83 @@ def test_options_pass_through_by_name():
     for fn in (recops.hstu_attention, recops.fuxi_attention):
         with pytest.raises(Exception, match="no_such_option"):
             fn(q, k, v, offsets, n, no_such_option=1)
+
+
+# The pairs whose autograd is bound in C++ (csrc/recops/common/backward_op_autograd.h); DeBERTa's
+# backward also takes the forward's results, so its autograd stays in Python.
+CPP_BOUND_PAIRS = [pair for pair in AUTOGRAD_PAIRS if pair[0] != "disentangled_attention"]
+
+
+@pytest.mark.parametrize("forward,backward", CPP_BOUND_PAIRS)
+def test_cpp_bound_autograd_takes_the_forwards_arguments(forward, backward):
+    """The convention the C++ binding relies on: grad_output, then exactly the forward's
+    arguments in order."""
+    fwd, bwd = getattr(ops, forward).default, getattr(ops, backward).default
+    names = [a.name for a in bwd._schema.arguments]
+    assert names == ["grad_output"] + [a.name for a in fwd._schema.arguments]
+
+
+def normalize_call():
+    torch.manual_seed(0)
+    x = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+    return x, ops.l2_normalize(x), torch.randn(5, 8, dtype=torch.float64)
+
+
+def test_cpp_bound_autograd_calls_the_backward_op():
+    x, out, g = normalize_call()
+    assert out.grad_fn.name() == "recops::l2_normalize_backward"
+    expected = ops.l2_normalize_backward(g, x.detach())
+    (grad,) = torch.autograd.grad(out, x, g, retain_graph=True)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=0)
+    # A non-contiguous gradient reaches the backward op as its contiguous copy.
+    g_t = g.t().contiguous().t()
+    (grad,) = torch.autograd.grad(out, x, g_t)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="second time"):
+        torch.autograd.grad(out, x, g)
+    with torch.no_grad():
+        assert ops.l2_normalize(x).grad_fn is None
+    assert ops.l2_normalize(x.detach()).grad_fn is None
+
+
+def test_cpp_bound_autograd_rejects_an_input_changed_in_place():
+    x = torch.randn(5, 8, requires_grad=True)
+    y = x * 2
+    out = ops.l2_normalize(y)
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def layer_input_call():
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    return x, w, b
+
+
+def test_cpp_bound_autograd_gives_zeros_for_an_unused_piece():
+    x, w, b = layer_input_call()
+    u, v = ops.hstu_layer_input(x, w, b, "layer_norm", 1e-6, [3, 5])
+    g = torch.randn_like(u)
+    grads = torch.autograd.grad(u, (x, w, b), g)  # v takes no part
+    expected = ops.hstu_layer_input_backward(
+        [g, torch.zeros_like(v)], x.detach(), w.detach(), b.detach(), "layer_norm", 1e-6, [3, 5]
+    )
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_cpp_bound_autograd_passes_the_residual_gradient_through():
+    torch.manual_seed(0)
+    x, u, attn = (torch.randn(6, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    w = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+    out = ops.hstu_layer_output(x, u, attn, w, None)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, u, attn, w), g)
+    torch.testing.assert_close(grads[0], g, rtol=0, atol=0)
+    detached = (t.detach() for t in (x, u, attn, w))
+    expected = ops.hstu_layer_output_backward(g, *detached, None)
+    for got, want in zip(grads[1:], expected[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -1,20 +1,18 @@
-"""FuXi-alpha attention and its delta step: Python entry points, fake kernels and autograd
-(kernels: csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once,
-in its schema (csrc/recops/hstu/options.h): the code here reads them by name."""
+"""FuXi-alpha attention and its delta step: Python entry points and fake kernels (autograd,
+which calls the backward op: csrc/recops/hstu/ops.cpp; kernels:
+csrc/recops/hstu/kernels/hstu_attention.h). The op's arguments are declared once, in its schema
+(csrc/recops/hstu/options.h): the code here reads them by name."""
 
 from __future__ import annotations
 
 import torch
-from torch.library import register_autograd
 
 from recops._autograd import named_arguments
 from recops._fake import register_fake
 from recops.operators.hstu import (
     SequenceLayout,
-    attention_backward,
     contiguous_like,
     delta_step,
-    save_attention_inputs,
     split_mask,
 )
 
@@ -50,17 +48,6 @@ def _fuxi_delta_fake(*args, **kwargs):
 def _fuxi_backward_fake(*args, **kwargs):
     a = named_arguments(_BACKWARD, args, kwargs)
     return tuple(contiguous_like(a[name]) for name in ("q", "k", "v", *_BIAS_INPUTS))
-
-
-def _fuxi_setup(ctx, inputs, output):
-    save_attention_inputs(ctx, _FORWARD, inputs)
-
-
-def _fuxi_backward(ctx, grad_output):
-    return attention_backward(ctx, _FORWARD, _BACKWARD, grad_output)
-
-
-register_autograd("recops::hstu_dense_forward_fuxi", _fuxi_backward, setup_context=_fuxi_setup)
 
 
 def fuxi_attention(

@@ -1,18 +1,17 @@
-"""HSTU attention and its delta step (serving over cached keys): Python entry points, fake
-kernels and autograd (kernels: csrc/recops/hstu/kernels/hstu_attention.h). The ops' arguments
-are declared once, in their schemas (csrc/recops/hstu/options.h): the code here reads them by
-name."""
+"""HSTU attention and its delta step (serving over cached keys): Python entry points and fake
+kernels (autograd, which calls the backward op: csrc/recops/hstu/ops.cpp; kernels:
+csrc/recops/hstu/kernels/hstu_attention.h). The ops' arguments are declared once, in their
+schemas (csrc/recops/hstu/options.h): the code here reads them by name."""
 
 from __future__ import annotations
 
 import torch
-from torch.library import register_autograd
 
-from recops._autograd import grads_by_name, named_arguments
+from recops._autograd import named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
-_FORWARD, _BACKWARD = ops.hstu_dense_forward.default, ops.hstu_dense_backward.default
+_BACKWARD = ops.hstu_dense_backward.default
 # The differentiable optional inputs, in the backward's result order after grad_q, grad_k, grad_v.
 _BIAS_INPUTS = ("attn_bias", "ts_w", "pos_w")
 
@@ -30,29 +29,6 @@ def _hstu_forward_fake(q, k, v, *args, **kwargs):
 def _hstu_backward_fake(*args, **kwargs):
     a = named_arguments(_BACKWARD, args, kwargs)
     return tuple(contiguous_like(a[name]) for name in ("q", "k", "v", *_BIAS_INPUTS))
-
-
-def save_attention_inputs(ctx, forward, inputs):
-    """Keeps q, k, v for the backward as saved tensors and the other arguments by name."""
-    ctx.arguments = named_arguments(forward, inputs)
-    ctx.save_for_backward(*(ctx.arguments.pop(name) for name in ("q", "k", "v")))
-
-
-def attention_backward(ctx, forward, backward, grad_output):
-    q, k, v = ctx.saved_tensors
-    results = backward(grad_output.contiguous(), q=q, k=k, v=v, **ctx.arguments)
-    return grads_by_name(ctx, forward, backward, results)
-
-
-def _hstu_setup(ctx, inputs, output):
-    save_attention_inputs(ctx, _FORWARD, inputs)
-
-
-def _hstu_backward(ctx, grad_output):
-    return attention_backward(ctx, _FORWARD, _BACKWARD, grad_output)
-
-
-register_autograd("recops::hstu_dense_forward", _hstu_backward, setup_context=_hstu_setup)
 
 
 @register_fake("recops::hstu_delta_attention")

@@ -4,7 +4,8 @@ from a counter-based hash instead of stored, the fused input projection of a lay
 ``x + dropout(u * norm(attn)) @ weight.T + bias``, FuXi-alpha's fused feed-forward stage, the
 models' input features (scaled embeddings plus position embeddings, dropout) and the row-wise L2
 normalisation of their states.
-Python entry points, fake kernels and autograd (kernels: csrc/recops/layer/kernels/).
+Python entry points, fake kernels and the dropout's autograd; the other ops' autograd calls their
+backward ops from C++ (csrc/recops/layer/ops.cpp; kernels: csrc/recops/layer/kernels/).
 
 Seeds: each call with a nonzero rate draws its seed, a one-element int64 tensor, from torch's
 default generator, so ``torch.manual_seed`` makes a run reproducible and a compiled graph draws a
@@ -16,22 +17,14 @@ from __future__ import annotations
 import torch
 from torch.library import register_autograd
 
-from recops._autograd import (
-    bind_backward_op,
-    call_backward,
-    grads_by_name,
-    input_grads,
-    named_arguments,
-    saving_setup,
-)
+from recops._autograd import input_grads, named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
 _DROPOUT = ops.counter_dropout.default
 _OUTPUT, _OUTPUT_BACKWARD = ops.hstu_layer_output.default, ops.hstu_layer_output_backward.default
-_OUTPUT_TENSORS = ("x", "u", "attn", "weight", "bias", "seed")
 _INPUT, _INPUT_BACKWARD = ops.hstu_layer_input.default, ops.hstu_layer_input_backward.default
-_INPUT_TENSORS = ("x", "weight", "bias")
+_INPUT_GRADS = ("x", "weight", "bias")
 
 
 def draw_seed() -> torch.Tensor:
@@ -74,11 +67,9 @@ def _input_fake(*args, **kwargs):
 @register_fake("recops::hstu_layer_input_backward")
 def _input_backward_fake(*args, **kwargs):
     a = named_arguments(_INPUT_BACKWARD, args, kwargs)
-    return tuple(_contiguous_like(a[name]) for name in _INPUT_TENSORS)
+    return tuple(_contiguous_like(a[name]) for name in _INPUT_GRADS)
 
 
-# The backward takes one gradient per piece (autograd gives zeros for a piece nothing used).
-bind_backward_op("recops::hstu_layer_input", _INPUT, _INPUT_BACKWARD, _INPUT_TENSORS)
 # Under CPU autocast (bf16) the projection runs in bf16 as the composition's matmul does, so the
 # attention that reads its output gets the same dtype either way.
 torch.library.register_autocast("recops::hstu_layer_input", "cpu", torch.bfloat16)
@@ -95,18 +86,6 @@ def _output_backward_fake(*args, **kwargs):
     return tuple(_contiguous_like(a[name]) for name in ("u", "attn", "weight", "bias"))
 
 
-def _output_backward(ctx, grad_output):
-    results = call_backward(ctx, _OUTPUT_BACKWARD, _OUTPUT_TENSORS, grad_output)
-    grads = list(grads_by_name(ctx, _OUTPUT, _OUTPUT_BACKWARD, results))
-    grads[0] = grad_output  # the residual: d out / d x is the identity
-    return tuple(grads)
-
-
-register_autograd(
-    "recops::hstu_layer_output",
-    _output_backward,
-    setup_context=saving_setup(_OUTPUT, _OUTPUT_TENSORS),
-)
 # Under autocast the operands arrive in mixed dtypes (u and attn from bf16 products, x and the
 # weights fp32): the op computes in fp32, as the composition's norm does, and returns fp32 like
 # the composition's residual sum.
@@ -115,7 +94,6 @@ torch.library.register_autocast("recops::hstu_layer_output", "cpu", torch.float3
 
 _FEATURES = ops.positional_input_features.default
 _FEATURES_BACKWARD = ops.positional_input_features_backward.default
-_FEATURES_TENSORS = ("x", "positions", "position_weight", "seed")
 
 
 @register_fake("recops::positional_input_features")
@@ -129,14 +107,6 @@ def _features_backward_fake(*args, **kwargs):
     return _contiguous_like(a["x"]), _contiguous_like(a["position_weight"])
 
 
-bind_backward_op(
-    "recops::positional_input_features", _FEATURES, _FEATURES_BACKWARD, _FEATURES_TENSORS
-)
-
-
-_NORMALIZE, _NORMALIZE_BACKWARD = ops.l2_normalize.default, ops.l2_normalize_backward.default
-
-
 @register_fake("recops::l2_normalize")
 def _normalize_fake(x, eps=1e-6):
     return _contiguous_like(x)
@@ -147,11 +117,7 @@ def _normalize_backward_fake(grad_output, x, eps=1e-6):
     return _contiguous_like(x)
 
 
-bind_backward_op("recops::l2_normalize", _NORMALIZE, _NORMALIZE_BACKWARD, ("x",))
-
-
 _FFN, _FFN_BACKWARD = ops.fuxi_layer_ffn.default, ops.fuxi_layer_ffn_backward.default
-_FFN_TENSORS = ("x", "gate", "up", "down", "seed")
 
 
 @register_fake("recops::fuxi_layer_ffn")
@@ -165,7 +131,6 @@ def _ffn_backward_fake(*args, **kwargs):
     return tuple(_contiguous_like(a[name]) for name in ("x", "gate", "up", "down"))
 
 
-bind_backward_op("recops::fuxi_layer_ffn", _FFN, _FFN_BACKWARD, _FFN_TENSORS)
 # Under autocast: fp32, as the output op (the residual stream stays fp32).
 torch.library.register_autocast("recops::fuxi_layer_ffn", "cpu", torch.float32)
 

@@ -1,19 +1,18 @@
 """The sampled softmax loss over shared negatives, fused (docs/ops.md §9): the training loss of
 the sequential recommenders (recops.models.loss.sampled_softmax_loss, which the torch backend
 runs as PyTorch ops) without its ``[M, R]`` logits, their masked copy, their exponentials and the
-backward's matching tensors. Python entry point, fake kernels and autograd (kernels:
-csrc/recops/loss/kernels/)."""
+backward's matching tensors. Python entry point and fake kernels (autograd:
+csrc/recops/loss/ops.cpp; kernels: csrc/recops/loss/kernels/)."""
 
 from __future__ import annotations
 
 import torch
 
-from recops._autograd import bind_backward_op, named_arguments
+from recops._autograd import named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
 _LOSS, _LOSS_BACKWARD = ops.sampled_softmax_loss.default, ops.sampled_softmax_loss_backward.default
-_LOSS_TENSORS = ("queries", "positives", "positive_ids", "negatives", "negative_ids", "weights")
 
 
 @register_fake("recops::sampled_softmax_loss")
@@ -30,7 +29,6 @@ def _loss_backward_fake(*args, **kwargs):
     )
 
 
-bind_backward_op("recops::sampled_softmax_loss", _LOSS, _LOSS_BACKWARD, _LOSS_TENSORS)
 # Under CPU autocast the states arrive in bf16 and the item embeddings in fp32: the loss computes
 # in fp32, as its log-sum-exp needs.
 torch.library.register_autocast("recops::sampled_softmax_loss", "cpu", torch.float32)

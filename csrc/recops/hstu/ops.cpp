@@ -1,13 +1,15 @@
 // Schemas and kernel registrations of the HSTU family in torch.ops.recops: the relative attention
 // bias, HSTU and FuXi-alpha attention, and their delta steps (serving). The attention ops'
-// arguments are declared once, in options.h; their kernels read them by name. Fake kernels,
-// autograd and the Python entry points live in recops/operators/relative_bias.py,
+// arguments are declared once, in options.h; their kernels read them by name. The attention ops'
+// autograd is bound here (common/backward_op_autograd.h); the relative bias ops' autograd, fake
+// kernels and the Python entry points live in recops/operators/relative_bias.py,
 // recops/operators/hstu.py and recops/operators/fuxi.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <string>
 
+#include "recops/common/backward_op_autograd.h"
 #include "recops/hstu/delta.h"
 #include "recops/hstu/ops.h"
 
@@ -178,4 +180,10 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("hstu_dense_backward_fuxi", recops::boxed<&fuxi_backward_kernel>());
   m.impl("hstu_delta_attention", recops::boxed<&hstu_delta_kernel>());
   m.impl("fuxi_delta_attention", recops::boxed<&fuxi_delta_kernel>());
+}
+
+TORCH_LIBRARY_IMPL(recops, Autograd, m) {
+  m.impl("hstu_dense_forward", recops::autograd_by_backward_op("recops::hstu_dense_backward"));
+  m.impl("hstu_dense_forward_fuxi",
+         recops::autograd_by_backward_op("recops::hstu_dense_backward_fuxi"));
 }

@@ -1,8 +1,10 @@
 // Schemas and kernel registrations of the layer family in torch.ops.recops: the counter-based
-// dropout and the fused input projection and output of an HSTU / FuXi-alpha layer. Fake kernels,
-// autograd and the Python entry points live in recops/operators/layer.py.
+// dropout and the fused input projection and output of an HSTU / FuXi-alpha layer, their
+// backwards and the autograd that binds them (common/backward_op_autograd.h). Fake kernels, the
+// dropout's autograd and the Python entry points live in recops/operators/layer.py.
 #include <torch/library.h>
 
+#include "recops/common/backward_op_autograd.h"
 #include "recops/layer/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
@@ -69,4 +71,15 @@ TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("l2_normalize_backward", TORCH_FN(recops::layer::l2_normalize_backward));
   m.impl("fuxi_layer_ffn", TORCH_FN(recops::layer::fuxi_layer_ffn));
   m.impl("fuxi_layer_ffn_backward", TORCH_FN(recops::layer::fuxi_layer_ffn_backward));
+}
+
+TORCH_LIBRARY_IMPL(recops, Autograd, m) {
+  using recops::autograd_by_backward_op;
+  m.impl("hstu_layer_input", autograd_by_backward_op("recops::hstu_layer_input_backward"));
+  // The residual: d out / d x is the identity.
+  m.impl("hstu_layer_output", autograd_by_backward_op("recops::hstu_layer_output_backward", {"x"}));
+  m.impl("positional_input_features",
+         autograd_by_backward_op("recops::positional_input_features_backward"));
+  m.impl("l2_normalize", autograd_by_backward_op("recops::l2_normalize_backward"));
+  m.impl("fuxi_layer_ffn", autograd_by_backward_op("recops::fuxi_layer_ffn_backward"));
 }

@@ -1,7 +1,9 @@
-// Schemas and kernel registrations of the loss family in torch.ops.recops. Fake kernels, autograd
-// and the Python entry point live in recops/operators/loss.py.
+// Schemas and kernel registrations of the loss family in torch.ops.recops, and its autograd
+// (common/backward_op_autograd.h). Fake kernels and the Python entry point live in
+// recops/operators/loss.py.
 #include <torch/library.h>
 
+#include "recops/common/backward_op_autograd.h"
 #include "recops/loss/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
@@ -23,4 +25,9 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("sampled_softmax_loss", TORCH_FN(recops::loss::sampled_softmax_loss));
   m.impl("sampled_softmax_loss_backward", TORCH_FN(recops::loss::sampled_softmax_loss_backward));
+}
+
+TORCH_LIBRARY_IMPL(recops, Autograd, m) {
+  m.impl("sampled_softmax_loss",
+         recops::autograd_by_backward_op("recops::sampled_softmax_loss_backward"));
 }
