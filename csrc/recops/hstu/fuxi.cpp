@@ -1,5 +1,4 @@
 #include <ATen/Parallel.h>
-#include <ATen/ops/zeros.h>
 
 #include <type_traits>
 #include <utility>
@@ -106,7 +105,8 @@ at::Tensor fuxi_forward_of(const PreparedFuxi& prepared, const at::Tensor& q, co
       q, k, v, a.seqs.view, options.base, false, false, [&](const auto& prec, auto dtype) {
         using P = std::decay_t<decltype(prec)>;
         using C = typename P::Compute;
-        at::Tensor out = at::zeros({rows, layout.row_stride}, q.options().dtype(dtype));
+        at::Tensor out =
+            query_rows_output({rows, layout.row_stride}, q.options().dtype(dtype), a.seqs.view);
         hstu_forward(prec, a.mask.source<C>(),
                      {{{}, biases.time.source<C>(), biases.position.source<C>()}}, chunks, layout,
                      elements_of<typename P::Element>(out));
