@@ -85,15 +85,17 @@ inline int64_t first_bad(int64_t a, int64_t b) {
 }
 
 // Pooling::kNone: out[p, :D] = psw[p] * row(indices[p]) for p in [begin, end), output rows
-// `out_stride` elements apart, each row decoded into `row_buffer` (D floats) and converted once;
-// with a `stream_buffer` (D elements) converted into it and copied out by streaming stores (the
-// caller fences).
+// `out_stride` elements apart, a column block at a time through a local accumulator (kept in
+// registers, as sum_bag_block's: accumulated in a row buffer in memory, GCC left the adds scalar
+// and the buffer cost a memset and a memcpy per row, 6x an index_select of the same rows); with a
+// `stream_buffer` (D elements) converted into it and copied out by streaming stores (the caller
+// fences).
 // Returns the first position the table rejects, or -1; the output row of an index outside the
 // table is left unwritten.
 template <typename Table, typename out_t, typename index_t>
 int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64_t begin,
-                  int64_t end, int64_t prefetch_end, Table table, float* row_buffer, out_t* out,
-                  int64_t out_stride, out_t* stream_buffer) {
+                  int64_t end, int64_t prefetch_end, Table table, out_t* out, int64_t out_stride,
+                  out_t* stream_buffer) {
   int64_t bad = -1;
   for (int64_t p = begin; p < end; ++p) {
     if (p + kPrefetchDistance < prefetch_end) table.prefetch(indices[p + kPrefetchDistance]);
@@ -103,15 +105,15 @@ int64_t copy_rows(const index_t* indices, const float* per_sample_weights, int64
       continue;
     }
     const float scale = per_sample_weights != nullptr ? per_sample_weights[p] : 1.0f;
-    std::fill(row_buffer, row_buffer + table.D, 0.0f);
+    out_t* dst = stream_buffer != nullptr ? stream_buffer : out + p * out_stride;
     for_each_column_block(table.D, [&](auto width, int64_t c) {
-      table.template add_block<decltype(width)::value>(row_buffer + c, table.row(r), c, scale);
+      constexpr int64_t kWidth = decltype(width)::value;
+      float block[kWidth] = {};
+      table.template add_block<kWidth>(block, table.row(r), c, scale);
+      from_float(block, dst + c, kWidth);
     });
     if (stream_buffer != nullptr) {
-      from_float(row_buffer, stream_buffer, table.D);
       copy_bytes_streamed(out + p * out_stride, stream_buffer, table.D * sizeof(out_t));
-    } else {
-      from_float(row_buffer, out + p * out_stride, table.D);
     }
   }
   return bad;
@@ -136,7 +138,6 @@ int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, T
                   int64_t t, int64_t b_begin, int64_t b_end, bool continued, ScratchRows& scratch,
                   out_t* out, bool stream_rows) {
   const void* zeros = scratch.zeros();
-  float* row_buffer = scratch.row(0);
   out_t* stream_buffer = stream_rows ? reinterpret_cast<out_t*>(scratch.row(1)) : nullptr;
   const index_t* indices = bags.indices;
   const float* sample_weights = bags.per_sample_weights;
@@ -155,8 +156,8 @@ int64_t pool_bags(const FeatureLayout& layout, const TypedBags<index_t>& bags, T
     const int64_t begin = offsets[b];
     const int64_t end = offsets[b + 1];
     if (bags.pooling == Pooling::kNone) {
-      bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table,
-                                     row_buffer, out, layout.max_D, stream_buffer));
+      bad = first_bad(bad, copy_rows(indices, sample_weights, begin, end, feature_end, table, out,
+                                     layout.max_D, stream_buffer));
       continue;
     }
     out_t* out_row = out + layout.output_offset(t, b);
