@@ -49,6 +49,15 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
 void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
              int64_t ldb, double* c, int64_t ldc, bool accumulate);
 
+// C[m, n] = A^T B (+ C when accumulate) for A stored [k, m] (lda), B [k, n]: a product with a
+// transposed left operand, without its transposed copy (dK^T += Q^T dS in the attention's
+// backward, from Q's rows as they lie). Float takes kernels/small_gemm.h's kernel (small_gemm_tn)
+// where gemm_nn would take it, else the BLAS; double, the BLAS.
+void gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate);
+void gemm_tn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+             int64_t ldb, double* c, int64_t ldc, bool accumulate);
+
 // gemm_nn for callers whose products come in a few shapes fixed by a model (the fused layer
 // kernels: a layer's widths and a block of at most 64 rows): a float product whose leading
 // dimensions are whole granules takes the brgemm micro-kernel whatever m, n and k are, since the

@@ -30,26 +30,28 @@ namespace recops {
 namespace {
 
 // C[m, n] = A[m, k] B[k, n] (+ C when accumulate) on the Fortran BLAS, row-major with leading
-// dimensions lda / ldb / ldc.
+// dimensions lda / ldb / ldc; A^T B with A stored [k, m] when a_transposed.
 template <typename T>
-void blas_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-                  T* c, int64_t ldc, bool accumulate) {
+void blas_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, bool a_transposed,
+               const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (accumulate) return;
     for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, T(0));
     return;
   }
-  // Row-major C = A B is column-major C^T = B^T A^T: pass the operands swapped.
-  const char no_transpose = 'N';
+  // Row-major C = op(A) B is column-major C^T = B^T op(A)^T: pass the operands swapped (a
+  // row-major [k, m] array read column-major is A^T, so A itself is that array transposed).
+  const char no_transpose = 'N', transpose = 'T';
+  const char* op_a = a_transposed ? &transpose : &no_transpose;
   const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);
   const int ilda = static_cast<int>(ldb), ildb = static_cast<int>(lda),
             ildc = static_cast<int>(ldc);
   const T one = 1, beta = accumulate ? 1 : 0;
   if constexpr (std::is_same_v<T, float>) {
-    sgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
+    sgemm_(&no_transpose, op_a, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
   } else {
-    dgemm_(&no_transpose, &no_transpose, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
+    dgemm_(&no_transpose, op_a, &im, &in, &ik, &one, b, &ilda, a, &ildb, &beta, c, &ildc);
   }
 }
 
@@ -74,12 +76,27 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
     small_gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
     return;
   }
-  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  blas_gemm(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
              int64_t ldb, double* c, int64_t ldc, bool accumulate) {
-  blas_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  blas_gemm(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k <= kSmallGemmMaxK && small_gemm_available()) {
+    small_gemm_tn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+    return;
+  }
+  blas_gemm(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+             int64_t ldb, double* c, int64_t ldc, bool accumulate) {
+  blas_gemm(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,

@@ -10,13 +10,16 @@
 namespace recops {
 namespace {
 
+// A's value (i, p) at a[i * lda + p], or a[p * lda + i] when a_transposed (gemm_tn).
 template <typename T>
-void reference_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                       int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+void reference_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, bool a_transposed,
+                    const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       T sum = accumulate ? c[i * ldc + j] : T(0);
-      for (int64_t p = 0; p < k; ++p) sum += a[i * lda + p] * b[p * ldb + j];
+      for (int64_t p = 0; p < k; ++p) {
+        sum += (a_transposed ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+      }
       c[i * ldc + j] = sum;
     }
   }
@@ -30,12 +33,22 @@ SingleThreadedBlas::~SingleThreadedBlas() = default;
 
 void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  reference_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  reference_gemm(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
              int64_t ldb, double* c, int64_t ldc, bool accumulate) {
-  reference_gemm_nn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  reference_gemm(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  reference_gemm(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+             int64_t ldb, double* c, int64_t ldc, bool accumulate) {
+  reference_gemm(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn_any_shape(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,

@@ -32,8 +32,9 @@ constexpr int64_t kCols = 32;  // columns of C per panel: two vectors
 // memory, storing every accumulator on every step of k.
 #define RECOPS_SMALL_GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-// Rows [0, kR) x columns [0, kVectors * 16) of C (the last vector masked by `tail`) over all of k.
-template <int kR, int kVectors>
+// Rows [0, kR) x columns [0, kVectors * 16) of C (the last vector masked by `tail`) over all of k;
+// A's value (r, p) at a[r * lda + p], or a[p * lda + r] when kTransA.
+template <int kR, int kVectors, bool kTransA>
 void block(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
            int64_t ldc, __mmask16 tail, bool accumulate) {
   const __mmask16 mask0 = kVectors == 1 ? tail : __mmask16(0xFFFF), mask1 = tail;
@@ -56,7 +57,7 @@ void block(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, 
     const __m512 b1 = kVectors == 2 ? _mm512_maskz_loadu_ps(mask1, b + p * ldb + 16) : b0;
 #define RECOPS_STEP(r)                                                            \
   if constexpr (r < kR) {                                                         \
-    const __m512 x = _mm512_set1_ps(a[r * lda + p]);                              \
+    const __m512 x = _mm512_set1_ps(kTransA ? a[p * lda + r] : a[r * lda + p]);   \
     acc##r##_0 = _mm512_fmadd_ps(x, b0, acc##r##_0);                              \
     if constexpr (kVectors == 2) acc##r##_1 = _mm512_fmadd_ps(x, b1, acc##r##_1); \
   }
@@ -73,29 +74,28 @@ void block(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, 
 }
 
 // block<kR> for kR = rows (1 to kRows).
-template <int kVectors>
+template <int kVectors, bool kTransA>
 void rows_block(int rows, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                 float* c, int64_t ldc, __mmask16 tail, bool accumulate) {
   switch (rows) {
     case 6:
-      return block<6, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<6, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
     case 5:
-      return block<5, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<5, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
     case 4:
-      return block<4, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<4, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
     case 3:
-      return block<3, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<3, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
     case 2:
-      return block<2, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<2, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
     default:
-      return block<1, kVectors>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
+      return block<1, kVectors, kTransA>(k, a, lda, b, ldb, c, ldc, tail, accumulate);
   }
 }
 
-}  // namespace
-
-void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+template <bool kTransA>
+void product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   // Panel by panel of columns, so that the panel of B (k x 32 values) is read from cache by every
   // block of rows.
   for (int64_t j = 0; j < n; j += kCols) {
@@ -104,15 +104,27 @@ void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, co
     const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
     for (int64_t i = 0; i < m; i += kRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kRows, m - i));
-      const float* ai = a + i * lda;
+      const float* ai = kTransA ? a + i : a + i * lda;
       float* ci = c + i * ldc + j;
       if (cols > 16) {
-        rows_block<2>(rows, k, ai, lda, b + j, ldb, ci, ldc, tail, accumulate);
+        rows_block<2, kTransA>(rows, k, ai, lda, b + j, ldb, ci, ldc, tail, accumulate);
       } else {
-        rows_block<1>(rows, k, ai, lda, b + j, ldb, ci, ldc, tail, accumulate);
+        rows_block<1, kTransA>(rows, k, ai, lda, b + j, ldb, ci, ldc, tail, accumulate);
       }
     }
   }
+}
+
+}  // namespace
+
+void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  product<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+void small_gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  product<true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 }  // namespace recops
@@ -121,5 +133,7 @@ RECOPS_TARGET_END
 namespace recops {
 void small_gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                 int64_t, bool) {}
+void small_gemm_tn(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                   int64_t, bool) {}
 }  // namespace recops
 #endif

@@ -22,4 +22,10 @@ constexpr int64_t kSmallGemmMaxK = 1024;
 void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
+// small_gemm with A given transposed: C[m, n] = A^T B (+ C) for A stored [k, m] (lda). The kernel
+// broadcasts one value of A per row of C and step of k, from anywhere, so reading A down its
+// columns costs what reading it along its rows does: no transposed copy is made.
+void small_gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, bool accumulate);
+
 }  // namespace recops

@@ -25,14 +25,16 @@
 namespace recops::attention::kernels {
 
 // The bf16 backward's fp32 gradient accumulators (over n_pad keys) and the block's bf16 Q, Q^T,
-// dO and dO^T, zero padded.
-class Bf16Gradients : public KeyGradients<float, uint16_t> {
+// dO and dO^T, zero padded (gemm_bf16 takes untransposed operands only).
+class Bf16Gradients : public KeyGradients<float> {
  public:
   Bf16Gradients(const HstuShape<float>& s, const PackedOperands& ops)
       : KeyGradients(s.heads, s.dqk, s.dv, ops.dqk_pad(), ops.dv_pad(), ops.n_pad(), kBf16Granule),
         kernels_(tile_kernels(cpu_isa())),
         q_(new uint16_t[kQueryBlock * dqk_pad_]),
-        go_(new uint16_t[kQueryBlock * dv_pad_]) {}
+        go_(new uint16_t[kQueryBlock * dv_pad_]),
+        q_t_(new uint16_t[dqk_pad_ * kQueryBlock]),
+        go_t_(new uint16_t[dv_pad_ * kQueryBlock]) {}
 
   // The block's Q [rows_pad, dqk_pad] and Q^T, dO [rows_pad, dv_pad] and dO^T (load_go: dO and
   // dO^T only).
@@ -48,10 +50,13 @@ class Bf16Gradients : public KeyGradients<float, uint16_t> {
   }
   const uint16_t* q() const { return q_.get(); }
   const uint16_t* go() const { return go_.get(); }
+  // The block's Q^T [dqk_pad, kQueryBlock] and dO^T [dv_pad, kQueryBlock].
+  uint16_t* q_t() { return q_t_.get(); }
+  uint16_t* go_t() { return go_t_.get(); }
 
  private:
   const TileKernels& kernels_;
-  std::unique_ptr<uint16_t[]> q_, go_;
+  std::unique_ptr<uint16_t[]> q_, go_, q_t_, go_t_;
 };
 
 // Per-thread scratch of the bf16 kernels: the fp32 tiles (the TileArena, `rows` rows of up to

@@ -69,15 +69,15 @@ struct QkvGrads {
 };
 
 // The current work item's key-side gradients, per thread: dK^T [H, dqk_pad, ld] and
-// dV^T [H, dv_pad, ld] (gemm_nn and gemm_bf16 take untransposed operands only, so dK = dS^T Q and
-// dV = A^T dO accumulate transposed, from the block's Q^T and dO^T, which a precision lays out
-// in q_t() and go_t() in its operand type E), zeroed as the item begins (`granule`: how far past
-// its keys a padded block accumulates) and added into the item's dK / dV partial as it ends.
-template <typename T, typename E = T>
+// dV^T [H, dv_pad, ld] (dK = dS^T Q and dV = A^T dO accumulate transposed, from products whose left
+// operand is the block's Q or dO read transposed), zeroed as the item begins (`granule`: how far
+// past its keys a padded block accumulates) and added into the item's dK / dV partial, dK times
+// `dk_scale` (a precision that leaves the scores' scale alpha out of its products), as it ends.
+template <typename T>
 class KeyGradients {
  public:
   KeyGradients(int64_t heads, int64_t dqk, int64_t dv, int64_t dqk_pad, int64_t dv_pad, int64_t ld,
-               int64_t granule)
+               int64_t granule, T dk_scale = T(1))
       : heads_(heads),
         dqk_(dqk),
         dv_(dv),
@@ -85,10 +85,9 @@ class KeyGradients {
         dv_pad_(dv_pad),
         ld_(ld),
         granule_(granule),
+        dk_scale_(dk_scale),
         dk_t_(new T[heads * dqk_pad * ld]),
-        dv_t_(new T[heads * dv_pad * ld]),
-        q_t_(new E[dqk_pad * kQueryBlock]),
-        go_t_(new E[dv_pad * kQueryBlock]) {}
+        dv_t_(new T[heads * dv_pad * ld]) {}
 
   void begin_item(int64_t length) {
     const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
@@ -99,15 +98,12 @@ class KeyGradients {
   T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * ld_ + key0; }
   T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * ld_ + key0; }
   int64_t ld() const { return ld_; }
-  // The block's Q^T [dqk_pad, kQueryBlock] and dO^T [dv_pad, kQueryBlock].
-  E* q_t() { return q_t_.get(); }
-  E* go_t() { return go_t_.get(); }
 
   // Adds (or, accumulate false, writes) dK^T / dV^T of keys [key0, key0 + n) into n rows of
   // dK [rows, H, Dqk] and dV [rows, H, Dv] (pointers at key0's row).
   void end_item(int64_t key0, int64_t n, T* dk, T* dv, bool accumulate) {
     for (int64_t h = 0; h < heads_; ++h) {
-      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, T(1), accumulate);
+      transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, dk_scale_, accumulate);
       transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), accumulate);
     }
   }
@@ -116,8 +112,8 @@ class KeyGradients {
   int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
 
  private:
+  T dk_scale_;
   std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
-  std::unique_ptr<E[]> q_t_, go_t_;
 };
 
 // Per-thread scratch of a backward kernel: its tiles and its gradient accumulators (a

@@ -91,7 +91,7 @@ class Fp32Precision {
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
     return {TileArena<T>(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot),
-            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.longest, 1)};
+            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.longest, 1, s.alpha)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU pass multiplies by the mask tile, whatever the mask.
@@ -147,8 +147,9 @@ class Fp32Precision {
   // Backward of head h of a block of silu attention (HSTU; FuXi-alpha's semantic channel):
   // recomputes S = Q K^T and dA = dO V^T, turns them into A (in s) and dS (in ds) with the mask
   // and optional bias tiles, then dQ = alpha dS K (written to dq, row stride ld_dq),
-  // dK^T += (alpha Q^T) dS, dV^T += dO^T A (Q^T, dO^T transposed into scratch.grads). `go` is the
-  // head's dO with row stride ld_go.
+  // dK^T += Q^T dS (alpha applied once, as the item's dK is written: the gradients' dk_scale) and
+  // dV^T += dO^T A, both reading Q and dO transposed where they lie (gemm_tn). `go` is the head's
+  // dO with row stride ld_go.
   void silu_head_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
                           int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq,
                           int64_t ld_dq) const {
@@ -167,13 +168,9 @@ class Fp32Precision {
               in_.k.stride, dq, ld_dq, key != blk.key0);
     });
     scale_rows(dq, blk.rows, dqk, ld_dq, shape_.alpha);
-    passes_.transpose(q, blk.rows, dqk, in_.q.stride, tg.q_t(), kQueryBlock);
-    if (shape_.alpha != T(1)) scale_rows(tg.q_t(), dqk, blk.rows, kQueryBlock, shape_.alpha);
-    gemm_nn(dqk, blk.keys, blk.rows, tg.q_t(), kQueryBlock, ds, blk.keys, tg.dk_t(h, blk.key0),
-            tg.ld(), true);
-    passes_.transpose(go, blk.rows, dv, ld_go, tg.go_t(), kQueryBlock);
-    gemm_nn(dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, s, blk.keys, tg.dv_t(h, blk.key0),
-            tg.ld(), true);
+    gemm_tn(dqk, blk.keys, blk.rows, q, in_.q.stride, ds, blk.keys, tg.dk_t(h, blk.key0), tg.ld(),
+            true);
+    gemm_tn(dv, blk.keys, blk.rows, go, ld_go, s, blk.keys, tg.dv_t(h, blk.key0), tg.ld(), true);
   }
 
   // A channel of fixed weights W (FuXi-alpha's bias channels), head h, dO_c = go (row stride
@@ -182,9 +179,8 @@ class Fp32Precision {
                         int64_t ld_go, Weights w, T* s) const {
     const Block& blk = pb.blk;
     KeyGradients<T>& tg = scratch.grads;
-    passes_.transpose(go, blk.rows, shape_.dv, ld_go, tg.go_t(), kQueryBlock);
-    gemm_nn(shape_.dv, blk.keys, blk.rows, tg.go_t(), kQueryBlock, w, blk.keys,
-            tg.dv_t(h, blk.key0), tg.ld(), true);
+    gemm_tn(shape_.dv, blk.keys, blk.rows, go, ld_go, w, blk.keys, tg.dv_t(h, blk.key0), tg.ld(),
+            true);
     gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), s,
             blk.keys, false);
   }
