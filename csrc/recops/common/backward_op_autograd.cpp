@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace recops {
@@ -19,6 +20,19 @@ using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
 constexpr int64_t kNoEdge = -1;
+
+// A graph node is held by std::shared_ptr up to torch 2.10 and by c10::intrusive_ptr after it; an
+// edge's `function` has whichever this torch uses.
+using NodeHandle = decltype(torch::autograd::Edge::function);
+
+template <typename N, typename... Args>
+NodeHandle make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodeHandle, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<N>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<N>(std::forward<Args>(args)...);
+  }
+}
 
 // What the forward's and the backward's schemas say, read at the first call (the two ops may be
 // defined by different translation units, after this kernel is registered).
@@ -174,8 +188,8 @@ class BackwardOpAutograd final : public c10::OperatorKernel {
     }
     std::vector<c10::IValue> kept(arguments.begin(), arguments.end());
     forward(op, keys, stack);
-    auto node =
-        c10::make_intrusive<BackwardOpNode>(binding, torch::autograd::collect_next_edges(inputs));
+    const NodeHandle node =
+        make_node<BackwardOpNode>(binding, torch::autograd::collect_next_edges(inputs));
     const c10::IValue& result = stack->back();
     if (result.isTensorList()) {
       for (const at::Tensor& output : result.toTensorVector()) {
@@ -184,7 +198,7 @@ class BackwardOpAutograd final : public c10::OperatorKernel {
     } else {
       torch::autograd::set_history(result.toTensor(), node);
     }
-    node->save(std::move(kept));
+    static_cast<BackwardOpNode&>(*node).save(std::move(kept));
   }
 
  private:
