@@ -419,6 +419,18 @@ def test_input_fp32_to_rounding_and_bf16_within_the_rule(norm):
     )
 
 
+def test_input_fp32_rows_with_a_small_spread_beside_their_mean():
+    # Rows 1000 + 0.01 * noise: in fp32, a - mean keeps ~3 of its digits; the statistics, taken
+    # about each row's first value, and the normalised values must not lose them (a plain fp32
+    # layer norm is off by ~1e-2 here).
+    gen = torch.Generator().manual_seed(5)
+    x = 1000 + 0.01 * torch.randn(64, 50, generator=gen)
+    weight = torch.randn(50, 40, generator=gen) / math.sqrt(50)
+    out = ops.hstu_layer_input(x, weight, None, "layer_norm", EPS)[0]
+    exact = input_composition(x.double(), weight.double(), None, "layer_norm")
+    assert_close(out, exact, F32, atol_factor=10)
+
+
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("split", [[7, 0, 10, 19], [36]])
 def test_input_pieces_equal_the_split_composition_in_float64(norm, split):

@@ -86,17 +86,18 @@ RECOPS_ALWAYS_INLINE T fold_lanes(T* lanes) {
   }
 }
 
-// The sum of term(j) over j < n in double: term j goes to lane j % 8 (the tail after the last
-// whole group of 8 to a sum of its own), then the lanes fold_lanes.
-template <typename Term>
-RECOPS_ALWAYS_INLINE double lane_sum(int64_t n, const Term& term) {
-  constexpr int64_t kLanes = 8;
-  double lanes[kLanes] = {};
+// The sum of term(j) over j < n in C (double unless asked): term j goes to lane j % L, L the
+// lanes of a 64-byte vector of C (the tail after the last whole group of L to a sum of its own),
+// then the lanes fold_lanes.
+template <typename C = double, typename Term>
+RECOPS_ALWAYS_INLINE C lane_sum(int64_t n, const Term& term) {
+  constexpr int64_t kLanes = 64 / sizeof(C);
+  C lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
   }
-  double tail = 0;
+  C tail = 0;
   for (; j < n; ++j) tail += term(j);
   return fold_lanes<kLanes>(lanes) + tail;
 }

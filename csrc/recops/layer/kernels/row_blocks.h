@@ -3,9 +3,10 @@
 // block products' operands padded to whole brgemm granules, and the per-chunk parameter-gradient
 // partials of a backward.
 //
-// The norm's statistics and normalised values are computed in double whatever the dtype, so a
-// row whose spread is small beside its mean (where an fp32 a - mean loses most of its digits) is
-// normalised as accurately as any other; the sums run in lanes (lane_sum), so they vectorise.
+// The norm's normalised values are computed in double whatever the dtype, so a row whose spread
+// is small beside its mean (where an fp32 a - mean loses most of its digits) is normalised as
+// accurately as any other; its statistics in the row's accumulate type (row_norm says why that
+// keeps them as accurate); the sums run in lanes (lane_sum), so they vectorise.
 #pragma once
 
 #include "recops/common/kernels/transpose_tile.h"
@@ -91,20 +92,33 @@ RECOPS_ALWAYS_INLINE double as_double(T a) {
   return static_cast<double>(static_cast<accumulate_t<T>>(a));
 }
 
+// The statistics run in C = accumulate_t<T> (fp32 for fp32, bf16 and fp16 rows: 16 lanes a vector
+// where double had 8, and no conversions), about the row's first value: a - a[0] is exact where
+// the row's values lie within a factor of two of a[0] (Sterbenz), so a row whose spread is small
+// beside its mean keeps its digits, and the variance is the second pass's sum of squares about
+// the differences' mean (no cancellation). The mean is a[0] plus that mean, in double. The means
+// multiply by 1 / n, which the callers' loops over rows of one width compute once (a division per
+// row sat on each row's critical path).
 template <typename T>
 RowNorm row_norm(const T* a, int64_t n, Norm norm, double eps) {
-  const double count = static_cast<double>(n);
-  const double mean =
-      norm == Norm::kLayer ? lane_sum(n, [a](int64_t j) { return as_double(a[j]); }) / count : 0.0;
-  const double squares = lane_sum(n, [a, mean](int64_t j) {
-    const double d = as_double(a[j]) - mean;
+  using C = accumulate_t<T>;
+  const double inv_count = 1.0 / static_cast<double>(n);
+  const C shift = norm == Norm::kLayer && n > 0 ? static_cast<C>(a[0]) : C(0);
+  const auto centred = [a, shift](int64_t j) { return static_cast<C>(a[j]) - shift; };
+  const C offset =
+      norm == Norm::kLayer ? lane_sum<C>(n, centred) * static_cast<C>(inv_count) : C(0);
+  const double squares = static_cast<double>(lane_sum<C>(n, [&](int64_t j) {
+    const C d = centred(j) - offset;
     return d * d;
-  });
+  }));
+  const double mean = static_cast<double>(shift) + static_cast<double>(offset);
   if (norm == Norm::kL2) {
     const double length = std::sqrt(squares);
     return length >= eps ? RowNorm{0.0, 1 / length} : RowNorm{0.0, 1 / eps, true};
   }
-  return RowNorm{mean, 1 / std::sqrt(squares / count + eps)};
+  // In C too (a float square root and division: each row's longest dependency chain).
+  const C variance = static_cast<C>(squares * inv_count + eps);
+  return RowNorm{mean, static_cast<double>(C(1) / std::sqrt(variance))};
 }
 
 // The norm's backward for one row, from dy = d(loss) / dy:
