@@ -55,6 +55,18 @@ void blas_gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, bool a_
   }
 }
 
+// A float product off the brgemm: kernels/small_gemm.h's kernel where it runs and k fits it, else
+// the BLAS.
+void small_gemm_or_blas(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                        bool a_transposed, const float* b, int64_t ldb, float* c, int64_t ldc,
+                        bool accumulate) {
+  if (k <= kSmallGemmMaxK && small_gemm_available()) {
+    (a_transposed ? small_gemm_tn : small_gemm)(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+    return;
+  }
+  blas_gemm(m, n, k, a, lda, a_transposed, b, ldb, c, ldc, accumulate);
+}
+
 }  // namespace
 
 SingleThreadedBlas::SingleThreadedBlas()
@@ -72,11 +84,7 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
     at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c);
     return;
   }
-  if (k <= kSmallGemmMaxK && small_gemm_available()) {
-    small_gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
-    return;
-  }
-  blas_gemm(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
+  small_gemm_or_blas(m, n, k, a, lda, false, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
@@ -87,11 +95,7 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, cons
 void gemm_tn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
-  if (k <= kSmallGemmMaxK && small_gemm_available()) {
-    small_gemm_tn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
-    return;
-  }
-  blas_gemm(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
+  small_gemm_or_blas(m, n, k, a, lda, true, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_tn(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
