@@ -38,7 +38,6 @@ NodeHandle make_node(Args&&... args) {
 // defined by different translation units, after this kernel is registered).
 struct Binding {
   c10::OperatorHandle backward;
-  std::string backward_name;
   // Per forward argument: its graph edge (each Tensor / Tensor? argument has one, in order), or
   // kNoEdge.
   std::vector<int64_t> edge_of_argument;
@@ -58,7 +57,7 @@ Binding read_binding(const c10::FunctionSchema& forward, const std::string& back
   const std::optional<c10::OperatorHandle> backward = c10::Dispatcher::singleton().findSchema(name);
   TORCH_INTERNAL_ASSERT(backward.has_value(), forward.name(), "'s backward op ", backward_name,
                         " is not defined");
-  Binding b{*backward, backward_name, {}, {}, {}, {}, false};
+  Binding b{*backward, {}, {}, {}, {}, false};
   const auto& arguments = forward.arguments();
   const auto& backward_arguments = backward->schema().arguments();
   TORCH_INTERNAL_ASSERT(backward_arguments.size() == arguments.size() + 1 &&
@@ -102,7 +101,7 @@ class BackwardOpNode final : public torch::autograd::Node {
   BackwardOpNode(const Binding& binding, torch::autograd::edge_list&& edges)
       : Node(std::move(edges)), binding_(binding) {}
 
-  std::string name() const override { return binding_.backward_name; }
+  std::string name() const override { return binding_.backward.schema().name(); }
 
   // Keeps the arguments of the call, once the forward has run (and validated them).
   void save(std::vector<c10::IValue> arguments) {
