@@ -529,6 +529,19 @@ def test_brgemm_tile_products(relative):
     )
 
 
+def test_cache_aliased_leading_dimensions():
+    # The models' head dims (50, off the brgemm) with the longest sequence and some blocks' keys a
+    # multiple of 256: K^T / V^T are laid out one granule wider (unaliased_ld) and the tiles'
+    # transposed products copy their B panels (small_gemm_tn).
+    lengths, n = [512, 300, 0, 37], 512
+    compare(
+        {**jagged_qkv(lengths, heads=1, dqk=50, dv=50), **relative_tables(n)},
+        seq_offsets=offsets_of(lengths),
+        max_seq_len=n,
+        timestamps=make_timestamps("sorted", (sum(lengths),)),
+    )
+
+
 @pytest.mark.parametrize("num_buckets, divisor", [(10, 0.301), (128, 0.5), (0, 0.301)])
 def test_relative_bias_table_sizes(num_buckets, divisor):
     lengths, n = [70, 20], 70

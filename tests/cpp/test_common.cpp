@@ -208,7 +208,8 @@ TEST(Kinds, DispatchPicksTheKernelType) {
 
 // small_gemm and small_gemm_tn (A stored transposed, [k, m]) against plain loops (in double) on
 // the shapes tiles have: rows and columns that are and are not whole vectors or row blocks,
-// leading dimensions past the columns, k = 0, accumulate.
+// leading dimensions past the columns, and B's rows a multiple of 256 apart (which the kernel
+// may copy into a contiguous panel first), k = 0, accumulate.
 TEST(SmallGemm, EqualsLoopsOnRaggedShapes) {
   if (!small_gemm_available()) GTEST_SKIP() << "small_gemm needs AVX-512";
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 200, 50},
@@ -218,36 +219,51 @@ TEST(SmallGemm, EqualsLoopsOnRaggedShapes) {
                                 {13, 50, 83},
                                 {5, 16, 0},
                                 {37, 95, 200},
-                                {50, 130, 16}}) {
+                                {50, 130, 16},
+                                {50, 1000, 64},
+                                {9, 40, 300}}) {
     for (const bool transposed : {false, true}) {
-      const int64_t lda = transposed ? m + 3 : k + 3, ldb = n + 5, ldc = n + 2;
-      const std::vector<float> a = test::random_floats((transposed ? k : m) * lda, 1),
-                               b = test::random_floats(k * ldb, 2);
-      const std::vector<float> c0 = test::random_floats(m * ldc, 3);
-      const auto a_at = [&](int64_t i, int64_t p) {
-        return double(transposed ? a[p * lda + i] : a[i * lda + p]);
-      };
-      for (const bool accumulate : {false, true}) {
-        std::vector<float> c = c0;
-        (transposed ? small_gemm_tn : small_gemm)(m, n, k, a.data(), lda, b.data(), ldb, c.data(),
-                                                  ldc, accumulate);
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < ldc; ++j) {
-            if (j >= n) {
-              ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j])
-                  << "wrote past column n at " << i << "," << j;
-              continue;
+      for (const int64_t ldb : {n + 5, (n + 255) / 256 * 256}) {
+        const int64_t lda = transposed ? m + 3 : k + 3, ldc = n + 2;
+        const std::vector<float> a = test::random_floats((transposed ? k : m) * lda, 1),
+                                 b = test::random_floats(k * ldb, 2);
+        const std::vector<float> c0 = test::random_floats(m * ldc, 3);
+        const auto a_at = [&](int64_t i, int64_t p) {
+          return double(transposed ? a[p * lda + i] : a[i * lda + p]);
+        };
+        for (const bool accumulate : {false, true}) {
+          std::vector<float> c = c0;
+          (transposed ? small_gemm_tn : small_gemm)(m, n, k, a.data(), lda, b.data(), ldb, c.data(),
+                                                    ldc, accumulate);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              if (j >= n) {
+                ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j])
+                    << "wrote past column n at " << i << "," << j;
+                continue;
+              }
+              double want = accumulate ? c0[i * ldc + j] : 0.0;
+              for (int64_t p = 0; p < k; ++p) want += a_at(i, p) * b[p * ldb + j];
+              ASSERT_NEAR(c[i * ldc + j], want, 1e-5 * (k + 1))
+                  << m << "x" << n << "x" << k << (transposed ? " (A^T)" : "") << " ldb " << ldb
+                  << " at " << i << "," << j;
             }
-            double want = accumulate ? c0[i * ldc + j] : 0.0;
-            for (int64_t p = 0; p < k; ++p) want += a_at(i, p) * b[p * ldb + j];
-            ASSERT_NEAR(c[i * ldc + j], want, 1e-5 * (k + 1))
-                << m << "x" << n << "x" << k << (transposed ? " (A^T)" : "") << " at " << i << ","
-                << j;
           }
         }
       }
     }
   }
+}
+
+// unaliased_ld keeps leading dimensions whose rows spread over the cache's sets and moves those
+// a multiple of 1 KB apart by one granule, staying a multiple of the granule.
+TEST(Blas, UnaliasedLeadingDimensions) {
+  EXPECT_EQ(unaliased_ld(200), 200);
+  EXPECT_EQ(unaliased_ld(1000), 1000);
+  EXPECT_EQ(unaliased_ld(256), 256 + kBrgemmGranule);
+  EXPECT_EQ(unaliased_ld(1024), 1024 + kBrgemmGranule);
+  EXPECT_FALSE(rows_share_cache_sets(unaliased_ld(4096)));
+  EXPECT_EQ(unaliased_ld(4096) % kBrgemmGranule, 0);
 }
 
 }  // namespace

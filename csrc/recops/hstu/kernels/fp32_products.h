@@ -91,7 +91,8 @@ class Fp32Precision {
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
     const HstuShape<T>& s = shape_;
     return {TileArena<T>(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot),
-            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, seqs_.longest, 1, s.alpha)};
+            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, unaliased_ld(seqs_.longest), 1,
+                            s.alpha)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU pass multiplies by the mask tile, whatever the mask.
