@@ -423,12 +423,18 @@ def test_input_fp32_rows_with_a_small_spread_beside_their_mean():
     # Rows 1000 + 0.01 * noise: in fp32, a - mean keeps ~3 of its digits; the statistics, taken
     # about each row's first value, and the normalised values must not lose them (a plain fp32
     # layer norm is off by ~1e-2 here).
+    # So must the backward, which recomputes them (the gradient of x checked too).
     gen = torch.Generator().manual_seed(5)
     x = 1000 + 0.01 * torch.randn(64, 50, generator=gen)
     weight = torch.randn(50, 40, generator=gen) / math.sqrt(50)
-    out = ops.hstu_layer_input(x, weight, None, "layer_norm", EPS)[0]
-    exact = input_composition(x.double(), weight.double(), None, "layer_norm")
+    grad = torch.randn(64, 40, generator=gen)
+    x32, x64 = x.clone().requires_grad_(), x.double().requires_grad_()
+    out = recops.hstu_layer_input(x32, weight, norm="layer_norm", eps=EPS, split=[40])[0]
+    exact = input_composition(x64, weight.double(), None, "layer_norm")
     assert_close(out, exact, F32, atol_factor=10)
+    out.backward(grad)
+    exact.backward(grad.double())
+    assert_close(x32.grad, x64.grad, F32, atol_factor=10)
 
 
 @pytest.mark.parametrize("norm", NORMS)

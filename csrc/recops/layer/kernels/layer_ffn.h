@@ -5,7 +5,7 @@
 // backward recomputes the block (its mask regenerated) and runs dg = dy W_down,
 // dW_down += dy^T g, the gate's backward into dz, dh = dz [W_gate; W_up], [dW_gate; dW_up] +=
 // dz^T h, then the dropout's and the norm's backwards. The block products' operands are padded
-// to granules (row_blocks.h); the norm in double, the rest in accumulate_t.
+// to granules (row_blocks.h); everything, the norm included, in accumulate_t.
 #pragma once
 
 #include "recops/layer/kernels/row_blocks.h"
@@ -46,7 +46,7 @@ struct FfnBlock {
   const FfnProblem<T>& p;
   const FfnWeights<T>& w;
   std::vector<C> h, z, g;
-  std::vector<RowNorm> norms;
+  std::vector<RowNorm<C>> norms;
 
   FfnBlock(const FfnProblem<T>& problem, const FfnWeights<T>& weights)
       : p(problem),
@@ -61,10 +61,10 @@ struct FfnBlock {
     const int64_t dim_p = w.dim_p, hidden_p = w.hidden_p;
     for (int64_t i = 0; i < n; ++i) {
       const T* x = p.x + (r0 + i) * p.ld_x;
-      const RowNorm norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
+      const RowNorm<C> norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
       const RowDropout<C> drop = p.dropout.template row<C>(r0 + i);
       C* out = h.data() + i * dim_p;
-      for (int64_t d = 0; d < p.dim; ++d) out[d] = static_cast<C>(norm(x[d])) * drop.factor(d);
+      for (int64_t d = 0; d < p.dim; ++d) out[d] = norm(x[d]) * drop.factor(d);
     }
     const int64_t m = granules(n);
     std::fill(h.begin() + n * dim_p, h.begin() + m * dim_p, C(0));

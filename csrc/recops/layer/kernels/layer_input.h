@@ -4,7 +4,7 @@
 // read from such pieces, so that no split or concatenation copies them.
 //
 // Per block of kRowBlock rows: the block's rows normalised into a scratch block (their
-// statistics in double, row_blocks.h), one product with W, the bias and SiLU on the way out.
+// statistics kept, row_blocks.h), one product with W, the bias and SiLU on the way out.
 // The backward recomputes the normalised block and the pre-activation (one more product per
 // block) instead of reading stored ones. Float64 computes in double, every other dtype in fp32.
 #pragma once
@@ -21,7 +21,7 @@ struct InputBlock {
   const C* weight;  // [granules(dim), granules(width)]
   int64_t ld_normed, ld_z;
   std::vector<C> normed, z;
-  std::vector<RowNorm> norms;
+  std::vector<RowNorm<C>> norms;
 
   InputBlock(const InputProblem<T>& problem, const C* padded_weight)
       : p(problem),
@@ -37,9 +37,9 @@ struct InputBlock {
   void compute(int64_t r0, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       const T* x = p.x + (r0 + i) * p.ld_x;
-      const RowNorm norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
+      const RowNorm<C> norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
       C* out = normed.data() + i * ld_normed;
-      for (int64_t d = 0; d < p.dim; ++d) out[d] = static_cast<C>(norm(x[d]));
+      for (int64_t d = 0; d < p.dim; ++d) out[d] = norm(x[d]);
     }
     const int64_t m = granules(n);
     std::fill(normed.begin() + n * ld_normed, normed.begin() + m * ld_normed, C(0));

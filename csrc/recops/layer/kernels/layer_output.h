@@ -6,7 +6,7 @@
 // normalise, gate, drop) into a block of the gated values, one product of that block with W^T,
 // and the residual. Neither the normalised nor the gated tensor is stored: the backward
 // recomputes both from attn and u, and regenerates the mask. Float64 computes in double, every
-// other dtype in fp32 (accumulate_t); the norm in double (row_blocks.h). The blocks' operands are
+// other dtype in fp32 (accumulate_t), the norm included (row_blocks.h). The blocks' operands are
 // padded to granules (row_blocks.h).
 #pragma once
 
@@ -16,10 +16,10 @@ namespace recops::layer::kernels::RECOPS_ISA_NS {
 
 // gated[j] = u[j] * y[j] * factor(j) of one row.
 template <typename T, typename C>
-void gate_row(const T* u, const T* a, int64_t n, const RowNorm& norm, const RowDropout<C>& drop,
+void gate_row(const T* u, const T* a, int64_t n, const RowNorm<C>& norm, const RowDropout<C>& drop,
               C* gated) {
   for (int64_t j = 0; j < n; ++j) {
-    gated[j] = static_cast<C>(u[j]) * static_cast<C>(norm(a[j])) * drop.factor(j);
+    gated[j] = static_cast<C>(u[j]) * norm(a[j]) * drop.factor(j);
   }
 }
 
@@ -65,10 +65,10 @@ void layer_output_forward(const OutputProblem<T>& p, T* out, int64_t ld_out) {
 // grad_attn and leaves the dropped gated values (for grad_weight) in gated.
 //   dg = dgated * f, du = dg * y, dy = dg * u, then the norm's backward of dy.
 template <typename T, typename C>
-void backward_row(const T* u, const T* a, int64_t n, const RowNorm& norm, Norm kind,
+void backward_row(const T* u, const T* a, int64_t n, const RowNorm<C>& norm, Norm kind,
                   const RowDropout<C>& drop, C* dgated, C* gated, T* du, T* da) {
   for (int64_t j = 0; j < n; ++j) {
-    const C y = static_cast<C>(norm(a[j]));
+    const C y = norm(a[j]);
     const C f = drop.factor(j), uj = static_cast<C>(u[j]), dg = dgated[j] * f;
     du[j] = T(dg * y);
     gated[j] = uj * y * f;

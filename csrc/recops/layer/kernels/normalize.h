@@ -1,6 +1,6 @@
 // A norm applied to rows on its own, without affine weights (layer_kernels.h's Norm):
 // recops.l2_normalize's kernels, the models' unit-norm states. Statistics and the backward's sums
-// in double, as in the fused layer ops; rows split between threads.
+// in the accumulate type, as in the fused layer ops (row_blocks.h); rows split between threads.
 #pragma once
 
 #include "recops/layer/kernels/row_blocks.h"
@@ -15,9 +15,9 @@ void normalize_forward(const T* x, int64_t ld_x, int64_t rows, int64_t cols, Nor
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* a = x + r * ld_x;
-      const RowNorm n = row_norm(a, cols, norm, eps);
+      const auto n = row_norm(a, cols, norm, eps);
       T* o = out + r * cols;
-      for (int64_t j = 0; j < cols; ++j) o[j] = T(static_cast<accumulate_t<T>>(n(a[j])));
+      for (int64_t j = 0; j < cols; ++j) o[j] = T(n(a[j]));
     }
   });
 }

@@ -3,10 +3,10 @@
 // block products' operands padded to whole brgemm granules, and the per-chunk parameter-gradient
 // partials of a backward.
 //
-// The norm's normalised values are computed in double whatever the dtype, so a row whose spread
-// is small beside its mean (where an fp32 a - mean loses most of its digits) is normalised as
-// accurately as any other; its statistics in the row's accumulate type (row_norm says why that
-// keeps them as accurate); the sums run in lanes (lane_sum), so they vectorise.
+// The norm runs in the rows' accumulate type (fp32 for fp32, bf16 and fp16 rows; double for
+// double) about each row's first value, so a row whose spread is small beside its mean (where an
+// fp32 a - mean would lose most of its digits) is normalised as accurately as any other (RowNorm,
+// row_norm say why); the sums run in lanes (lane_sum), so they vectorise.
 #pragma once
 
 #include "recops/common/kernels/transpose_tile.h"
@@ -75,67 +75,59 @@ class PaddedRows {
   const C* data_ = nullptr;
 };
 
-// A row's normalisation y = (a - mean) * rstd (mean = 0 for the RMS and L2 norms), in double;
-// clamped: an L2 norm below eps, which the row was divided by instead (its gradient stops there).
+// A row's normalisation y = ((a - shift) - offset) * rstd in C, the accumulate type of its values:
+// shift the row's first value (a layer norm's; 0 for the RMS and L2 norms) and offset the mean of
+// the shifted values, so that shift + offset is the mean. a - shift is exact where a lies within a
+// factor of two of the first value (Sterbenz), as the values of a row whose spread is small beside
+// its mean do, and the normalised value keeps its digits; clamped: an L2 norm below eps, which
+// the row was divided by instead (its gradient stops there).
+template <typename C>
 struct RowNorm {
-  double mean, rstd;
+  C shift = C(0), offset = C(0), rstd = C(1);
   bool clamped = false;
 
   template <typename T>
-  RECOPS_ALWAYS_INLINE double operator()(T a) const {
-    return (static_cast<double>(static_cast<accumulate_t<T>>(a)) - mean) * rstd;
+  RECOPS_ALWAYS_INLINE C operator()(T a) const {
+    return (static_cast<C>(a) - shift - offset) * rstd;
   }
 };
 
-template <typename T>
-RECOPS_ALWAYS_INLINE double as_double(T a) {
-  return static_cast<double>(static_cast<accumulate_t<T>>(a));
-}
-
-// The statistics run in C = accumulate_t<T> (fp32 for fp32, bf16 and fp16 rows: 16 lanes a vector
-// where double had 8, and no conversions), about the row's first value: a - a[0] is exact where
-// the row's values lie within a factor of two of a[0] (Sterbenz), so a row whose spread is small
-// beside its mean keeps its digits, and the variance is the second pass's sum of squares about
-// the differences' mean (no cancellation). The mean is a[0] plus that mean, in double. The means
-// multiply by 1 / n, which the callers' loops over rows of one width compute once (a division per
-// row sat on each row's critical path).
-template <typename T>
-RowNorm row_norm(const T* a, int64_t n, Norm norm, double eps) {
-  using C = accumulate_t<T>;
-  const double inv_count = 1.0 / static_cast<double>(n);
+// The statistics about the row's first value (RowNorm), the variance the second pass's sum of
+// squares about the shifted values' mean (no cancellation). The means multiply by 1 / n (a
+// division per row sat on each row's critical path), the scale is a square root and a division
+// in C.
+template <typename T, typename C = accumulate_t<T>>
+RowNorm<C> row_norm(const T* a, int64_t n, Norm norm, double eps) {
+  const C inv_count = static_cast<C>(1.0 / static_cast<double>(n));
   const C shift = norm == Norm::kLayer && n > 0 ? static_cast<C>(a[0]) : C(0);
   const auto centred = [a, shift](int64_t j) { return static_cast<C>(a[j]) - shift; };
-  const C offset =
-      norm == Norm::kLayer ? lane_sum<C>(n, centred) * static_cast<C>(inv_count) : C(0);
-  const double squares = static_cast<double>(lane_sum<C>(n, [&](int64_t j) {
+  const C offset = norm == Norm::kLayer ? lane_sum<C>(n, centred) * inv_count : C(0);
+  const C squares = lane_sum<C>(n, [&](int64_t j) {
     const C d = centred(j) - offset;
     return d * d;
-  }));
-  const double mean = static_cast<double>(shift) + static_cast<double>(offset);
+  });
   if (norm == Norm::kL2) {
-    const double length = std::sqrt(squares);
-    return length >= eps ? RowNorm{0.0, 1 / length} : RowNorm{0.0, 1 / eps, true};
+    const C length = std::sqrt(squares);
+    return length >= static_cast<C>(eps) ? RowNorm<C>{C(0), C(0), C(1) / length}
+                                         : RowNorm<C>{C(0), C(0), C(1) / static_cast<C>(eps), true};
   }
-  // In C too (a float square root and division: each row's longest dependency chain).
-  const C variance = static_cast<C>(squares * inv_count + eps);
-  return RowNorm{mean, static_cast<double>(C(1) / std::sqrt(variance))};
+  const C variance = squares * inv_count + static_cast<C>(eps);
+  return RowNorm<C>{shift, offset, C(1) / std::sqrt(variance)};
 }
 
 // The norm's backward for one row, from dy = d(loss) / dy:
 //   da = rstd * (dy - [layer norm] mean(dy) - y * mean(dy * y)),
 // with the sum in place of the mean for the L2 norm, and da = rstd * dy where it was clamped.
 template <typename T, typename C, typename Out>
-void norm_backward_row(const T* a, int64_t n, const RowNorm& norm, Norm kind, const C* dy,
+void norm_backward_row(const T* a, int64_t n, const RowNorm<C>& norm, Norm kind, const C* dy,
                        Out* da) {
-  const double count = static_cast<double>(n);
-  const double sum_dy = lane_sum(n, [dy](int64_t j) { return static_cast<double>(dy[j]); });
-  const double sum_dyy =
-      lane_sum(n, [&](int64_t j) { return static_cast<double>(dy[j]) * norm(a[j]); });
-  const double mean_dy = kind == Norm::kLayer ? sum_dy / count : 0.0;
-  const double mean_dyy = kind != Norm::kL2 ? sum_dyy / count : norm.clamped ? 0.0 : sum_dyy;
+  const C inv_count = static_cast<C>(1.0 / static_cast<double>(n));
+  const C sum_dy = lane_sum<C>(n, [dy](int64_t j) { return dy[j]; });
+  const C sum_dyy = lane_sum<C>(n, [&](int64_t j) { return dy[j] * norm(a[j]); });
+  const C mean_dy = kind == Norm::kLayer ? sum_dy * inv_count : C(0);
+  const C mean_dyy = kind != Norm::kL2 ? sum_dyy * inv_count : norm.clamped ? C(0) : sum_dyy;
   for (int64_t j = 0; j < n; ++j) {
-    da[j] =
-        Out(static_cast<accumulate_t<T>>(norm.rstd * (dy[j] - mean_dy - norm(a[j]) * mean_dyy)));
+    da[j] = Out(norm.rstd * (dy[j] - mean_dy - norm(a[j]) * mean_dyy));
   }
 }
 
