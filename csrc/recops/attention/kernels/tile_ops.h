@@ -33,21 +33,28 @@ RECOPS_ALWAYS_INLINE void with_optional_operands(const void* bias, const void* m
   });
 }
 
-// HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias may be null).
+// HSTU forward: s <- silu(alpha * s + bias) * scale * mask (bias, mask may be null: none, every
+// key visible).
 template <typename T>
 RECOPS_ALWAYS_INLINE void silu_scores_generic(T* s, const T* bias, const T* mask, int64_t n,
                                               T alpha, T scale) {
-  with_optional(bias, [&](auto has_bias) {
+  with_optional_operands(bias, mask, [&](auto has_bias, auto has_mask) {
     for (int64_t j = 0; j < n; ++j) {
       T x = alpha * s[j];
       if constexpr (has_bias) x += bias[j];
-      s[j] = x * fast_sigmoid(x) * scale * mask[j];
+      const T y = x * fast_sigmoid(x) * scale;
+      if constexpr (has_mask) {
+        s[j] = y * mask[j];
+      } else {
+        s[j] = y;
+      }
     }
   });
 }
 
 // HSTU backward, recomputing the forward from the raw scores s = q.k:
 //   x = alpha * s + bias, a = silu(x) * scale * mask, dx = dp * scale * mask * silu'(x).
+// (bias, mask may be null, as in silu_scores_generic).
 // Overwrites s with a and dp with dx.
 template <typename T>
 RECOPS_ALWAYS_INLINE void silu_score_grad(T* s, T* dp, T x, T m, int64_t j) {
@@ -59,11 +66,15 @@ RECOPS_ALWAYS_INLINE void silu_score_grad(T* s, T* dp, T x, T m, int64_t j) {
 template <typename T>
 RECOPS_ALWAYS_INLINE void silu_score_grads_generic(T* s, T* dp, const T* bias, const T* mask,
                                                    int64_t n, T alpha, T scale) {
-  with_optional(bias, [&](auto has_bias) {
+  with_optional_operands(bias, mask, [&](auto has_bias, auto has_mask) {
     for (int64_t j = 0; j < n; ++j) {
       T x = alpha * s[j];
       if constexpr (has_bias) x += bias[j];
-      silu_score_grad(s, dp, x, scale * mask[j], j);
+      if constexpr (has_mask) {
+        silu_score_grad(s, dp, x, scale * mask[j], j);
+      } else {
+        silu_score_grad(s, dp, x, scale, j);
+      }
     }
   });
 }

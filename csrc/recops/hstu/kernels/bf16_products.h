@@ -159,6 +159,8 @@ class Bf16Precision {
   bool forward_mask_tile(const MaskSource<float>& mask) const {
     return mask.kind == MaskKind::kCustom;
   }
+  // The backward's SiLU pass multiplies by the mask tile, whatever the mask.
+  bool backward_mask_tile(const MaskSource<float>&) const { return true; }
   void begin_forward_block(Scratch& t, const MaskSource<float>& mask, const PaddedBlock& pb) const {
     if (fused_) fill_visibility(mask, pb.blk, pb.rows_pad, visibility(t));
   }
@@ -219,9 +221,9 @@ class Bf16Precision {
   // channel): S and dA, then A (in s) and dS (in ds, fp32, without alpha) from the mask and
   // optional bias tiles, dQ rows (fp32, written to dq, row stride ld_dq), dK^T and dV^T
   // (accumulated). `go` is the head's dO (bf16) with row stride ld_go.
-  void silu_head_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h,
-                          const uint16_t* go, int64_t ld_go, const float* bias, const float* mask,
-                          float* s, float* ds, float* dq, int64_t ld_dq) const {
+  void silu_head_backward(BackwardScratch& scratch, const MaskSource<float>&, const PaddedBlock& pb,
+                          int64_t h, const uint16_t* go, int64_t ld_go, const float* bias,
+                          const float* mask, float* s, float* ds, float* dq, int64_t ld_dq) const {
     const Block& blk = pb.blk;
     Bf16Scratch& t = scratch.tiles;
     Bf16Gradients& tg = scratch.grads;

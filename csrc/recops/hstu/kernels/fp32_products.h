@@ -95,8 +95,12 @@ class Fp32Precision {
                             s.alpha)};
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
-  // The SiLU pass multiplies by the mask tile, whatever the mask.
-  bool forward_mask_tile(const MaskSource<T>&) const { return true; }
+  // The SiLU passes run on a structured mask's visible runs (silu_on_visible_runs): only a custom
+  // mask needs a tile, forward and backward.
+  bool forward_mask_tile(const MaskSource<T>& mask) const { return mask.kind == MaskKind::kCustom; }
+  bool backward_mask_tile(const MaskSource<T>& mask) const {
+    return mask.kind == MaskKind::kCustom;
+  }
   void begin_forward_block(Scratch&, const MaskSource<T>&, const PaddedBlock&) const {}
   // The weights of a tile are the fp32 tile itself.
   void round_weights(TileArena<T>&, const PaddedBlock&, int, int, bool) const {}
@@ -118,20 +122,18 @@ class Fp32Precision {
 
   // out rows = silu(alpha Q K^T + bias) * scale * mask V for head h (bias null: none), the
   // scores in s (in the brgemm path reading K in place, in the scratch's padded weights instead).
-  void silu_head_forward(Scratch& t, const MaskSource<T>&, const PaddedBlock& pb, int64_t h,
-                         const T* bias, const T* mask, T* s, T* out, int64_t ld_out) const {
+  void silu_head_forward(Scratch& t, const MaskSource<T>& mask_source, const PaddedBlock& pb,
+                         int64_t h, const T* bias, const T* mask, T* s, T* out,
+                         int64_t ld_out) const {
     const Block& blk = pb.blk;
     if (!kv_.has_k_t() && blk.rows > kDotRows) {
       // The SiLU pass runs on the weights' rows where the transposed scores land, so that the
       // tile is neither transposed into s nor copied back out of it.
-      const int64_t ld = padded_keys(blk), tile_ld = blk.stride();
       streamed_scores_into_weights(t, blk, h);
-      for (int64_t r = 0; r < blk.rows; ++r) {
-        passes_.silu_scores(t.weights.get() + r * ld,
-                            bias == nullptr ? nullptr : bias + r * tile_ld,
-                            mask == nullptr ? nullptr : mask + r * tile_ld, blk.keys, shape_.alpha,
-                            shape_.silu_scale);
-      }
+      silu_on_visible_runs(mask_source, blk, t.weights.get(), padded_keys(blk), nullptr, bias, mask,
+                           [&](T* scores, T*, const T* b, const T* m, int64_t n) {
+                             passes_.silu_scores(scores, b, m, n, shape_.alpha, shape_.silu_scale);
+                           });
       padded_product(t, blk, h, out, ld_out);
       return;
     }
@@ -141,7 +143,10 @@ class Fp32Precision {
     } else {
       key_row_scores(blk, h, s);
     }
-    passes_.silu_scores(s, bias, mask, blk.rows * blk.keys, shape_.alpha, shape_.silu_scale);
+    silu_on_visible_runs(mask_source, blk, s, blk.keys, nullptr, bias, mask,
+                         [&](T* scores, T*, const T* b, const T* m, int64_t n) {
+                           passes_.silu_scores(scores, b, m, n, shape_.alpha, shape_.silu_scale);
+                         });
     weighted_values(t, pb, h, s, out, ld_out);
   }
 
@@ -151,9 +156,9 @@ class Fp32Precision {
   // dK^T += Q^T dS (alpha applied once, as the item's dK is written: the gradients' dk_scale) and
   // dV^T += dO^T A, both reading Q and dO transposed where they lie (gemm_tn). `go` is the head's
   // dO with row stride ld_go.
-  void silu_head_backward(BackwardScratch& scratch, const PaddedBlock& pb, int64_t h, const T* go,
-                          int64_t ld_go, const T* bias, const T* mask, T* s, T* ds, T* dq,
-                          int64_t ld_dq) const {
+  void silu_head_backward(BackwardScratch& scratch, const MaskSource<T>& mask_source,
+                          const PaddedBlock& pb, int64_t h, const T* go, int64_t ld_go,
+                          const T* bias, const T* mask, T* s, T* ds, T* dq, int64_t ld_dq) const {
     const Block& blk = pb.blk;
     const int64_t dqk = shape_.dqk, dv = shape_.dv;
     KeyGradients<T>& tg = scratch.grads;
@@ -162,8 +167,11 @@ class Fp32Precision {
             blk.keys, false);
     gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), ds, blk.keys,
             false);
-    passes_.silu_score_grads(s, ds, bias, mask, blk.rows * blk.keys, shape_.alpha,
-                             shape_.silu_scale);
+    silu_on_visible_runs(mask_source, blk, s, blk.keys, ds, bias, mask,
+                         [&](T* scores, T* grads, const T* b, const T* m, int64_t n) {
+                           passes_.silu_score_grads(scores, grads, b, m, n, shape_.alpha,
+                                                    shape_.silu_scale);
+                         });
     seqs_.keys.for_each_run(blk.b, blk.key0, blk.keys, [&](int64_t row, int64_t key, int64_t n) {
       gemm_nn(blk.rows, dqk, n, ds + (key - blk.key0), blk.keys, in_.k.at(row, h, dqk),
               in_.k.stride, dq, ld_dq, key != blk.key0);
@@ -188,6 +196,34 @@ class Fp32Precision {
 
  private:
   int64_t query_row(const Block& blk) const { return seqs_.query_row(blk.b, blk.row0); }
+
+  // pass(s, g, bias, mask, n) on each row's visible runs (for_each_row_runs) of a block's tile s
+  // (row stride ld; g, a second tile at the same places, may be null), the bias and mask tiles
+  // (row stride blk.stride(), either null) at the run's keys; zeros in s and g around the runs.
+  // Under a structured mask no mask tile is built or read, and the hidden half of the diagonal
+  // blocks costs no SiLU; a custom mask's one run is the whole row, with its tile.
+  template <typename Pass>
+  void silu_on_visible_runs(const MaskSource<T>& mask_source, const Block& blk, T* s, int64_t ld,
+                            T* g, const T* bias, const T* mask, Pass&& pass) const {
+    const int64_t tile_ld = blk.stride();
+    const auto zero = [&](int64_t r, int64_t from, int64_t to) {
+      std::fill(s + r * ld + from, s + r * ld + to, T(0));
+      if (g != nullptr) std::fill(g + r * ld + from, g + r * ld + to, T(0));
+    };
+    for_each_row_runs(
+        mask_source, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
+          int64_t done = 0;
+          for (int k = 0; k < runs; ++k) {
+            zero(r, done, begin[k]);
+            const int64_t at = r * tile_ld + begin[k];
+            pass(s + r * ld + begin[k], g == nullptr ? nullptr : g + r * ld + begin[k],
+                 bias == nullptr ? nullptr : bias + at, mask == nullptr ? nullptr : mask + at,
+                 end[k] - begin[k]);
+            done = end[k];
+          }
+          zero(r, done, blk.keys);
+        });
+  }
 
   // fn(first row, key, n) for the block's keys in pieces of n <= kStreamRows key rows of `rows`
   // (head h, `cols` values each), run by run of rows, each piece whole brgemm granules but a

@@ -162,6 +162,9 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads, dqk = prec.shape().dqk;
   const ChannelTiles tiles(biases, true, H);
+  // The weight channels are masked by the mask tile; the SiLU pass may do without it.
+  const bool with_mask =
+      prec.backward_mask_tile(mask) || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
       [&](int64_t slot) { return prec.backward_scratch(tiles.count, tiles.buckets, slot); },
@@ -171,7 +174,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const int64_t tile = pb.rows_pad * blk.stride();
-        const C* mask_tile = t.tile(ChannelTiles::kMask);
+        const C* mask_tile = with_mask ? t.tile(ChannelTiles::kMask) : nullptr;
         C* s = t.tile(ChannelTiles::kScores);
         for (const int sum : tiles.grad_sum) {
           if (sum >= 0) std::fill_n(t.tile(sum), tile, C(0));
@@ -186,9 +189,9 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
           }
         };
         for (int64_t h = 0; h < H; ++h) {
-          block_tiles(prec, mask, biases, tiles, pb, h, t, true, true);
+          block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, true);
           C* ds = t.tile(tiles.grads);
-          prec.silu_head_backward(scratch, pb, h, grad_out + layout.at(row0, h, kSemantic),
+          prec.silu_head_backward(scratch, mask, pb, h, grad_out + layout.at(row0, h, kSemantic),
                                   layout.row_stride, tiles.bias_tile(t, kSemantic), mask_tile, s,
                                   ds, grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
           if (tiles.bias[kSemantic] >= 0) add_bias_grad(kSemantic, h, ds);
