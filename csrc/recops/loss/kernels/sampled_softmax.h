@@ -22,42 +22,43 @@ RECOPS_ALWAYS_INLINE accumulate_t<T> compute_value(T v) {
   return static_cast<accumulate_t<T>>(v);
 }
 
-// A row's L2 normalisation y = x / scale, scale = max(|x|, eps); `through` when |x| >= eps (the
-// norm's gradient passes; below eps the clamp stops it).
+// A row's L2 normalisation y = x / scale, scale = max(|x|, eps), in the rows' compute type C (a
+// sum of squares has no cancellation to guard against); `through` when |x| >= eps (the norm's
+// gradient passes; below eps the clamp stops it).
+template <typename C>
 struct RowScale {
-  double scale;
+  C scale;
   bool through;
 };
 
-template <typename T>
-RowScale row_scale(const T* x, int64_t n, double eps) {
-  const double norm = std::sqrt(lane_sum(n, [x](int64_t j) {
-    const double v = static_cast<double>(compute_value(x[j]));
+template <typename T, typename C = accumulate_t<T>>
+RowScale<C> row_scale(const T* x, int64_t n, double eps) {
+  const C norm = std::sqrt(lane_sum<C>(n, [x](int64_t j) {
+    const C v = compute_value(x[j]);
     return v * v;
   }));
-  return norm >= eps ? RowScale{norm, true} : RowScale{eps, false};
+  const C floor = static_cast<C>(eps);
+  return norm >= floor ? RowScale<C>{norm, true} : RowScale<C>{floor, false};
 }
 
 // dx of y = x / max(|x|, eps) from dy: (dy - y (y . dy)) / scale, or dy / eps below eps.
 template <typename T, typename C>
-void normalize_backward(const T* x, int64_t n, const RowScale& s, const C* dy, T* dx) {
-  const double inverse_scale = 1.0 / s.scale;
-  double y_dy = 0;
+void normalize_backward(const T* x, int64_t n, const RowScale<C>& s, const C* dy, T* dx) {
+  const C inverse_scale = C(1) / s.scale;
+  C y_dy = C(0);
   if (s.through) {
-    y_dy = lane_sum(n, [&](int64_t j) {
-      return static_cast<double>(compute_value(x[j])) * inverse_scale * static_cast<double>(dy[j]);
-    });
+    y_dy = lane_sum<C>(n, [&](int64_t j) { return compute_value(x[j]) * inverse_scale * dy[j]; });
   }
   for (int64_t j = 0; j < n; ++j) {
-    const double y = static_cast<double>(compute_value(x[j])) * inverse_scale;
-    dx[j] = T(static_cast<C>((static_cast<double>(dy[j]) - y * y_dy) * inverse_scale));
+    const C y = compute_value(x[j]) * inverse_scale;
+    dx[j] = T((dy[j] - y * y_dy) * inverse_scale);
   }
 }
 
 // The normalised negatives N^ [R, d] and their transpose [d, R], in C.
 template <typename T, typename C = accumulate_t<T>>
 struct Negatives {
-  std::vector<RowScale> scales;
+  std::vector<RowScale<C>> scales;
   std::vector<C> rows, transposed;
 
   explicit Negatives(const SampledSoftmaxProblem<T>& p)
@@ -68,7 +69,7 @@ struct Negatives {
       const T* n = p.negative_rows + j * p.ld_negatives;
       scales[j] = row_scale(n, p.dim, p.eps);
       for (int64_t d = 0; d < p.dim; ++d) {
-        const C v = static_cast<C>(compute_value(n[d]) / scales[j].scale);
+        const C v = compute_value(n[d]) / scales[j].scale;
         rows[j * p.dim + d] = v;
         transposed[d * p.negatives + j] = v;
       }
@@ -83,7 +84,7 @@ struct Block {
   const SampledSoftmaxProblem<T>& p;
   const Negatives<T>& negatives;
   std::vector<C> queries, exps, positive_logit, max_logit, normaliser;
-  std::vector<RowScale> positive_scales;
+  std::vector<RowScale<C>> positive_scales;
 
   Block(const SampledSoftmaxProblem<T>& problem, const Negatives<T>& n)
       : p(problem),
@@ -106,10 +107,8 @@ struct Block {
       C* qc = queries.data() + i * dim;
       for (int64_t d = 0; d < dim; ++d) qc[d] = compute_value(q[d]);
       positive_scales[i] = row_scale(pos, dim, p.eps);
-      const double dot = lane_sum(dim, [&](int64_t d) {
-        return static_cast<double>(qc[d]) * static_cast<double>(compute_value(pos[d]));
-      });
-      positive_logit[i] = static_cast<C>(dot / positive_scales[i].scale / p.temperature);
+      const C dot = lane_sum<C>(dim, [&](int64_t d) { return qc[d] * compute_value(pos[d]); });
+      positive_logit[i] = dot / positive_scales[i].scale * inverse_t;
     }
     gemm_nn(n, count, dim, queries.data(), dim, negatives.transposed.data(), count, exps.data(),
             count, false);
@@ -205,12 +204,12 @@ void sampled_softmax_backward(const SampledSoftmaxProblem<T>& p,
         const int64_t r = r0 + i;
         const C cp = positive_coefficient[i];
         const T* pos = p.positives + r * p.ld_positives;
-        const RowScale& ps = block.positive_scales[i];
-        const double inverse_scale = 1.0 / ps.scale;
+        const RowScale<C>& ps = block.positive_scales[i];
+        const C inverse_scale = C(1) / ps.scale;
         const C* qc = block.queries.data() + i * dim;
         T* gq = grads.queries + r * dim;
         for (int64_t d = 0; d < dim; ++d) {
-          const C p_hat = static_cast<C>(compute_value(pos[d]) * inverse_scale);
+          const C p_hat = compute_value(pos[d]) * inverse_scale;
           gq[d] = T(dq[i * dim + d] + cp * p_hat);
           dpos[d] = cp * qc[d];
         }
