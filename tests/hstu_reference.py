@@ -38,6 +38,17 @@ def sequences(seq_offsets, lengths=None):
         yield b, start, n
 
 
+def masked_silu(s, m, structured):
+    """silu(s) * m. Under a structured mask (hstu_mask's rules) the hidden scores are replaced by
+    zeros before and after the SiLU, as the fused kernels (these and generative-recommenders'
+    Triton ones) skip them: a NaN or inf score a query row cannot see reaches neither its output
+    nor, through the SiLU's backward, its gradients. A custom mask multiplies, weights and all."""
+    if not structured:
+        return F.silu(s) * m
+    visible = m != 0
+    return torch.where(visible, F.silu(torch.where(visible, s, torch.zeros_like(s))), 0.0) * m
+
+
 def sequence_mask(mask, b, n, shape, num_targets, rule, dtype):
     """Sequence b's [H or 1, n, n] mask: the corner of a custom mask expanded to shape
     [B, H, N, N], or hstu_mask's "causal" / "none" rule with
@@ -132,7 +143,7 @@ def hstu_reference(
             ts = timestamps[b, :n] if timestamps.dim() == 2 else timestamps[start : start + n]
             s = s + relative_bias(ts, ts_w, pos_w, max_seq_len, query_time_shift, bucket_divisor)
         m = sequence_mask(mask, b, n, shape, num_targets, rule, s.dtype)
-        a = torch.nn.functional.silu(s) * silu_scale * m
+        a = masked_silu(s, m, isinstance(mask, str)) * silu_scale
         pieces.append((start, n, torch.einsum("hij,jhd->ihd", a, vb)))
     return scatter_rows(q.new_zeros(q.shape[0], heads, v.shape[2]), pieces)
 
@@ -183,8 +194,8 @@ def fuxi_reference(
     for b, start, n in sequences(seq_offsets, lengths):
         qb, kb, vb = q[start : start + n], k[start : start + n], v[start : start + n]
         m = sequence_mask(mask, b, n, shape, num_targets, rule, q.dtype).expand(heads, n, n)
-        a = torch.nn.functional.silu(alpha * torch.einsum("ihd,jhd->hij", qb, kb))
-        channels = {"semantic": torch.einsum("hij,jhd->ihd", a * silu_scale * m, vb)}
+        a = masked_silu(alpha * torch.einsum("ihd,jhd->hij", qb, kb), m, isinstance(mask, str))
+        channels = {"semantic": torch.einsum("hij,jhd->ihd", a * silu_scale, vb)}
         if ts_bias is not None:
             bias = ts_bias.expand(batch, max_seq_len, max_seq_len)[b, :n, :n]
             channels["time"] = torch.einsum("hij,jhd->ihd", m * bias, vb)
