@@ -97,19 +97,17 @@ inline void silu_block_to_bf16(const TileKernels& passes, const MaskSource<float
                                const HstuShape<float>& shape, uint16_t* a) {
   const int64_t ld = blk.ld;
   std::fill(a + blk.rows * ld, a + rows_pad * ld, uint16_t(0));
-  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
-    uint16_t* row = a + r * ld;
-    int64_t done = 0;
-    for (int k = 0; k < runs; ++k) {
-      std::fill(row + done, row + begin[k], uint16_t(0));
-      const int64_t at = r * ld + begin[k];
-      passes.silu_scores_to_bf16(s + at, bias == nullptr ? nullptr : bias + at,
-                                 mask_tile == nullptr ? nullptr : mask_tile + at, end[k] - begin[k],
-                                 shape.alpha, shape.silu_scale, row + begin[k]);
-      done = end[k];
-    }
-    std::fill(row + done, row + ld, uint16_t(0));
-  });
+  for_each_row_run_and_gap(
+      mask, blk, ld,
+      [&](int64_t r, int64_t begin, int64_t end) {
+        const int64_t at = r * ld + begin;
+        passes.silu_scores_to_bf16(s + at, bias == nullptr ? nullptr : bias + at,
+                                   mask_tile == nullptr ? nullptr : mask_tile + at, end - begin,
+                                   shape.alpha, shape.silu_scale, a + at);
+      },
+      [&](int64_t r, int64_t begin, int64_t end) {
+        std::fill(a + r * ld + begin, a + r * ld + end, uint16_t(0));
+      });
 }
 
 // Whether the bf16 forward runs fused on AMX tiles (native_bf16::silu_attention_tile).

@@ -206,22 +206,17 @@ class Fp32Precision {
   void silu_on_visible_runs(const MaskSource<T>& mask_source, const Block& blk, T* s, int64_t ld,
                             T* g, const T* bias, const T* mask, Pass&& pass) const {
     const int64_t tile_ld = blk.stride();
-    const auto zero = [&](int64_t r, int64_t from, int64_t to) {
-      std::fill(s + r * ld + from, s + r * ld + to, T(0));
-      if (g != nullptr) std::fill(g + r * ld + from, g + r * ld + to, T(0));
-    };
-    for_each_row_runs(
-        mask_source, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
-          int64_t done = 0;
-          for (int k = 0; k < runs; ++k) {
-            zero(r, done, begin[k]);
-            const int64_t at = r * tile_ld + begin[k];
-            pass(s + r * ld + begin[k], g == nullptr ? nullptr : g + r * ld + begin[k],
-                 bias == nullptr ? nullptr : bias + at, mask == nullptr ? nullptr : mask + at,
-                 end[k] - begin[k]);
-            done = end[k];
-          }
-          zero(r, done, blk.keys);
+    for_each_row_run_and_gap(
+        mask_source, blk, blk.keys,
+        [&](int64_t r, int64_t begin, int64_t end) {
+          const int64_t at = r * tile_ld + begin;
+          pass(s + r * ld + begin, g == nullptr ? nullptr : g + r * ld + begin,
+               bias == nullptr ? nullptr : bias + at, mask == nullptr ? nullptr : mask + at,
+               end - begin);
+        },
+        [&](int64_t r, int64_t begin, int64_t end) {
+          std::fill(s + r * ld + begin, s + r * ld + end, T(0));
+          if (g != nullptr) std::fill(g + r * ld + begin, g + r * ld + end, T(0));
         });
   }
 

@@ -273,6 +273,24 @@ void for_each_row_runs(const MaskSource<T>& mask, const Block& blk, Fn&& fn) {
   }
 }
 
+// run(r, begin, end) on each visible run of each query row r of a block (for_each_row_runs, in
+// order) and hidden(r, begin, end) on the tile columns of [0, cols) around them (possibly empty
+// ranges): a pass over the keys a row sees that writes what the mask hides itself, without a
+// mask tile.
+template <typename T, typename Run, typename Hidden>
+void for_each_row_run_and_gap(const MaskSource<T>& mask, const Block& blk, int64_t cols, Run&& run,
+                              Hidden&& hidden) {
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
+    int64_t done = 0;
+    for (int k = 0; k < runs; ++k) {
+      hidden(r, done, begin[k]);
+      run(r, begin[k], end[k]);
+      done = end[k];
+    }
+    hidden(r, done, cols);
+  });
+}
+
 // Bit j % 32 of visible[r * (ld / 32) + j / 32] is set when query row r of a block (ld a multiple
 // of 32) sees tile column j; rows [blk.rows, rows_pad) see none.
 template <typename T>
