@@ -266,7 +266,14 @@ def test_long_keys_split_between_threads(model, mask, case, dtype):
         )  # fmt: skip
     with num_threads(threads):
         actual = run(q[rows], k, v, seq_offsets, delta_offsets=offsets_of(deltas))
+        # From a paged cache: each part's keys in runs that break at pages.
+        k_pages, v_pages, t_pages, table, seq_lengths = paged(k, v, ts, seq_offsets, page_rows=64)
+        from_pages = run(
+            q[rows], k_pages, v_pages, None, delta_offsets=offsets_of(deltas), page_table=table,
+            seq_lengths=seq_lengths, timestamps=t_pages,
+        )  # fmt: skip
     assert_close(actual, expected, dtype, atol_factor=4, relative_to_max=True)
+    assert_close(from_pages, actual, dtype)
 
 
 def test_one_channel_fuxi_and_equal_deltas():

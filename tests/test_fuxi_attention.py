@@ -88,6 +88,58 @@ def test_fused_tables_match_dense_biases(query_time_shift):
     )
 
 
+@pytest.mark.parametrize("order", ["chronological", "shuffled", "one time", "saturating"])
+@pytest.mark.parametrize(
+    "mask_options",
+    [
+        {},
+        {"num_targets": [2, 0, 3, 1, 0], "target_group_size": 2},
+        {"contextual_seq_len": 3, "max_attn_len": 250},
+        {"mask": "none"},
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_time_table_alone_under_every_mask(order, mask_options, dtype):
+    # The time channel alone under a structured mask is summed over runs of keys of one time bucket
+    # where a block sees kTimeRunMinKeys = 192 keys or more (csrc/recops/hstu/kernels/time_runs.h),
+    # on its tile elsewhere: long runs for chronological timestamps, runs of one key for shuffled
+    # ones, one run for equal times, and the top bucket's (whose upper threshold is NaN) for deltas
+    # past the last threshold. Output and every gradient against the dense float64 reference.
+    n, lengths = 300, [300, 0, 211, 1, 40]
+    q, k, v, offsets = _jagged(lengths)
+    total = int(offsets[-1])
+    timestamps = torch.cumsum(torch.randint(0, 3000, (total,)), 0)
+    if order == "shuffled":
+        timestamps = timestamps[torch.randperm(total)]
+    elif order == "one time":
+        timestamps = torch.full((total,), 7)
+    elif order == "saturating":
+        # Floating times: integer ones this large would overflow int64 in the reference.
+        timestamps = torch.cumsum(torch.randint(0, 3, (total,)), 0).double() * 1e17
+    ts_w = torch.randn(129, dtype=torch.float64)
+    kwargs = dict(mask_options)
+    if "num_targets" in kwargs:
+        kwargs["num_targets"] = torch.tensor(kwargs["num_targets"])
+    leaves = [t.to(dtype).requires_grad_() for t in (q, k, v, ts_w)]
+    got = recops.fuxi_attention(
+        *leaves[:3], offsets, n, timestamps=timestamps, ts_w=leaves[3], **kwargs
+    )
+    masters = [t.detach().double().requires_grad_() for t in leaves]
+    ts_bias, _ = table_biases(timestamps, offsets, masters[3], torch.zeros(2 * n - 1), n)
+    ref = fuxi_reference(*masters[:3], offsets, n, ts_bias=ts_bias, **kwargs)
+    # fp32: sums of up to 300 terms as large as 60 (one bucket's weight over every key), whose
+    # error follows their terms.
+    long_sums = dtype == torch.float32
+    assert_close(got, ref, relative_to_max=long_sums)
+    grad = torch.randn_like(ref)
+    for a, e in zip(
+        torch.autograd.grad(got, leaves, grad.to(dtype)),
+        torch.autograd.grad(ref, masters, grad),
+        strict=True,
+    ):
+        assert_close(a, e, relative_to_max=long_sums)
+
+
 def test_relative_bias_helper_is_consistent():
     # The HSTU reference's relative_bias is ts bias + pos bias; FuXi keeps them apart.
     ts = torch.randint(0, 1000, (9,))

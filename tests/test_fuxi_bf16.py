@@ -86,9 +86,10 @@ def test_bf16_accuracy_dense_biases(channels, reference_layout, mask, bf16_path)
     )
 
 
+# Sequences past 192 keys: the time channel of their later blocks summed over runs of keys.
+@pytest.mark.parametrize("n, lengths", [(130, [130, 0, 1, 67]), (300, [300, 0, 1, 230])])
 @pytest.mark.parametrize("dqk, dv", [(64, 64), (5, 7)])
-def test_bf16_accuracy_fused_tables(dqk, dv, bf16_path):
-    n, lengths = 130, [130, 0, 1, 67]
+def test_bf16_accuracy_fused_tables(dqk, dv, n, lengths, bf16_path):
     q, k, v, offsets = _jagged(lengths, dqk=dqk, dv=dv)
     timestamps = torch.randint(0, 10**6, (sum(lengths),)).sort().values
     ts_w, pos_w = torch.randn(129, dtype=F64), torch.randn(2 * n - 1, dtype=F64)

@@ -483,6 +483,29 @@ std::vector<int32_t> expect_time_bias_as_scalar(const TileOps<float>& ops,
   return want_buckets;
 }
 
+// n key times from 1e9 on, mostly chronological (runs of one bucket), with keys 100 to 179 at one
+// time, huge (saturating) times, a NaN, magnitudes below 1 from 1e9 and just above 1 (among a
+// small divisor's thresholds); *last is the last chronological time.
+std::vector<double> mixed_key_times(int64_t n, std::mt19937_64& rng, double* last) {
+  std::vector<double> key_time(n);
+  double t = 1e9;
+  for (int64_t j = 0; j < n; ++j) {
+    // Keys 100 to 179 at one time: groups that stay in the previous group's bucket.
+    const bool burst = j >= 100 && j < 180;
+    t += burst ? 0.0
+               : static_cast<double>(rng() % 4 == 0 ? 0 : rng() % (uint64_t{1} << (rng() % 24)));
+    key_time[j] = j % 29 == 7 ? std::ldexp(static_cast<double>(rng() % 1000), 900) : t;
+  }
+  if (n > 5) key_time[5] = std::numeric_limits<double>::quiet_NaN();
+  if (n > 3) key_time[3] = 1e9 + 0.5;  // |delta| below 1 from the first query time
+  if (n > 9) {                         // just above 1, among the small divisor's thresholds
+    key_time[8] = 1e9 - 1.0011;
+    key_time[9] = 1e9 + 1.0004;
+  }
+  *last = t;
+  return key_time;
+}
+
 // TileOps::add_time_bias against the bucketizer key by key, exact: chronological keys (runs of
 // one bucket), keys on both sides of the query time, repeated times, magnitudes below 1, huge and
 // NaN ones; a divisor whose cells hold one threshold each (the vectorised path) and one whose
@@ -496,22 +519,8 @@ TEST_P(TileVariant, AddTimeBias) {
     for (int k = 0; k <= 128; ++k) ts_w[k] = 0.25f * static_cast<float>(k) - 3.0f;
     const std::vector<double> ts_w64(ts_w.begin(), ts_w.end());
     for (const int64_t n : {0, 1, 15, 16, 37, 300}) {
-      std::vector<double> key_time(n);
-      double t = 1e9;
-      for (int64_t j = 0; j < n; ++j) {
-        // Keys 100 to 179 at one time: groups that stay in the previous group's bucket.
-        const bool burst = j >= 100 && j < 180;
-        t += burst
-                 ? 0.0
-                 : static_cast<double>(rng() % 4 == 0 ? 0 : rng() % (uint64_t{1} << (rng() % 24)));
-        key_time[j] = j % 29 == 7 ? std::ldexp(static_cast<double>(rng() % 1000), 900) : t;
-      }
-      if (n > 5) key_time[5] = std::numeric_limits<double>::quiet_NaN();
-      if (n > 3) key_time[3] = 1e9 + 0.5;  // |delta| below 1 from the first query time
-      if (n > 9) {                         // just above 1, among the small divisor's thresholds
-        key_time[8] = 1e9 - 1.0011;
-        key_time[9] = 1e9 + 1.0004;
-      }
+      double t = 0.0;
+      const std::vector<double> key_time = mixed_key_times(n, rng, &t);
       for (const double query_time : {1e9, t / 2 + 5e8, t + 1.0}) {
         SCOPED_TRACE("divisor " + std::to_string(divisor) + ", n = " + std::to_string(n));
         const auto pos = random_values(n, 60);
@@ -573,6 +582,111 @@ TEST_P(TileVariant, AddTimeBiasGroupsAcrossBuckets) {
   const std::vector<int32_t> buckets = expect_time_bias_as_scalar(
       variant().fp32, key_time, query_time, bucket, ts_w, std::vector<float>(n, 0.5f));
   EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
+}
+
+// Checks TileOps::time_bucket_runs against the bucketizer key by key: the runs tile keys
+// [key, key + n) in order, each key's bucket is its run's, and neighbouring runs differ.
+template <typename T>
+void expect_runs_as_scalar(const TileOps<T>& ops, const std::vector<double>& key_time,
+                           double query_time, const LogBucketizer::View& bucket) {
+  const int64_t n = static_cast<int64_t>(key_time.size()), key = 1000;
+  std::vector<TimeRun> runs(std::max<int64_t>(n, 1));
+  const int64_t count =
+      ops.time_bucket_runs(key_time.data(), n, key, query_time, bucket, runs.data());
+  int64_t next = key;
+  for (int64_t k = 0; k < count; ++k) {
+    ASSERT_EQ(runs[k].begin, next) << "run " << k;
+    ASSERT_LT(runs[k].begin, runs[k].end) << "run " << k;
+    if (k > 0) EXPECT_NE(runs[k].bucket, runs[k - 1].bucket) << "run " << k << " is not maximal";
+    for (int64_t j = runs[k].begin; j < runs[k].end; ++j) {
+      ASSERT_EQ(runs[k].bucket, bucket(std::abs(query_time - key_time[j - key]))) << "key " << j;
+    }
+    next = runs[k].end;
+  }
+  EXPECT_EQ(next, key + n);
+}
+
+// TileOps::time_bucket_runs on the keys of the add_time_bias tests: mixed ones (both divisors),
+// keys nearing the query (a step down a bucket every five keys, into bucket 0) and falling by up
+// to twelve buckets at once.
+TEST_P(TileVariant, TimeBucketRuns) {
+  std::mt19937_64 rng(12);
+  for (const double divisor : {0.301, 1e-5}) {
+    const LogBucketizer bucketizer(divisor, 128);
+    for (const int64_t n : {0, 1, 15, 16, 37, 300}) {
+      double t = 0.0;
+      const std::vector<double> key_time = mixed_key_times(n, rng, &t);
+      for (const double query_time : {1e9, t / 2 + 5e8, t + 1.0}) {
+        SCOPED_TRACE("divisor " + std::to_string(divisor) + ", n = " + std::to_string(n));
+        expect_runs_as_scalar(variant().fp32, key_time, query_time, bucketizer.view());
+        expect_runs_as_scalar(baseline::kDoubleTileOps, key_time, query_time, bucketizer.view());
+      }
+    }
+  }
+  const LogBucketizer bucketizer(0.301, 128);
+  const double query_time = 1e12;
+  std::vector<double> nearing(640), falling(1203);
+  for (int64_t j = 0; j < 640; ++j) {
+    nearing[j] = query_time - std::exp(0.301 * static_cast<double>(640 - j) / 5.0);
+  }
+  double level = 60.0;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int64_t j = 0; j < 1203; ++j) {
+    if (j % 8 == 0) level = std::max(0.0, level - (rng() % 5 == 0 ? 12.0 : 4.0 * unit(rng)));
+    falling[j] = query_time - std::exp(0.301 * std::max(0.0, level - 8.0 * unit(rng)));
+  }
+  for (const auto* keys : {&nearing, &falling}) {
+    expect_runs_as_scalar(variant().fp32, *keys, query_time, bucketizer.view());
+  }
+}
+
+// TileOps::time_runs_forward / time_runs_backward against plain loops in double: runs of one key
+// and of many, touching and apart (gaps a mask hides), value rows of 1, 7, 50 and 70 values (tails
+// of the forward's vectors; 70 past its four), with and without the table's gradient.
+TEST_P(TileVariant, TimeRunsForwardAndBackward) {
+  std::mt19937_64 rng(13);
+  const std::vector<TimeRun> runs = {{0, 1, 3},   {1, 40, 5},   {40, 41, 0},
+                                     {45, 90, 7}, {90, 120, 3}, {131, 132, 9}};
+  const int64_t keys = 140, count = static_cast<int64_t>(runs.size());
+  std::vector<float> ts_w(10);
+  for (int k = 0; k < 10; ++k) ts_w[k] = 0.3f * static_cast<float>(k) - 1.1f;
+  const std::vector<double> ts_w64(ts_w.begin(), ts_w.end());
+  std::uniform_real_distribution<double> value(-2.0, 2.0);
+  for (const int64_t dv : {1, 7, 50, 70}) {
+    SCOPED_TRACE("dv = " + std::to_string(dv));
+    // Running sums of random value rows, padded as time_runs.h pads them.
+    std::vector<double> sums((keys + 1) * dv + kTimeRunVectors * kTimeRunLanes, 0.0);
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t d = 0; d < dv; ++d) sums[(j + 1) * dv + d] = sums[j * dv + d] + value(rng);
+    }
+    std::vector<double> g(dv);
+    for (double& x : g) x = value(rng);
+    std::vector<double> want(dv, 0.0), want_grad(10, 0.25), want_diffs((keys + 1) * dv, 0.5);
+    for (const TimeRun& run : runs) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < dv; ++d) {
+        const double sum = sums[run.end * dv + d] - sums[run.begin * dv + d];
+        want[d] += ts_w64[run.bucket] * sum;
+        dot += g[d] * sum;
+        want_diffs[run.begin * dv + d] += ts_w64[run.bucket] * g[d];
+        want_diffs[run.end * dv + d] -= ts_w64[run.bucket] * g[d];
+      }
+      want_grad[run.bucket] += dot;
+    }
+    for (const TileOps<float>* ops : {&variant().fp32, &base().fp32}) {
+      std::vector<double> acc(dv, -1.0), grad(10, 0.25), diffs((keys + 1) * dv, 0.5);
+      ops->time_runs_forward(runs.data(), count, ts_w.data(), sums.data(), dv, acc.data());
+      ops->time_runs_backward(runs.data(), count, ts_w.data(), sums.data(), dv, g.data(),
+                              diffs.data(), grad.data());
+      for (int64_t d = 0; d < dv; ++d) EXPECT_NEAR(acc[d], want[d], 1e-12) << d;
+      for (int k = 0; k < 10; ++k) EXPECT_NEAR(grad[k], want_grad[k], 1e-12) << k;
+      for (size_t i = 0; i < diffs.size(); ++i) EXPECT_NEAR(diffs[i], want_diffs[i], 1e-12) << i;
+      std::vector<double> diffs_only((keys + 1) * dv, 0.5);
+      ops->time_runs_backward(runs.data(), count, ts_w.data(), sums.data(), dv, g.data(),
+                              diffs_only.data(), nullptr);
+      EXPECT_EQ(diffs_only, diffs);
+    }
+  }
 }
 
 // TileOps::add_by_bucket (the time table's gradient) against a scatter key by key: runs of one

@@ -157,8 +157,14 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       if (length != -1) ++*errors;
       length = n;
     }
+    bool finished = false;  // finish_item ran, after the item's blocks, before its end_item
+    void finish_item(int64_t n) {
+      if (n != length || finished) ++*errors;
+      finished = true;
+    }
     void end_item(int64_t key0, int64_t n, float* item_dk, float* item_dv, bool accumulate) {
-      if (key0 != 0 || n != length || !accumulate) ++*errors;
+      if (key0 != 0 || n != length || !accumulate || !finished) ++*errors;
+      finished = false;
       ended->emplace_back(item_dk, item_dv);
       length = -1;
     }
@@ -173,7 +179,7 @@ TEST(HstuBlockSchedule, VisitsEveryQueryRowOnceInsideItsItem) {
       },
       [&](Scratch& scratch, const Block& blk) {
         const int64_t key0 = std::max<int64_t>(0, blk.row0 - window);
-        if (scratch.grads.length != blk.length || blk.key0 != key0 ||
+        if (scratch.grads.length != blk.length || scratch.grads.finished || blk.key0 != key0 ||
             blk.keys != blk.row0 + blk.rows - key0 || blk.rows > seqs.query_block ||
             blk.row0 % seqs.query_block != 0) {
           ++errors;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -113,6 +114,139 @@ RECOPS_ALWAYS_INLINE void add_by_bucket_generic(const T* g, const int32_t* bucke
     for (; j < end; ++j) partial[0] += g[j];
     sums[bucket] += (partial[0] + partial[1]) + (partial[2] + partial[3]);
   }
+}
+
+// time_runs_forward_generic's vectors of doubles (64 bytes), kTimeRunVectors at once.
+constexpr int64_t kTimeRunLanes = 8, kTimeRunVectors = 4;
+
+// A run of keys whose time deltas to one query fall in one bucket: the keys at sequence positions
+// [begin, end) (FuXi-alpha's time channel, hstu/kernels/time_runs.h).
+struct TimeRun {
+  int64_t begin, end;
+  int32_t bucket;
+};
+
+// Cuts keys [0, n) (at sequence positions key, key + 1, ..) into the maximal runs whose magnitudes
+// |query_time - key_time[j]| fall in one bucket, written to runs; returns their count. A key stays
+// in bucket b's run while its clamped magnitude m lies in [thresholds[b], thresholds[b + 1]),
+// which is what bucket(m) == b means (the top bucket's upper threshold is NaN, which
+// !(m >= high) passes). extend(j, low, high) returns the first key from j whose magnitude is
+// outside [low, high), n when none. Chronological keys step from a run to a neighbouring bucket,
+// tried first: the bucketizer's dependent table loads cost more than the rest of a run's scan.
+template <typename Extend>
+RECOPS_ALWAYS_INLINE int64_t time_bucket_runs_with(const double* key_time, int64_t n, int64_t key,
+                                                   double query_time,
+                                                   const LogBucketizer::View& bucket, TimeRun* runs,
+                                                   Extend&& extend) {
+  const double* thresholds = bucket.thresholds;
+  int64_t count = 0;
+  int32_t b = n > 0 ? bucket(std::abs(query_time - key_time[0])) : 0;
+  for (int64_t j = 0; j < n;) {
+    const int64_t end = extend(j + 1, thresholds[b], thresholds[b + 1]);
+    runs[count++] = {key + j, key + end, b};
+    j = end;
+    if (j == n) break;
+    const double m = bucket.clamped(std::abs(query_time - key_time[j]));
+    if (m < thresholds[b] && b > 0 && m >= thresholds[b - 1]) {
+      --b;
+    } else if (m >= thresholds[b + 1] && !(m >= thresholds[b + 2])) {
+      ++b;  // thresholds[b + 1] is a number, so b + 2 <= num_buckets + 1
+    } else {
+      b = bucket(m);
+    }
+  }
+  return count;
+}
+
+// The first key from j whose clamped magnitude is outside [low, high), n when none.
+RECOPS_ALWAYS_INLINE int64_t time_run_end(const double* key_time, int64_t j, int64_t n,
+                                          double query_time, const LogBucketizer::View& bucket,
+                                          double low, double high) {
+  for (; j < n; ++j) {
+    const double m = bucket.clamped(std::abs(query_time - key_time[j]));
+    if (!(m >= low) || m >= high) break;
+  }
+  return j;
+}
+
+// time_bucket_runs_with, a key at a time.
+RECOPS_ALWAYS_INLINE int64_t time_bucket_runs_generic(const double* key_time, int64_t n,
+                                                      int64_t key, double query_time,
+                                                      const LogBucketizer::View& bucket,
+                                                      TimeRun* runs) {
+  const LogBucketizer::View local = bucket;  // by value: not reloaded after each store
+  return time_bucket_runs_with(key_time, n, key, query_time, local, runs,
+                               [&](int64_t j, double low, double high) {
+                                 return time_run_end(key_time, j, n, query_time, local, low, high);
+                               });
+}
+
+// One query row of the time channel: acc[d] = sum over the runs of
+// ts_w[bucket] * (sums[end * dv + d] - sums[begin * dv + d]) for d < dv, where row j of sums is
+// the sum of the value rows of keys [0, j).
+// The values are summed kTimeRunVectors vectors of kTimeRunLanes at a time, in registers (several
+// vectors, so that the runs' adds are not one chain of dependent adds); values past a row's dv are
+// read up to kTimeRunVectors * kTimeRunLanes - 1 further (the next row's, or padding past the
+// last row).
+template <typename T>
+RECOPS_ALWAYS_INLINE void time_runs_forward_generic(const TimeRun* runs, int64_t count,
+                                                    const T* ts_w, const double* sums, int64_t dv,
+                                                    double* acc) {
+  constexpr int64_t kWidth = kTimeRunVectors * kTimeRunLanes;
+  for (int64_t d0 = 0; d0 < dv; d0 += kWidth) {
+    double lanes[kTimeRunVectors][kTimeRunLanes] = {};
+    for (int64_t k = 0; k < count; ++k) {
+      const double w = ts_w[runs[k].bucket];
+      const double* past = sums + runs[k].end * dv + d0;
+      const double* first = sums + runs[k].begin * dv + d0;
+      for (int64_t c = 0; c < kTimeRunVectors; ++c) {
+        for (int64_t l = 0; l < kTimeRunLanes; ++l) {
+          lanes[c][l] += w * (past[c * kTimeRunLanes + l] - first[c * kTimeRunLanes + l]);
+        }
+      }
+    }
+    std::copy_n(&lanes[0][0], std::min(kWidth, dv - d0), acc + d0);
+  }
+}
+
+// The backward of a time-channel row whose output gradient is g [dv]: each run adds g . (its value
+// sum) to ts_grad[bucket] (unless ts_grad is null), and w g (w = ts_w[bucket]) to the value
+// gradient of each of its keys, as differences over the keys: diffs[begin] += w g,
+// diffs[end] -= w g (rows of dv values by key position), summed over the keys afterwards. Both go
+// by the runs' bounds, a run's begin the previous one's end when they touch: a row of diffs and
+// a dot product g . sums[bound] per bound, a run's sum the difference of its bounds'.
+template <typename T>
+RECOPS_ALWAYS_INLINE void time_runs_backward_generic(const TimeRun* runs, int64_t count,
+                                                     const T* ts_w, const double* sums, int64_t dv,
+                                                     const double* g, double* diffs,
+                                                     double* ts_grad) {
+  const auto add_g = [&](int64_t bound, double c) {
+    double* row = diffs + bound * dv;
+    for (int64_t d = 0; d < dv; ++d) row[d] += c * g[d];
+  };
+  const auto dot = [&](int64_t bound) {
+    const double* row = sums + bound * dv;
+    return ts_grad == nullptr ? 0.0 : lane_sum(dv, [&](int64_t d) { return g[d] * row[d]; });
+  };
+  int64_t bound = -1;           // the last run's end, whose row of diffs is not added yet
+  double coef = 0.0, at = 0.0;  // what that row gets times g, and g . sums[bound]
+  for (int64_t k = 0; k < count; ++k) {
+    const TimeRun& run = runs[k];
+    const double w = ts_w[run.bucket];
+    if (run.begin != bound) {
+      if (bound >= 0) add_g(bound, coef);
+      bound = run.begin;
+      coef = 0.0;
+      at = dot(bound);
+    }
+    add_g(bound, coef + w);
+    const double past = dot(run.end);
+    if (ts_grad != nullptr) ts_grad[run.bucket] += past - at;
+    bound = run.end;
+    coef = -w;
+    at = past;
+  }
+  if (bound >= 0) add_g(bound, coef);
 }
 
 // Products of a few query rows (a serving step's) with key and value rows read where they lie,

@@ -39,6 +39,12 @@ struct TileOps {
   void (*add_time_bias)(const double* key_time, int64_t n, double query_time,
                         const LogBucketizer::View& bucket, const T* ts_w, T* out, int32_t* buckets);
   void (*add_by_bucket)(const T* g, const int32_t* buckets, int64_t n, double* sums);
+  int64_t (*time_bucket_runs)(const double* key_time, int64_t n, int64_t key, double query_time,
+                              const LogBucketizer::View& bucket, TimeRun* runs);
+  void (*time_runs_forward)(const TimeRun* runs, int64_t count, const T* ts_w, const double* sums,
+                            int64_t dv, double* acc);
+  void (*time_runs_backward)(const TimeRun* runs, int64_t count, const T* ts_w, const double* sums,
+                             int64_t dv, const double* g, double* diffs, double* ts_grad);
   void (*key_row_dots)(const T* q, int64_t ld_q, int64_t rows, const T* k, int64_t ld_k, int64_t n,
                        int64_t d, T* s, int64_t ld_s);
   void (*weighted_value_rows)(const T* w, int64_t ld_w, int64_t rows, const T* v, int64_t ld_v,

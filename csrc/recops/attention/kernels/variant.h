@@ -98,6 +98,47 @@ void add_time_bias(const double* key_time, int64_t n, double query_time,
 #endif
 
 #if RECOPS_ISA_LEVEL == 2
+// time_bucket_runs_with eight keys a compare: a run of chronological keys is long (tens of keys
+// at N = 1024), so the scan stops where a group first leaves the run's bucket.
+inline int64_t time_bucket_runs(const double* key_time, int64_t n, int64_t key, double query_time,
+                                const LogBucketizer::View& bucket, TimeRun* runs) {
+  const LogBucketizer::View local = bucket;
+  const __m512d query = _mm512_set1_pd(query_time), one = _mm512_set1_pd(1.0);
+  const __m512d saturation = _mm512_set1_pd(local.saturation);
+  return time_bucket_runs_with(
+      key_time, n, key, query_time, local, runs, [&](int64_t j, double low, double high) {
+        const __m512d lo = _mm512_set1_pd(low), hi = _mm512_set1_pd(high);
+        for (; j + 8 <= n; j += 8) {
+          __m512d m = _mm512_abs_pd(_mm512_sub_pd(query, _mm512_loadu_pd(key_time + j)));
+          m = _mm512_min_pd(_mm512_max_pd(m, one), saturation);  // max(NaN, 1) is 1, as clamped()
+          // In the run: m >= low and not m >= high (true against the top bucket's NaN).
+          const __mmask8 inside =
+              _mm512_cmp_pd_mask(m, lo, _CMP_GE_OQ) & _mm512_cmp_pd_mask(m, hi, _CMP_NGE_UQ);
+          if (inside != 0xFF) return j + __builtin_ctz(~static_cast<unsigned>(inside));
+        }
+        return time_run_end(key_time, j, n, query_time, local, low, high);
+      });
+}
+#else
+inline int64_t time_bucket_runs(const double* key_time, int64_t n, int64_t key, double query_time,
+                                const LogBucketizer::View& bucket, TimeRun* runs) {
+  return time_bucket_runs_generic(key_time, n, key, query_time, bucket, runs);
+}
+#endif
+
+template <typename T>
+void time_runs_forward(const TimeRun* runs, int64_t count, const T* ts_w, const double* sums,
+                       int64_t dv, double* acc) {
+  time_runs_forward_generic(runs, count, ts_w, sums, dv, acc);
+}
+
+template <typename T>
+void time_runs_backward(const TimeRun* runs, int64_t count, const T* ts_w, const double* sums,
+                        int64_t dv, const double* g, double* diffs, double* ts_grad) {
+  time_runs_backward_generic(runs, count, ts_w, sums, dv, g, diffs, ts_grad);
+}
+
+#if RECOPS_ISA_LEVEL == 2
 // x's lanes shifted up by kLanes, zeros shifted in: [0, .., 0, x0, x1, ..].
 template <int kLanes>
 RECOPS_ALWAYS_INLINE __m512d shift_lanes_up(__m512d x) {
@@ -444,6 +485,9 @@ constexpr TileOps<T> make_tile_ops() {
           &silu_score_grads<T>,
           &add_time_bias<T>,
           &add_by_bucket<T>,
+          &time_bucket_runs,
+          &time_runs_forward<T>,
+          &time_runs_backward<T>,
           &key_row_dots<T>,
           &weighted_value_rows<T>,
           &transpose_tile<T>,

@@ -146,6 +146,7 @@ class Bf16Precision {
 
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<float>& shape() const { return shape_; }
+  const Rows<Element>& values() const { return in_.v; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
     return Scratch(tiles, kBf16Tiles, tile_rows(seqs_, kBf16Granule), ops_, with_buckets, slot);
   }

@@ -19,6 +19,7 @@
 #include "recops/common/parallel.h"
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/mask_and_bias.h"
+#include "recops/hstu/kernels/time_runs.h"
 
 namespace recops::attention::kernels {
 
@@ -29,8 +30,9 @@ inline int64_t tile_rows(const Sequences& seqs, int64_t granule) {
 }
 
 // Per-thread scratch: `count` tiles of `rows` x `keys` values (a kernel names them with its own
-// enum), time-bucket indices for the relative bias, and this thread's slot for per-thread partial
-// results. The BLAS stays single-threaded while it lives.
+// enum), time-bucket indices for the relative bias, the time channel's scratch when it runs by
+// runs of keys (sized on first use), and this thread's slot for per-thread partial results. The
+// BLAS stays single-threaded while it lives.
 template <typename T>
 class TileArena {
  public:
@@ -42,6 +44,7 @@ class TileArena {
   T* tile(int index) { return values_.data() + index * tile_size_; }
   int64_t tile_size() const { return tile_size_; }
   int32_t* buckets() { return buckets_.data(); }
+  TimeRunScratch& time_runs() { return time_runs_; }
   int64_t slot() const { return slot_; }
 
  private:
@@ -49,6 +52,7 @@ class TileArena {
   int64_t tile_size_;
   std::vector<T> values_;
   std::vector<int32_t> buckets_;
+  TimeRunScratch time_runs_;
   int64_t slot_;
 };
 
@@ -70,8 +74,9 @@ struct QkvGrads {
 
 // The current work item's key-side gradients, per thread: dK^T [H, dqk_pad, ld] and
 // dV^T [H, dv_pad, ld] (dK = dS^T Q and dV = A^T dO accumulate transposed, from products whose left
-// operand is the block's Q or dO read transposed), zeroed as the item begins (`granule`: how far
-// past its keys a padded block accumulates) and added into the item's dK / dV partial, dK times
+// operand is the block's Q or dO read transposed), and dV in difference form (the time channel's,
+// time_runs.h; allocated on first use), zeroed as the item begins (`granule`: how far past its
+// keys a padded block accumulates) and added into the item's dK / dV partial, dK times
 // `dk_scale` (a precision that leaves the scores' scale alpha out of its products), as it ends.
 template <typename T>
 class KeyGradients {
@@ -93,18 +98,44 @@ class KeyGradients {
     const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
     for (int64_t c = 0; c < heads_ * dqk_pad_; ++c) std::fill_n(dk_t_.get() + c * ld_, keys, T(0));
     for (int64_t c = 0; c < heads_ * dv_pad_; ++c) std::fill_n(dv_t_.get() + c * ld_, keys, T(0));
+    for (int64_t h = 0; h < heads_ && !diffs_.empty(); ++h) {
+      std::fill_n(value_differences(h), (length + 1) * dv_, 0.0);
+    }
   }
   // Column key0 (a key of the item's sequence) of head h's dK^T / dV^T (leading dimension ld()).
   T* dk_t(int64_t h, int64_t key0) { return dk_t_.get() + h * dqk_pad_ * ld_ + key0; }
   T* dv_t(int64_t h, int64_t key0) { return dv_t_.get() + h * dv_pad_ * ld_ + key0; }
   int64_t ld() const { return ld_; }
+  // Head h's value gradients as differences by key position: rows of dv doubles, key j's gradient
+  // the sum of rows [0, j] (time_runs.h's time_runs_backward), made so as the item finishes.
+  double* value_differences(int64_t h) {
+    if (diffs_.empty()) diffs_.assign(heads_ * (ld_ + 1) * dv_, 0.0);
+    return diffs_.data() + h * (ld_ + 1) * dv_;
+  }
+
+  // Sums the value differences over the item's `length` keys, in place: row j becomes key j's.
+  void finish_item(int64_t length) {
+    for (int64_t h = 0; h < heads_ && !diffs_.empty(); ++h) {
+      double* row = value_differences(h);
+      for (int64_t j = 1; j < length; ++j) {
+        for (int64_t d = 0; d < dv_; ++d) row[j * dv_ + d] += row[(j - 1) * dv_ + d];
+      }
+    }
+  }
 
   // Adds (or, accumulate false, writes) dK^T / dV^T of keys [key0, key0 + n) into n rows of
-  // dK [rows, H, Dqk] and dV [rows, H, Dv] (pointers at key0's row).
+  // dK [rows, H, Dqk] and dV [rows, H, Dv] (pointers at key0's row), and then the summed value
+  // differences (finish_item).
   void end_item(int64_t key0, int64_t n, T* dk, T* dv, bool accumulate) {
     for (int64_t h = 0; h < heads_; ++h) {
       transpose(dqk_, n, dk_t(h, key0), ld_, dk + h * dqk_, heads_ * dqk_, dk_scale_, accumulate);
       transpose(dv_, n, dv_t(h, key0), ld_, dv + h * dv_, heads_ * dv_, T(1), accumulate);
+      if (diffs_.empty()) continue;
+      const double* sums = value_differences(h) + key0 * dv_;
+      for (int64_t j = 0; j < n; ++j) {
+        T* row = dv + j * heads_ * dv_ + h * dv_;
+        for (int64_t d = 0; d < dv_; ++d) row[d] += static_cast<T>(sums[j * dv_ + d]);
+      }
     }
   }
 
@@ -114,6 +145,7 @@ class KeyGradients {
  private:
   T dk_scale_;
   std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
+  std::vector<double> diffs_;         // [H, ld + 1, dv] once value_differences is first used
 };
 
 // Per-thread scratch of a backward kernel: its tiles and its gradient accumulators (a
@@ -262,6 +294,7 @@ void for_each_backward_block(const Sequences& seqs, const MaskSource<T>& mask, i
       fn,
       [&](auto& scratch, const WorkItem& item) {
         const int64_t b = item.sequence;
+        scratch.grads.finish_item(seqs.keys.length[b]);
         seqs.keys.for_each_run(b, 0, seqs.keys.length[b], [&](int64_t row, int64_t key, int64_t n) {
           scratch.grads.end_item(key, n, qkv.dk_partial(item.chunk) + row * qkv.heads * qkv.dqk,
                                  qkv.dv_partial(item.chunk) + row * qkv.heads * qkv.dv_dim,

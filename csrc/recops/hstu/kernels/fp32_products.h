@@ -84,6 +84,7 @@ class Fp32Precision {
 
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
+  const Rows<Element>& values() const { return in_.v; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
     return Scratch(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot, shape_.dqk,
                    shape_.dv, !kv_.has_k_t());

@@ -11,13 +11,16 @@
 // products of one head. Per query block (block_schedule.h) and head: the mask and bias tiles
 // (mask_and_bias.h) are built once per block and shared by the heads unless they have a head dim,
 // then the head's products; the weight channels' masked bias tiles are rounded to the
-// precision's weights only when rebuilt. Backward recomputes the tile (never storing [N, N]); dQ
-// rows belong to the item, dK/dV accumulate transposed per item, then in per-chunk partials that
-// the adapter sums; a bias gradient is summed over the heads that share the bias before it is
-// scattered, once per block. A forward with fewer query blocks than threads (a serving step)
-// splits each block's keys between the threads instead (forward_key_parts), each part past the
-// first adding through a copy of the output. Extra memory: per-thread tiles O(query block * N)
-// (N: the longest sequence) plus O(H * D * N), about one copy of K and V.
+// precision's weights only when rebuilt. The time channel of a block that sees many keys goes by
+// runs of keys of one time bucket instead of a tile (time_runs.h). Backward recomputes the tile
+// (never storing [N, N]); dQ rows belong to the item, dK/dV accumulate transposed per item, then
+// in per-chunk partials that the adapter sums; a bias gradient is summed over the heads that
+// share the bias before it is scattered, once per block. A forward with fewer query blocks than
+// threads (a serving step) splits each block's keys between the threads instead
+// (forward_key_parts), each part past the first adding through a copy of the output. Extra memory:
+// per-thread tiles O(query block * N) (N: the longest sequence) plus O(H * D * N), about one copy
+// of K and V, and for the time channel by runs per-thread running sums of V and dV differences, O(H
+// * Dv * N) doubles each.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/mask_and_bias.h"
+#include "recops/hstu/kernels/time_runs.h"
 
 namespace recops::attention::kernels {
 
@@ -83,6 +87,12 @@ struct ChannelTiles {
   auto* bias_tile(Arena& t, int c) const {
     return bias[c] < 0 ? nullptr : t.tile(bias[c]);
   }
+  // The tiles of a block whose channel c runs without any (the time channel by runs of keys).
+  ChannelTiles without(int c) const {
+    ChannelTiles tiles = *this;
+    tiles.bias[c] = tiles.grad_sum[c] = -1;
+    return tiles;
+  }
 };
 
 // The mask tile (unless with_mask is false) and the bias tiles of head h (build_head_tiles), and
@@ -114,11 +124,12 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
                   const ChannelLayout& layout, typename P::Element* out) {
   using E = typename P::Element;
   const Sequences& seqs = prec.sequences();
-  const int64_t H = prec.shape().heads;
-  const ChannelTiles tiles(biases, false, H);
+  const int64_t H = prec.shape().heads, dv = prec.shape().dv;
+  const ChannelTiles all_tiles(biases, false, H), run_tiles = all_tiles.without(kTime);
+  const bool time_runs = time_channel_by_runs(biases[kTime], mask);
   // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool silu_mask = prec.forward_mask_tile(mask);
-  const bool with_mask = silu_mask || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
+  const bool with_mask = silu_mask || all_tiles.bias[kTime] >= 0 || all_tiles.bias[kPosition] >= 0;
   // Key parts past the first write zeroed copies of the output, added into it at the end (in the
   // compute type: a bf16 output is not split, so that it is rounded once).
   const int64_t parts =
@@ -130,11 +141,13 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
   std::vector<E> partials((parts - 1) * out_size, E(0));
   for_each_block_in_parallel(
       seqs, mask, chunks, parts,
-      [&](int64_t slot) { return prec.scratch(tiles.count, tiles.buckets, slot); },
+      [&](int64_t slot) { return prec.scratch(all_tiles.count, all_tiles.buckets, slot); },
       [&](typename P::Scratch& t, const Block& block, int64_t part) {
         E* dst = part == 0 ? out : partials.data() + (part - 1) * out_size;
         const PaddedBlock pb = prec.pad(block);
         const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
+        const bool by_runs = time_runs && time_runs_pay(pb.blk);
+        const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
         prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
           block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, false);
@@ -148,6 +161,11 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
                                  dst + layout.at(row0, h, c), layout.row_stride);
           }
         }
+        if (by_runs) {
+          time_channel_forward(biases[kTime], mask, seqs, prec.values(), H, dv, pb.blk,
+                               t.time_runs(), dst + layout.at(row0, 0, kTime), layout.row_stride,
+                               layout.head_stride);
+        }
       });
   for (int64_t p = 0; p + 1 < parts; ++p) add_into(out, partials.data() + p * out_size, out_size);
 }
@@ -160,19 +178,22 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
                    const ChannelLayout& layout, const HstuGrads<typename P::Compute>& grads) {
   using C = typename P::Compute;
   const Sequences& seqs = prec.sequences();
-  const int64_t H = prec.shape().heads, dqk = prec.shape().dqk;
-  const ChannelTiles tiles(biases, true, H);
+  const int64_t H = prec.shape().heads, dqk = prec.shape().dqk, dv = prec.shape().dv;
+  const ChannelTiles all_tiles(biases, true, H), run_tiles = all_tiles.without(kTime);
+  const bool time_runs = time_channel_by_runs(biases[kTime], mask);
   // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool with_mask =
-      prec.backward_mask_tile(mask) || tiles.bias[kTime] >= 0 || tiles.bias[kPosition] >= 0;
+      prec.backward_mask_tile(mask) || all_tiles.bias[kTime] >= 0 || all_tiles.bias[kPosition] >= 0;
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
-      [&](int64_t slot) { return prec.backward_scratch(tiles.count, tiles.buckets, slot); },
+      [&](int64_t slot) { return prec.backward_scratch(all_tiles.count, all_tiles.buckets, slot); },
       [&](typename P::BackwardScratch& scratch, const Block& block) {
         auto& t = scratch.tiles;
         const PaddedBlock pb = prec.pad(block);
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
+        const bool by_runs = time_runs && time_runs_pay(blk);
+        const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
         const int64_t tile = pb.rows_pad * blk.stride();
         const C* mask_tile = with_mask ? t.tile(ChannelTiles::kMask) : nullptr;
         C* s = t.tile(ChannelTiles::kScores);
@@ -208,6 +229,14 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
           if (tiles.grad_sum[c] < 0) continue;
           accumulate_bias_grads(biases[c], mask, seqs, blk, 0, t.tile(tiles.grad_sum[c]),
                                 t.buckets(), grads.bias[c], t.slot());
+        }
+        if (by_runs) {
+          const BiasGrads<C>& sink = grads.bias[kTime];
+          time_channel_backward(
+              biases[kTime], mask, seqs, prec.values(), H, dv, blk, t.time_runs(),
+              grad_out + layout.at(row0, 0, kTime), layout.row_stride, layout.head_stride,
+              scratch.grads,
+              sink.ts_w == nullptr ? nullptr : sink.ts_w + t.slot() * sink.ts_thread_stride);
         }
       });
 }
