@@ -35,12 +35,15 @@ bool time_channel_by_runs(const BiasSource<T>& bias, const MaskSource<T>& mask) 
 // its tile product a few cycles a key. Measured with every block by runs (the whole FuXi-alpha
 // attention, fp32 forward and backward, one head of 50, chronological times, 2 threads, against
 // the tiles alone): sequences all of 128 keys (rows see 64 on average) 20-25% slower, of 256
-// alike, of 512 7-8% faster, the synthetic N = 1024 batch (392) 5-15% faster.
-constexpr int64_t kTimeRunMinKeys = 192;
+// alike, of 512 7-8% faster, the synthetic N = 1024 batch (392) 5-15% faster. And blocks of a few
+// query rows keep it too: the running sums of V cost about a row's tile product (a serving step
+// of 1 or 4 new rows over 2048 cached keys, B = 16, H = 2, D = 64: 15-20% slower by runs, of 32
+// rows 10-40% faster).
+constexpr int64_t kTimeRunMinKeys = 192, kTimeRunMinRows = 8;
 
 // Whether a block's time channel goes by runs (when time_channel_by_runs).
 inline bool time_runs_pay(const Block& blk) {
-  return blk.keys >= kTimeRunMinKeys;
+  return blk.keys >= kTimeRunMinKeys && blk.rows >= kTimeRunMinRows;
 }
 
 // An input or output element as a double and back (bf16 as its bits).
