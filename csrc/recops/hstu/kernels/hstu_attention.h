@@ -19,8 +19,8 @@
 // threads (a serving step) splits each block's keys between the threads instead
 // (forward_key_parts), each part past the first adding through a copy of the output. Extra memory:
 // per-thread tiles O(query block * N) (N: the longest sequence) plus O(H * D * N), about one copy
-// of K and V, and for the time channel by runs per-thread running sums of V and dV differences, O(H
-// * Dv * N) doubles each.
+// of K and V, and for the time channel by runs the per-thread running sums of V and differences
+// of dV, H * Dv * N doubles each.
 #pragma once
 
 #include <algorithm>
