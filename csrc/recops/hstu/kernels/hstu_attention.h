@@ -87,6 +87,11 @@ struct ChannelTiles {
   auto* bias_tile(Arena& t, int c) const {
     return bias[c] < 0 ? nullptr : t.tile(bias[c]);
   }
+  // Whether a block needs the mask tile: its SiLU pass reads it (silu_mask), or a weight channel's
+  // bias tile is masked by it.
+  bool need_mask(bool silu_mask) const {
+    return silu_mask || bias[kTime] >= 0 || bias[kPosition] >= 0;
+  }
   // The tiles of a block whose channel c runs without any (the time channel by runs of keys).
   ChannelTiles without(int c) const {
     ChannelTiles tiles = *this;
@@ -127,9 +132,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
   const int64_t H = prec.shape().heads, dv = prec.shape().dv;
   const ChannelTiles all_tiles(biases, false, H), run_tiles = all_tiles.without(kTime);
   const bool time_runs = time_channel_by_runs(biases[kTime], mask);
-  // The weight channels are masked by the mask tile; the SiLU pass may do without it.
   const bool silu_mask = prec.forward_mask_tile(mask);
-  const bool with_mask = silu_mask || all_tiles.bias[kTime] >= 0 || all_tiles.bias[kPosition] >= 0;
   // Key parts past the first write zeroed copies of the output, added into it at the end (in the
   // compute type: a bf16 output is not split, so that it is rounded once).
   const int64_t parts =
@@ -148,6 +151,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
         const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         const bool by_runs = time_runs && time_runs_pay(pb.blk);
         const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
+        const bool with_mask = tiles.need_mask(silu_mask);
         prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
           block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, false);
@@ -181,9 +185,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
   const int64_t H = prec.shape().heads, dqk = prec.shape().dqk, dv = prec.shape().dv;
   const ChannelTiles all_tiles(biases, true, H), run_tiles = all_tiles.without(kTime);
   const bool time_runs = time_channel_by_runs(biases[kTime], mask);
-  // The weight channels are masked by the mask tile; the SiLU pass may do without it.
-  const bool with_mask =
-      prec.backward_mask_tile(mask) || all_tiles.bias[kTime] >= 0 || all_tiles.bias[kPosition] >= 0;
+  const bool silu_mask = prec.backward_mask_tile(mask);
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
       [&](int64_t slot) { return prec.backward_scratch(all_tiles.count, all_tiles.buckets, slot); },
@@ -194,6 +196,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const bool by_runs = time_runs && time_runs_pay(blk);
         const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
+        const bool with_mask = tiles.need_mask(silu_mask);
         const int64_t tile = pb.rows_pad * blk.stride();
         const C* mask_tile = with_mask ? t.tile(ChannelTiles::kMask) : nullptr;
         C* s = t.tile(ChannelTiles::kScores);
@@ -213,8 +216,9 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
           block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, true);
           C* ds = t.tile(tiles.grads);
           prec.silu_head_backward(scratch, mask, pb, h, grad_out + layout.at(row0, h, kSemantic),
-                                  layout.row_stride, tiles.bias_tile(t, kSemantic), mask_tile, s,
-                                  ds, grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
+                                  layout.row_stride, tiles.bias_tile(t, kSemantic),
+                                  silu_mask ? mask_tile : nullptr, s, ds,
+                                  grads.qkv.dq + (row0 * H + h) * dqk, H * dqk);
           if (tiles.bias[kSemantic] >= 0) add_bias_grad(kSemantic, h, ds);
           // Weight channels: dV^T += dO_c^T (M * bias); dbias += M * (dO_c V^T) (s as scratch).
           for (int c = kTime; c < kChannels; ++c) {

@@ -109,21 +109,26 @@ class TimeRunScratch {
   std::vector<double> row_;
 };
 
-// Query row r of a block: the keys it sees (for_each_row_runs' `visible` runs of tile columns
-// [begin[k], end[k])) cut into runs of one time bucket, written to runs; returns their count.
-template <typename T>
-int64_t row_time_runs(const BiasSource<T>& src, const Sequences& seqs, const Block& blk, int64_t r,
-                      const int64_t* begin, const int64_t* end, int visible, TimeRun* runs) {
-  const double query_time = src.query_time[seqs.query_row(blk.b, blk.row0 + r)];
-  int64_t count = 0;
-  for (int k = 0; k < visible; ++k) {
-    seqs.keys.for_each_run(blk.b, blk.key0 + begin[k], end[k] - begin[k],
-                           [&](int64_t row, int64_t key, int64_t n) {
-                             count += src.passes->time_bucket_runs(
-                                 src.key_time + row, n, key, query_time, src.buckets, runs + count);
-                           });
-  }
-  return count;
+// fn(r, count) for each query row r of a block, with the keys r sees (for_each_row_runs) cut into
+// `count` runs of one time bucket in t.runs(), and t's value sums made sequence blk.b's (from v).
+template <typename T, typename E, typename Fn>
+void for_each_row_time_runs(const BiasSource<T>& src, const MaskSource<T>& mask,
+                            const Sequences& seqs, const Rows<E>& v, int64_t heads, int64_t dv,
+                            const Block& blk, TimeRunScratch& t, Fn&& fn) {
+  t.use_sequence(seqs, v, heads, dv, blk.b);
+  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int n) {
+    const double query_time = src.query_time[seqs.query_row(blk.b, blk.row0 + r)];
+    int64_t count = 0;
+    for (int k = 0; k < n; ++k) {
+      seqs.keys.for_each_run(blk.b, blk.key0 + begin[k], end[k] - begin[k],
+                             [&](int64_t row, int64_t key, int64_t keys) {
+                               count += src.passes->time_bucket_runs(src.key_time + row, keys, key,
+                                                                     query_time, src.buckets,
+                                                                     t.runs() + count);
+                             });
+    }
+    fn(r, count);
+  });
 }
 
 // The time channel's output rows of a block, every head: out is head 0's at the block's first
@@ -133,9 +138,7 @@ void time_channel_forward(const BiasSource<T>& src, const MaskSource<T>& mask,
                           const Sequences& seqs, const Rows<E>& v, int64_t heads, int64_t dv,
                           const Block& blk, TimeRunScratch& t, E* out, int64_t ld_out,
                           int64_t head_stride) {
-  t.use_sequence(seqs, v, heads, dv, blk.b);
-  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int n) {
-    const int64_t count = row_time_runs(src, seqs, blk, r, begin, end, n, t.runs());
+  for_each_row_time_runs(src, mask, seqs, v, heads, dv, blk, t, [&](int64_t r, int64_t count) {
     for (int64_t h = 0; h < heads; ++h) {
       src.passes->time_runs_forward(t.runs(), count, src.ts_w, t.value_sums(h), dv, t.row());
       E* o = out + r * ld_out + h * head_stride;
@@ -152,9 +155,7 @@ void time_channel_backward(const BiasSource<T>& src, const MaskSource<T>& mask,
                            const Sequences& seqs, const Rows<E>& v, int64_t heads, int64_t dv,
                            const Block& blk, TimeRunScratch& t, const E* grad_out, int64_t ld_go,
                            int64_t head_stride, Grads& grads, double* ts_grad) {
-  t.use_sequence(seqs, v, heads, dv, blk.b);
-  for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int n) {
-    const int64_t count = row_time_runs(src, seqs, blk, r, begin, end, n, t.runs());
+  for_each_row_time_runs(src, mask, seqs, v, heads, dv, blk, t, [&](int64_t r, int64_t count) {
     for (int64_t h = 0; h < heads; ++h) {
       const E* go = grad_out + r * ld_go + h * head_stride;
       for (int64_t d = 0; d < dv; ++d) t.row()[d] = element_value(go[d]);
