@@ -55,10 +55,13 @@ $(COMPAT_STAMP): requirements-compat.txt requirements-data.txt
 	$(COMPAT_PY) -m pip install --quiet --no-deps -r requirements-data.txt
 	touch $(COMPAT_STAMP)
 
-$(TORCHREC_STAMP): requirements.txt requirements-data.txt requirements-torchrec.txt
+# .venv-torchrec holds torchrec and its pure-Python needs only; a .pth file puts .venv's packages
+# (the pinned torch and FBGEMM, the data and test tools) on its path after its own, so the two
+# environments share one install of torch instead of each unpacking 5 GB of it.
+$(TORCHREC_STAMP): $(STAMP) requirements-torchrec.txt
 	test -x $(TORCHREC_PY) || python3 -m venv $(TORCHREC_VENV)
-	$(TORCHREC_PY) -m pip install --quiet -r requirements.txt
-	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-data.txt
+	$(PY) -c 'import sysconfig; print(sysconfig.get_path("platlib"))' > \
+		"$$($(TORCHREC_PY) -c 'import sysconfig; print(sysconfig.get_path("platlib"))')/recops_main_venv.pth"
 	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-torchrec.txt
 	touch $(TORCHREC_STAMP)
 

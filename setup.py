@@ -5,9 +5,9 @@ kernels' torch-free interfaces (csrc/recops/common/*_aten.cpp; tests/cpp links o
 sources (csrc/recops/**/*.cu, next to their family's CPU kernels) are added when torch is a CUDA
 build, nvcc is found and its major version matches torch's; RECOPS_CUDA=0 forces a CPU-only build,
 RECOPS_CUDA=1 makes a missing toolchain an error. RECOPS_SANITIZE=address,undefined builds with
-those sanitizers (CPU only; `make test-asan`). The C++ standard is the one torch's cpp_extension
-picks for the torch being built against (C++17 up to torch 2.12, C++20 from 2.13, whose headers
-need it).
+those sanitizers (CPU only; `make test-asan`); RECOPS_DEBUG_INFO=1 keeps full debug information.
+The C++ standard is the one torch's cpp_extension picks for the torch being built against (C++17
+up to torch 2.12, C++20 from 2.13, whose headers need it).
 
 The extension is bound to the ABI of the torch it was compiled with, so the package requires that
 torch's major.minor release (``torch==X.Y.*``).
@@ -100,10 +100,14 @@ def _extension():
     # lets sqrt vectorise (the embedding optimizers); recops never relies on floating-point
     # exception flags or errno. A sanitized build compiles at -O1 with line tables only (-g1),
     # the sanitizers' usual settings: half the compile time of -O3 -g, reports still name file
-    # and line.
+    # and line. Other builds drop the -g that Python's own compile flags bring (-g0 comes later on
+    # the command line): full debug information of torch's templates made every object 20 times
+    # larger and the build a quarter slower; RECOPS_DEBUG_INFO=1 keeps it.
     sanitizers = os.environ.get("RECOPS_SANITIZE")
+    debug_info = sanitizers or os.environ.get("RECOPS_DEBUG_INFO") == "1"
     cxx_flags = [
         "-O1" if sanitizers else "-O3",
+        *([] if debug_info else ["-g0"]),
         "-fopenmp",
         "-fno-trapping-math",
         "-fno-math-errno",
