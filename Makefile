@@ -12,6 +12,8 @@ COMPAT_TREE := build/compat
 TORCHREC_VENV := .venv-torchrec
 TORCHREC_PY := $(TORCHREC_VENV)/bin/python
 TORCHREC_STAMP := $(TORCHREC_VENV)/.requirements-installed
+# Arguments that make a venv's python print its site-packages folder.
+PRINT_SITE_PACKAGES := -c 'import sysconfig; print(sysconfig.get_path("platlib"))'
 # MLPerf LoadGen in the main venv, for bench-serving (requirements-serving.txt).
 SERVING_STAMP := $(VENV)/.serving-requirements-installed
 # recops built with AddressSanitizer + UndefinedBehaviorSanitizer (test-asan), in a tree of its own.
@@ -60,8 +62,7 @@ $(COMPAT_STAMP): requirements-compat.txt requirements-data.txt
 # environments share one install of torch instead of each unpacking 5 GB of it.
 $(TORCHREC_STAMP): $(STAMP) requirements-torchrec.txt
 	test -x $(TORCHREC_PY) || python3 -m venv $(TORCHREC_VENV)
-	$(PY) -c 'import sysconfig; print(sysconfig.get_path("platlib"))' > \
-		"$$($(TORCHREC_PY) -c 'import sysconfig; print(sysconfig.get_path("platlib"))')/recops_main_venv.pth"
+	$(PY) $(PRINT_SITE_PACKAGES) > "$$($(TORCHREC_PY) $(PRINT_SITE_PACKAGES))/recops_main_venv.pth"
 	$(TORCHREC_PY) -m pip install --quiet --no-deps -r requirements-torchrec.txt
 	touch $(TORCHREC_STAMP)
 

@@ -100,14 +100,14 @@ def _extension():
     # lets sqrt vectorise (the embedding optimizers); recops never relies on floating-point
     # exception flags or errno. A sanitized build compiles at -O1 with line tables only (-g1),
     # the sanitizers' usual settings: half the compile time of -O3 -g, reports still name file
-    # and line. Other builds drop the -g that Python's own compile flags bring (-g0 comes later on
-    # the command line): full debug information of torch's templates made every object 20 times
-    # larger and the build a quarter slower; RECOPS_DEBUG_INFO=1 keeps it.
+    # and line (their -g1 comes last). Other builds drop the -g that Python's own compile flags
+    # bring (-g0 comes after it on the command line): full debug information of torch's templates
+    # made every object 20 times larger and the build a quarter slower; RECOPS_DEBUG_INFO=1 asks
+    # for it.
     sanitizers = os.environ.get("RECOPS_SANITIZE")
-    debug_info = sanitizers or os.environ.get("RECOPS_DEBUG_INFO") == "1"
     cxx_flags = [
         "-O1" if sanitizers else "-O3",
-        *([] if debug_info else ["-g0"]),
+        "-g" if os.environ.get("RECOPS_DEBUG_INFO") == "1" else "-g0",
         "-fopenmp",
         "-fno-trapping-math",
         "-fno-math-errno",
