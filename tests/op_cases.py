@@ -1948,11 +1948,11 @@ def ref_sampled_softmax(a):
     return out.detach().to(a["queries"].dtype)
 
 
-def ref_sampled_softmax_backward(a):
+def ref_sampled_softmax_and_grads(a):
+    """The loss and its gradients for a grad_output of 1."""
     out, leaves = sampled_softmax_expected(a)
-    grad = tensor(a, "grad_output", FLOAT_DTYPES)
-    require(grad.numel() == 1, "grad_output one element")
-    return reference_grads(out, grad.reshape(()), leaves, SOFTMAX_INPUTS, a)
+    grads = reference_grads(out, torch.ones((), dtype=F64), leaves, SOFTMAX_INPUTS, a)
+    return (out.detach().to(a["queries"].dtype), *grads)
 
 
 # --------------------------------------------------------------------------- retrieval
@@ -3085,11 +3085,7 @@ CASES = [
         LAYER_TOLERANCE,
     ),
     case("sampled_softmax_loss", make_sampled_softmax, ref_sampled_softmax),
-    case(
-        "sampled_softmax_loss_backward",
-        with_grad_output(make_sampled_softmax, ref_sampled_softmax),
-        ref_sampled_softmax_backward,
-    ),
+    case("sampled_softmax_loss_and_grads", make_sampled_softmax, ref_sampled_softmax_and_grads),
     case("mips_topk", make_mips_topk, ref_mips_topk),
     # The TBE ops' results and state are checked through the module (TBE property).
     case("split_embedding_codegen_forward", make_tbe_forward),

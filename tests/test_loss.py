@@ -125,6 +125,23 @@ def test_same_bits_for_any_thread_count():
         assert torch.equal(one, two)
 
 
+def test_backward_scales_the_forwards_gradients_by_grad_output():
+    """The forward computes the gradients for a grad_output of 1 (sampled_softmax_loss_and_grads)
+    only when grad mode is on and an operand needs them; the backward scales them, for the
+    operands that asked only."""
+    b = batch(rows=70, negatives=9)
+    queries = b["queries"].double().requires_grad_()
+    args = {**b, "queries": queries, "positives": b["positives"].double()}
+    args["negatives"] = b["negatives"].double()
+    with torch.no_grad():
+        assert not recops.sampled_softmax_loss(*loss_args(args)).requires_grad
+    loss = recops.sampled_softmax_loss(*loss_args(args))
+    (got,) = torch.autograd.grad(-2.5 * loss, [queries])
+    (want,) = torch.autograd.grad(-2.5 * composition(*loss_args(args)), [queries])
+    assert_close(got, want, torch.float64)
+    assert not got.requires_grad
+
+
 def test_autocast_computes_in_fp32():
     b = batch(rows=40)
     b["queries"] = b["queries"].to(BF16)  # bf16 states, fp32 item embeddings

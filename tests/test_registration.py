@@ -25,7 +25,6 @@ AUTOGRAD_PAIRS = [
     ("fuxi_layer_ffn", "fuxi_layer_ffn_backward"),
     ("l2_normalize", "l2_normalize_backward"),
     ("positional_input_features", "positional_input_features_backward"),
-    ("sampled_softmax_loss", "sampled_softmax_loss_backward"),
 ]
 
 

@@ -1,8 +1,9 @@
 """The sampled softmax loss over shared negatives, fused (docs/ops.md §9): the training loss of
 the sequential recommenders (recops.models.loss.sampled_softmax_loss, which the torch backend
 runs as PyTorch ops) without its ``[M, R]`` logits, their masked copy, their exponentials and the
-backward's matching tensors. Python entry point and fake kernels (autograd:
-csrc/recops/loss/ops.cpp; kernels: csrc/recops/loss/kernels/)."""
+backward's matching tensors; a forward that needs gradients computes them in the same pass
+(``sampled_softmax_loss_and_grads``), which the backward scales. Python entry point and fake
+kernels (autograd: csrc/recops/loss/ops.cpp; kernels: csrc/recops/loss/kernels/)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from recops._autograd import named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
-_LOSS, _LOSS_BACKWARD = ops.sampled_softmax_loss.default, ops.sampled_softmax_loss_backward.default
+_LOSS, _LOSS_AND_GRADS = ops.sampled_softmax_loss.default, ops.sampled_softmax_loss_and_grads.default
 
 
 @register_fake("recops::sampled_softmax_loss")
@@ -20,10 +21,10 @@ def _loss_fake(*args, **kwargs):
     return named_arguments(_LOSS, args, kwargs)["queries"].new_empty(())
 
 
-@register_fake("recops::sampled_softmax_loss_backward")
-def _loss_backward_fake(*args, **kwargs):
-    a = named_arguments(_LOSS_BACKWARD, args, kwargs)
-    return tuple(
+@register_fake("recops::sampled_softmax_loss_and_grads")
+def _loss_and_grads_fake(*args, **kwargs):
+    a = named_arguments(_LOSS_AND_GRADS, args, kwargs)
+    return (a["queries"].new_empty(()),) + tuple(
         torch.empty_like(a[name], memory_format=torch.contiguous_format)
         for name in ("queries", "positives", "negatives")
     )

@@ -70,11 +70,14 @@ double loops(const Data& d) {
 TEST(SampledSoftmax, DoubleEqualsLoopsAndFiniteDifferences) {
   Data d;
   const LossKernels<double>& k = loss_kernels<double>();
-  const LossSums sums = k.forward(d.problem(d.q.data(), d.p.data(), d.n.data()));
+  const LossSums sums = k.loss(d.problem(d.q.data(), d.p.data(), d.n.data()), nullptr);
   EXPECT_NEAR(sums.weighted_loss / sums.weight, loops(d), 1e-12);
   std::vector<double> gq(d.rows * d.dim), gp(gq.size()), gn(d.count * d.dim);
-  k.backward(d.problem(d.q.data(), d.p.data(), d.n.data()),
-             SampledSoftmaxGrads<double>{1.0, gq.data(), gp.data(), gn.data()});
+  const SampledSoftmaxGrads<double> grads{gq.data(), gp.data(), gn.data()};
+  // Asked for the gradients too, the pass returns the same sums.
+  const LossSums with_grads = k.loss(d.problem(d.q.data(), d.p.data(), d.n.data()), &grads);
+  EXPECT_EQ(with_grads.weighted_loss, sums.weighted_loss);
+  EXPECT_EQ(with_grads.weight, sums.weight);
   const auto check = [&](std::vector<double>& values, int64_t index, double analytic) {
     const double h = 1e-6, saved = values[index];
     values[index] = saved + h;
@@ -104,19 +107,15 @@ TEST_P(SampledSoftmaxVariants, Fp32EqualsDouble) {
   d.q.assign(q.begin(), q.end());
   d.p.assign(p.begin(), p.end());
   d.n.assign(n.begin(), n.end());
-  const LossSums want =
-      loss_kernels<double>().forward(d.problem(d.q.data(), d.p.data(), d.n.data()));
-  const LossSums got =
-      loss_kernels<float>(GetParam()).forward(d.problem(q.data(), p.data(), n.data()));
-  EXPECT_NEAR(got.weighted_loss / got.weight, want.weighted_loss / want.weight, 1e-5);
   std::vector<double> gq(d.rows * d.dim), gp(gq.size()), gn(d.count * d.dim);
   std::vector<float> fq(gq.size()), fp(gq.size()), fn(gn.size());
-  loss_kernels<double>().backward(
-      d.problem(d.q.data(), d.p.data(), d.n.data()),
-      SampledSoftmaxGrads<double>{1.0, gq.data(), gp.data(), gn.data()});
-  loss_kernels<float>(GetParam())
-      .backward(d.problem(q.data(), p.data(), n.data()),
-                SampledSoftmaxGrads<float>{1.0, fq.data(), fp.data(), fn.data()});
+  const SampledSoftmaxGrads<double> want_grads{gq.data(), gp.data(), gn.data()};
+  const SampledSoftmaxGrads<float> got_grads{fq.data(), fp.data(), fn.data()};
+  const LossSums want =
+      loss_kernels<double>().loss(d.problem(d.q.data(), d.p.data(), d.n.data()), &want_grads);
+  const LossSums got =
+      loss_kernels<float>(GetParam()).loss(d.problem(q.data(), p.data(), n.data()), &got_grads);
+  EXPECT_NEAR(got.weighted_loss / got.weight, want.weighted_loss / want.weight, 1e-5);
   test::expect_near_all(std::vector<double>(fq.begin(), fq.end()), gq, 1e-5, "grad_queries");
   test::expect_near_all(std::vector<double>(fp.begin(), fp.end()), gp, 1e-5, "grad_positives");
   test::expect_near_all(std::vector<double>(fn.begin(), fn.end()), gn, 1e-5, "grad_negatives");

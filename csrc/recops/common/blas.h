@@ -32,6 +32,17 @@ class SingleThreadedBlas {
 // multiples of this (see gemm_nn).
 constexpr int64_t kBrgemmGranule = 16;
 
+// n rounded up to whole brgemm granules. Operands a kernel lays out itself (the fused layer and
+// loss kernels' blocks) are padded with zeros to these sizes, so that every product takes the
+// brgemm micro-kernel (the models' widths, 50 or 200, are not multiples of the granule; the BLAS's
+// small products ran at a fraction of its speed) and the padding adds nothing to the parts that
+// are read. The products whose depth (k) or output rows (m) is a width take its true size
+// (gemm_nn_any_shape): the padding's zeros would be multiplied for nothing, 14 of every 64
+// multiply-adds at a width of 50.
+constexpr int64_t granules(int64_t n) {
+  return (n + kBrgemmGranule - 1) / kBrgemmGranule * kBrgemmGranule;
+}
+
 // Whether rows `ld` floats apart share the L1 cache's sets: the cache (32 KB, 8 ways, 64 sets of
 // 64-byte lines on the CPUs these kernels run on) maps addresses 4 KB apart to one set, so rows
 // 1 KB apart, or a multiple of it, meet in at most four sets per line. A product's panel of B (k

@@ -1,9 +1,11 @@
-// Schemas and kernel registrations of the loss family in torch.ops.recops, and its autograd
-// (common/backward_op_autograd.h). Fake kernels and the Python entry point live in
-// recops/operators/loss.py.
+// Schemas and kernel registrations of the loss family in torch.ops.recops, and its autograd.
+// Fake kernels and the Python entry point live in recops/operators/loss.py.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+#include <ATen/ops/mul.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "recops/common/backward_op_autograd.h"
 #include "recops/loss/ops.h"
 
 TORCH_LIBRARY_FRAGMENT(recops, m) {
@@ -15,19 +17,79 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
       "float eps=1e-6) -> Tensor",
       pt2);
   m.def(
-      "sampled_softmax_loss_backward(Tensor grad_output, Tensor queries, Tensor positives, "
-      "Tensor positive_ids, Tensor negatives, Tensor negative_ids, Tensor weights, "
-      "float temperature, float eps=1e-6) "
-      "-> (Tensor grad_queries, Tensor grad_positives, Tensor grad_negatives)",
+      "sampled_softmax_loss_and_grads(Tensor queries, Tensor positives, Tensor positive_ids, "
+      "Tensor negatives, Tensor negative_ids, Tensor weights, float temperature, "
+      "float eps=1e-6) "
+      "-> (Tensor loss, Tensor grad_queries, Tensor grad_positives, Tensor grad_negatives)",
       pt2);
 }
 
 TORCH_LIBRARY_IMPL(recops, CPU, m) {
   m.impl("sampled_softmax_loss", TORCH_FN(recops::loss::sampled_softmax_loss));
-  m.impl("sampled_softmax_loss_backward", TORCH_FN(recops::loss::sampled_softmax_loss_backward));
+  m.impl("sampled_softmax_loss_and_grads", TORCH_FN(recops::loss::sampled_softmax_loss_and_grads));
 }
 
+namespace recops::loss {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A scalar loss's gradients are grad_output times those of a grad_output of 1: the forward of a
+// call that needs gradients (sampled_softmax_loss_autograd decides) computes those with the loss, in its one pass over the rows
+// (sampled_softmax_loss_and_grads), and the backward only scales them. Computing them in the
+// backward would multiply the queries with the negatives a second time (a third of the loss's
+// work). Both ops are called through the dispatcher, so compiled and exported graphs see them.
+struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& queries,
+                            const at::Tensor& positives, const at::Tensor& positive_ids,
+                            const at::Tensor& negatives, const at::Tensor& negative_ids,
+                            const at::Tensor& weights, double temperature, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto loss_and_grads =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("recops::sampled_softmax_loss_and_grads", "")
+            .typed<decltype(sampled_softmax_loss_and_grads)>();
+    auto [loss, grad_queries, grad_positives, grad_negatives] = loss_and_grads.call(
+        queries, positives, positive_ids, negatives, negative_ids, weights, temperature, eps);
+    ctx->save_for_backward({grad_queries, grad_positives, grad_negatives});
+    return loss;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& grad = grad_outputs[0];
+    const auto scaled = [&](size_t input, const at::Tensor& g) {
+      return ctx->needs_input_grad(input) ? at::mul(g, grad) : at::Tensor();
+    };
+    // One gradient per argument: the three float operands', none for the ids, the weights,
+    // the temperature and eps.
+    return {scaled(0, saved[0]), scaled(1, saved[1]), at::Tensor(), scaled(3, saved[2]),
+            at::Tensor(),        at::Tensor(),        at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor sampled_softmax_loss_autograd(const at::Tensor& queries, const at::Tensor& positives,
+                                         const at::Tensor& positive_ids,
+                                         const at::Tensor& negatives,
+                                         const at::Tensor& negative_ids, const at::Tensor& weights,
+                                         double temperature, double eps) {
+  if (at::GradMode::is_enabled() &&
+      (queries.requires_grad() || positives.requires_grad() || negatives.requires_grad())) {
+    return SampledSoftmaxLoss::apply(queries, positives, positive_ids, negatives, negative_ids,
+                                     weights, temperature, eps);
+  }
+  static const auto loss = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("recops::sampled_softmax_loss", "")
+                               .typed<decltype(sampled_softmax_loss)>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return loss.call(queries, positives, positive_ids, negatives, negative_ids, weights, temperature,
+                   eps);
+}
+
+}  // namespace
+}  // namespace recops::loss
+
 TORCH_LIBRARY_IMPL(recops, Autograd, m) {
-  m.impl("sampled_softmax_loss",
-         recops::autograd_by_backward_op("recops::sampled_softmax_loss_backward"));
+  m.impl("sampled_softmax_loss", TORCH_FN(recops::loss::sampled_softmax_loss_autograd));
 }

@@ -17,10 +17,11 @@ at::Tensor sampled_softmax_loss(const at::Tensor& queries, const at::Tensor& pos
                                 const at::Tensor& negative_ids, const at::Tensor& weights,
                                 double temperature, double eps);
 
-// (grad_queries, grad_positives, grad_negatives).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_backward(
-    const at::Tensor& grad_output, const at::Tensor& queries, const at::Tensor& positives,
-    const at::Tensor& positive_ids, const at::Tensor& negatives, const at::Tensor& negative_ids,
-    const at::Tensor& weights, double temperature, double eps);
+// (the loss, grad_queries, grad_positives, grad_negatives): the loss and its gradients for a
+// grad_output of 1, in one pass over the rows (the autograd's forward; its backward scales them).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_and_grads(
+    const at::Tensor& queries, const at::Tensor& positives, const at::Tensor& positive_ids,
+    const at::Tensor& negatives, const at::Tensor& negative_ids, const at::Tensor& weights,
+    double temperature, double eps);
 
 }  // namespace recops::loss

@@ -1,4 +1,4 @@
-// sampled_softmax_loss and its backward's adapters (docs/ops.md section 9).
+// sampled_softmax_loss and sampled_softmax_loss_and_grads's adapters (docs/ops.md section 9).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 
@@ -89,6 +89,11 @@ kernels::SampledSoftmaxProblem<T> problem(const Inputs& in, double temperature, 
                                            eps};
 }
 
+// The weighted mean; 0 / 0 (no weight) is NaN, as the composition's mean of nothing.
+at::Tensor mean_loss(const kernels::LossSums& sums, const at::Tensor& queries) {
+  return at::full({}, sums.weighted_loss / sums.weight, queries.options());
+}
+
 }  // namespace
 
 at::Tensor sampled_softmax_loss(const at::Tensor& queries, const at::Tensor& positives,
@@ -100,36 +105,29 @@ at::Tensor sampled_softmax_loss(const at::Tensor& queries, const at::Tensor& pos
   const kernels::LossSums sums =
       dispatch_float_kind(float_kind(queries.scalar_type(), "queries"), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return kernels::loss_kernels<T>().forward(problem<T>(in, temperature, eps));
+        return kernels::loss_kernels<T>().loss(problem<T>(in, temperature, eps), nullptr);
       });
-  // 0 / 0 (no weight) is NaN, as the composition's mean of nothing.
-  return at::full({}, sums.weighted_loss / sums.weight, queries.options());
+  return mean_loss(sums, queries);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_backward(
-    const at::Tensor& grad_output, const at::Tensor& queries, const at::Tensor& positives,
-    const at::Tensor& positive_ids, const at::Tensor& negatives, const at::Tensor& negative_ids,
-    const at::Tensor& weights, double temperature, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_and_grads(
+    const at::Tensor& queries, const at::Tensor& positives, const at::Tensor& positive_ids,
+    const at::Tensor& negatives, const at::Tensor& negative_ids, const at::Tensor& weights,
+    double temperature, double eps) {
   const Inputs in = checked_inputs(queries, positives, positive_ids, negatives, negative_ids,
                                    weights, temperature, eps);
-  check_cpu(grad_output, "grad_output");
-  TORCH_CHECK_VALUE(grad_output.numel() == 1, "grad_output must have one element, got shape ",
-                    grad_output.sizes());
-  TORCH_CHECK_VALUE(at::isFloatingType(grad_output.scalar_type()),
-                    "grad_output must be floating point, got ", grad_output.scalar_type());
-  const double grad = grad_output.item<double>();
   at::Tensor grad_queries = at::empty(queries.sizes(), queries.options());
   at::Tensor grad_positives = at::empty(positives.sizes(), positives.options());
   at::Tensor grad_negatives = at::empty(negatives.sizes(), negatives.options());
-  dispatch_float_kind(float_kind(queries.scalar_type(), "queries"), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kernels::loss_kernels<T>().backward(
-        problem<T>(in, temperature, eps),
-        kernels::SampledSoftmaxGrads<T>{grad, mutable_data_as<T>(grad_queries),
-                                        mutable_data_as<T>(grad_positives),
-                                        mutable_data_as<T>(grad_negatives)});
-  });
-  return {grad_queries, grad_positives, grad_negatives};
+  const kernels::LossSums sums =
+      dispatch_float_kind(float_kind(queries.scalar_type(), "queries"), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const kernels::SampledSoftmaxGrads<T> grads{mutable_data_as<T>(grad_queries),
+                                                    mutable_data_as<T>(grad_positives),
+                                                    mutable_data_as<T>(grad_negatives)};
+        return kernels::loss_kernels<T>().loss(problem<T>(in, temperature, eps), &grads);
+      });
+  return {mean_loss(sums, queries), grad_queries, grad_positives, grad_negatives};
 }
 
 }  // namespace recops::loss

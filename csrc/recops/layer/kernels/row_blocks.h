@@ -18,16 +18,6 @@ using ::recops::RECOPS_ISA_NS::transpose_tile;
 
 constexpr int64_t kRowBlock = 64;
 
-// n rounded up to whole brgemm granules (common/blas.h). The blocks' operands are laid out
-// padded to these sizes with zeros, so that every product takes the brgemm micro-kernel (the
-// models' widths, 50 or 200, are not multiples of the granule; the BLAS's small products ran at a
-// fraction of its speed) and the padding adds nothing to the parts that are read. The products
-// whose depth (k) or output rows (m) is a width take its true size (gemm_nn_any_shape): the
-// padding's zeros would be multiplied for nothing, 14 of every 64 multiply-adds at a width of 50.
-inline int64_t granules(int64_t n) {
-  return (n + kBrgemmGranule - 1) / kBrgemmGranule * kBrgemmGranule;
-}
-
 // A rows x cols operand of T (row stride ld), or its transpose when `transposed`, in C at the top
 // left of a zero matrix of granules(rows) x granules(cols) (transposed: of the swapped sizes),
 // row stride granules(its columns).

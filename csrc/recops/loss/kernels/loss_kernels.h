@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "recops/common/blas.h"
@@ -53,11 +54,10 @@ struct LossSums {
   double weighted_loss, weight;
 };
 
-// The backward's outputs, contiguous: grad_queries [M, d], grad_positives [M, d],
-// grad_negatives [R, d], for d(loss) = grad * d(weighted_loss / weight).
+// The gradients of weighted_loss / weight (a grad_output of 1), contiguous: queries [M, d],
+// positives [M, d], negatives [R, d].
 template <typename T>
 struct SampledSoftmaxGrads {
-  double grad;
   T* queries;
   T* positives;
   T* negatives;
@@ -65,8 +65,8 @@ struct SampledSoftmaxGrads {
 
 template <typename T>
 struct LossKernels {
-  LossSums (*forward)(const SampledSoftmaxProblem<T>& p);
-  void (*backward)(const SampledSoftmaxProblem<T>& p, const SampledSoftmaxGrads<T>& grads);
+  // The loss's sums, and its gradients into *grads unless grads is null.
+  LossSums (*loss)(const SampledSoftmaxProblem<T>& p, const SampledSoftmaxGrads<T>* grads);
 };
 
 // One variant's tables; float64 has the baseline's only (it serves validation, not speed).

@@ -13,7 +13,7 @@ namespace recops::loss::kernels::RECOPS_ISA_NS {
 
 template <typename T>
 constexpr LossKernels<T> make_loss_kernels() {
-  return {&sampled_softmax_forward<T>, &sampled_softmax_backward<T>};
+  return {&sampled_softmax<T>};
 }
 
 const FloatTables<LossKernels> kLossKernels = {
