@@ -13,7 +13,8 @@ from recops._autograd import named_arguments
 from recops._fake import register_fake
 
 ops = torch.ops.recops
-_LOSS, _LOSS_AND_GRADS = ops.sampled_softmax_loss.default, ops.sampled_softmax_loss_and_grads.default
+_LOSS = ops.sampled_softmax_loss.default
+_LOSS_AND_GRADS = ops.sampled_softmax_loss_and_grads.default
 
 
 @register_fake("recops::sampled_softmax_loss")
