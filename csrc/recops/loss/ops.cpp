@@ -1,8 +1,8 @@
 // Schemas and kernel registrations of the loss family in torch.ops.recops, and its autograd.
 // Fake kernels and the Python entry point live in recops/operators/loss.py.
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/GradMode.h>
 #include <ATen/ops/mul.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -36,10 +36,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // A scalar loss's gradients are grad_output times those of a grad_output of 1: the forward of a
-// call that needs gradients (sampled_softmax_loss_autograd decides) computes those with the loss, in its one pass over the rows
-// (sampled_softmax_loss_and_grads), and the backward only scales them. Computing them in the
-// backward would multiply the queries with the negatives a second time (a third of the loss's
-// work). Both ops are called through the dispatcher, so compiled and exported graphs see them.
+// call that needs gradients (sampled_softmax_loss_autograd decides) computes those with the loss,
+// in its one pass over the rows (sampled_softmax_loss_and_grads), and the backward only scales
+// them. Computing them in the backward would multiply the queries with the negatives a second time
+// (a third of the loss's work). Both ops are called through the dispatcher, so compiled and
+// exported graphs see them.
 struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& queries,
                             const at::Tensor& positives, const at::Tensor& positive_ids,

@@ -175,8 +175,7 @@ struct Block {
     for (int64_t i = 0; i < n; ++i) {
       const C scale = static_cast<C>(p.weights[r0 + i] / weight / p.temperature);
       const C max = max_logit[i], inverse_z = C(1) / normaliser[i];
-      positive_coefficient[i] =
-          scale * (softmax_exp(positive_logit[i] - max) * inverse_z - C(1));
+      positive_coefficient[i] = scale * (softmax_exp(positive_logit[i] - max) * inverse_z - C(1));
       C* row = exps.data() + i * ld_count;
       const C coefficient = scale * inverse_z;
       for (int64_t j = 0; j < count; ++j) row[j] *= coefficient;
