@@ -142,6 +142,16 @@ def test_backward_scales_the_forwards_gradients_by_grad_output():
     assert not got.requires_grad
 
 
+def test_double_backward_raises():
+    """The saved gradients carry no graph: create_graph=True is refused, not answered with a
+    gradient that treats them as constants."""
+    b = batch(rows=8, negatives=3)
+    queries = b["queries"].clone().requires_grad_()
+    loss = recops.sampled_softmax_loss(*loss_args({**b, "queries": queries}))
+    with pytest.raises(RuntimeError, match="create_graph"):
+        torch.autograd.grad(loss, [queries], create_graph=True)
+
+
 def test_autocast_computes_in_fp32():
     b = batch(rows=40)
     b["queries"] = b["queries"].to(BF16)  # bf16 states, fp32 item embeddings

@@ -58,6 +58,11 @@ struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss>
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    // The saved gradients have no graph of their own: differentiated again, they would pass as
+    // constants.
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "sampled_softmax_loss is differentiable once: its backward does not support "
+                "create_graph=True");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& grad = grad_outputs[0];
     const auto scaled = [&](size_t input, const at::Tensor& g) {
