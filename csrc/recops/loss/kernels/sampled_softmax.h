@@ -139,10 +139,10 @@ struct Block {
       const C dot = lane_sum<C>(dim, [&](int64_t d) { return qc[d] * compute_value(pos[d]); });
       positive_logit[i] = dot / positive_scales[i].scale * inverse_t;
     }
-    const int64_t m = granules(n);
-    std::fill(queries.begin() + n * ld_dim, queries.begin() + m * ld_dim, C(0));
-    gemm_nn_any_shape(m, count, dim, queries.data(), ld_dim, negatives.transposed.data(), ld_count,
-                      exps.data(), ld_count, false);
+    const int64_t padded = granules(n);
+    std::fill(queries.begin() + n * ld_dim, queries.begin() + padded * ld_dim, C(0));
+    gemm_nn_any_shape(padded, count, dim, queries.data(), ld_dim, negatives.transposed.data(),
+                      ld_count, exps.data(), ld_count, false);
     for (int64_t i = 0; i < n; ++i) {
       C* row = exps.data() + i * ld_count;
       for (int64_t j = 0; j < count; ++j) row[j] *= inverse_t;
@@ -171,17 +171,17 @@ struct Block {
   void gradients(int64_t r0, int64_t n, double weight, const SampledSoftmaxGrads<T>& grads,
                  C* dn_hat) {
     const int64_t dim = p.dim, count = p.negatives, ld_dim = negatives.ld_dim;
-    const int64_t ld_count = negatives.ld_count, m = granules(n);
+    const int64_t ld_count = negatives.ld_count, padded = granules(n);
     for (int64_t i = 0; i < n; ++i) {
       const C scale = static_cast<C>(p.weights[r0 + i] / weight / p.temperature);
-      const C max = max_logit[i], inverse_z = C(1) / normaliser[i];
-      positive_coefficient[i] = scale * (softmax_exp(positive_logit[i] - max) * inverse_z - C(1));
+      const C m = max_logit[i], inverse_z = C(1) / normaliser[i];
+      positive_coefficient[i] = scale * (softmax_exp(positive_logit[i] - m) * inverse_z - C(1));
       C* row = exps.data() + i * ld_count;
       const C coefficient = scale * inverse_z;
       for (int64_t j = 0; j < count; ++j) row[j] *= coefficient;
       negatives.for_each_with_id(p.positive_ids[r0 + i], [row](int64_t j) { row[j] = C(0); });
     }
-    gemm_nn_any_shape(m, dim, count, exps.data(), ld_count, negatives.rows.data(), ld_dim,
+    gemm_nn_any_shape(padded, dim, count, exps.data(), ld_count, negatives.rows.data(), ld_dim,
                       dq.data(), ld_dim, false);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = r0 + i;
@@ -199,8 +199,8 @@ struct Block {
       normalize_backward(pos, dim, ps, dpos.data(), grads.positives + r * dim);
     }
     // The rows past the block's are zero in exps (zero queries) and in the queries.
-    transpose_tile(exps.data(), m, count, ld_count, coefficients_t.data(), kRowBlock);
-    gemm_nn_any_shape(count, dim, m, coefficients_t.data(), kRowBlock, queries.data(), ld_dim,
+    transpose_tile(exps.data(), padded, count, ld_count, coefficients_t.data(), kRowBlock);
+    gemm_nn_any_shape(count, dim, padded, coefficients_t.data(), kRowBlock, queries.data(), ld_dim,
                       dn_hat, ld_dim, true);
   }
 };
