@@ -4,6 +4,7 @@
 #include <ATen/ops/mul.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include "recops/loss/ops.h"
@@ -80,8 +81,7 @@ at::Tensor sampled_softmax_loss_autograd(const at::Tensor& queries, const at::Te
                                          const at::Tensor& negatives,
                                          const at::Tensor& negative_ids, const at::Tensor& weights,
                                          double temperature, double eps) {
-  if (at::GradMode::is_enabled() &&
-      (queries.requires_grad() || positives.requires_grad() || negatives.requires_grad())) {
+  if (torch::autograd::compute_requires_grad(queries, positives, negatives)) {
     return SampledSoftmaxLoss::apply(queries, positives, positive_ids, negatives, negative_ids,
                                      weights, temperature, eps);
   }

@@ -75,6 +75,7 @@ struct Negatives {
         scales(static_cast<size_t>(p.negatives)),
         rows(static_cast<size_t>(p.negatives * ld_dim), C(0)),
         transposed(static_cast<size_t>(p.dim * ld_count), C(0)) {
+    by_id.reserve(static_cast<size_t>(p.negatives));
     for (int64_t j = 0; j < p.negatives; ++j) {
       const T* n = p.negative_rows + j * p.ld_negatives;
       scales[j] = row_scale(n, p.dim, p.eps);
