@@ -1,6 +1,6 @@
 // The fp32 precision of the HSTU-family kernels (fp32 and float64 inputs): Fp32Precision, the
-// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's K^T and
-// V^T.
+// policy hstu_attention.h's bodies run on, with its tile products on fp32_operands.h's per-thread
+// K^T and V^T.
 #pragma once
 
 #include <algorithm>
@@ -43,34 +43,56 @@ inline bool one_block_per_sequence(const Sequences& seqs) {
 // 4608-row model has; rounded to 256, 18.
 constexpr int64_t kWeightsGranule = 256;
 
-// The forward's per-thread scratch: the tiles, and when K is read in place (one_block_per_sequence)
-// a block's operands padded to the brgemm granule (gemm_nn): Q^T [Dqk, cols] and S^T [keys, cols]
-// with cols = rows rounded up, the weights [cols, keys rounded up to kWeightsGranule] and their
-// product with V [cols, Dv]. A product with one query row is then a brgemm on 16 columns, not a
-// gemv, which the BLAS runs on its generic path on some CPUs (MKL's on AMD).
+// The forward's per-thread scratch: the tiles, and either the sequence's K^T (k_t) or, when K is
+// read in place (one_block_per_sequence), a block's operands padded to the brgemm granule
+// (gemm_nn): Q^T [Dqk, cols] and S^T [keys, cols] with cols = rows rounded up, the weights
+// [cols, keys rounded up to kWeightsGranule] and their product with V [cols, Dv]. A product with
+// one query row is then a brgemm on 16 columns, not a gemv, which the BLAS runs on its generic path
+// on some CPUs (MKL's on AMD).
 template <typename T>
 struct Fp32ForwardScratch : TileArena<T> {
-  Fp32ForwardScratch(int tiles, int64_t rows, int64_t longest, bool with_buckets, int64_t slot,
-                     int64_t dqk, int64_t dv, bool in_place)
-      : TileArena<T>(tiles, rows, longest, with_buckets, slot),
-        q_t(in_place ? new T[kQueryBlock * dqk] : nullptr),
-        s_t(in_place ? new T[kQueryBlock * longest] : nullptr),
-        weights(in_place ? new T[kQueryBlock * round_up(longest, kWeightsGranule)] : nullptr),
-        values(in_place ? new T[kQueryBlock * dv] : nullptr) {}
+  Fp32ForwardScratch(int tiles, int64_t rows, const Sequences& seqs, bool with_buckets,
+                     int64_t slot, const HstuShape<T>& shape, const Rows<T>& k,
+                     const TileOps<T>& passes, bool in_place)
+      : TileArena<T>(tiles, rows, seqs.longest, with_buckets, slot),
+        k_t(in_place
+                ? nullptr
+                : std::make_unique<SequenceTransposes<T>>(seqs, k, shape.heads, shape.dqk, passes)),
+        q_t(in_place ? new T[kQueryBlock * shape.dqk] : nullptr),
+        s_t(in_place ? new T[kQueryBlock * seqs.longest] : nullptr),
+        weights(in_place ? new T[kQueryBlock * round_up(seqs.longest, kWeightsGranule)] : nullptr),
+        values(in_place ? new T[kQueryBlock * shape.dv] : nullptr) {}
+  std::unique_ptr<SequenceTransposes<T>> k_t;
   std::unique_ptr<T[]> q_t, s_t, weights, values;  // uninitialised: each use writes first
 };
 
-// The fp32 precision policy: operands laid out once per call (K^T unless a forward reads K in
-// place, one_block_per_sequence; V^T for backward), tiles of rows_pad = rows query rows and `keys`
-// keys (no padding), products on gemm_nn straight from the inputs' rows, the SiLU pass in place on
-// the fp32 score tile.
+// The backward's per-thread scratch: tiles, key-side gradients and the sequence's K^T and V^T.
+template <typename T>
+struct Fp32BackwardScratch : BackwardScratch<TileArena<T>, KeyGradients<T>> {
+  Fp32BackwardScratch(int tiles, int64_t rows, const Sequences& seqs, bool with_buckets,
+                      int64_t slot, const HstuShape<T>& s, const HstuTensors<T>& in,
+                      const TileOps<T>& passes)
+      : BackwardScratch<TileArena<T>, KeyGradients<T>>{TileArena<T>(tiles, rows, seqs.longest,
+                                                                    with_buckets, slot),
+                                                       KeyGradients<T>(
+                                                           s.heads, s.dqk, s.dv, s.dqk, s.dv,
+                                                           unaliased_ld(seqs.longest), 1, s.alpha)},
+        k_t(seqs, in.k, s.heads, s.dqk, passes),
+        v_t(seqs, in.v, s.heads, s.dv, passes) {}
+  SequenceTransposes<T> k_t, v_t;
+};
+
+// The fp32 precision policy: K^T (unless a forward reads K in place, one_block_per_sequence) and,
+// for backward, V^T laid out per thread as blocks need them, tiles of rows_pad = rows query rows
+// and `keys` keys (no padding), products on gemm_nn straight from the inputs' rows, the SiLU pass
+// in place on the fp32 score tile.
 template <typename T>
 class Fp32Precision {
  public:
   using Element = T;  // of q, k, v, the output and its gradient
   using Compute = T;  // of the tiles and the gradients
   using Scratch = Fp32ForwardScratch<T>;
-  using BackwardScratch = kernels::BackwardScratch<TileArena<T>, KeyGradients<T>>;
+  using BackwardScratch = Fp32BackwardScratch<T>;
   using Weights = const T*;  // a tile of weights for weighted_values
 
   Fp32Precision(const Sequences& seqs, const HstuShape<T>& shape, const HstuTensors<T>& in,
@@ -79,21 +101,18 @@ class Fp32Precision {
         shape_(shape),
         in_(in),
         passes_(tile_ops<T>()),
-        kv_(seqs, shape.heads, shape.dqk, shape.dv, in.k, backward ? in.v : Rows<T>{}, passes_,
-            backward || !one_block_per_sequence(seqs)) {}
+        k_in_place_(!backward && one_block_per_sequence(seqs)) {}
 
   const Sequences& sequences() const { return seqs_; }
   const HstuShape<T>& shape() const { return shape_; }
   const Rows<Element>& values() const { return in_.v; }
   Scratch scratch(int tiles, bool with_buckets, int64_t slot) const {
-    return Scratch(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot, shape_.dqk,
-                   shape_.dv, !kv_.has_k_t());
+    return Scratch(tiles, tile_rows(seqs_, 1), seqs_, with_buckets, slot, shape_, in_.k, passes_,
+                   k_in_place_);
   }
   BackwardScratch backward_scratch(int tiles, bool with_buckets, int64_t slot) const {
-    const HstuShape<T>& s = shape_;
-    return {TileArena<T>(tiles, tile_rows(seqs_, 1), seqs_.longest, with_buckets, slot),
-            KeyGradients<T>(s.heads, s.dqk, s.dv, s.dqk, s.dv, unaliased_ld(seqs_.longest), 1,
-                            s.alpha)};
+    return BackwardScratch(tiles, tile_rows(seqs_, 1), seqs_, with_buckets, slot, shape_, in_,
+                           passes_);
   }
   PaddedBlock pad(const Block& blk) const { return {blk, blk.rows}; }
   // The SiLU passes run on a structured mask's visible runs (silu_on_visible_runs): only a custom
@@ -111,7 +130,7 @@ class Fp32Precision {
   void weighted_values(Scratch& t, const PaddedBlock& pb, int64_t h, Weights w, T* out,
                        int64_t ld_out) const {
     const Block& blk = pb.blk;
-    if (!kv_.has_k_t()) {
+    if (k_in_place_) {
       padded_weighted_values(t, blk, h, w, out, ld_out);
       return;
     }
@@ -127,7 +146,7 @@ class Fp32Precision {
                          int64_t h, const T* bias, const T* mask, T* s, T* out,
                          int64_t ld_out) const {
     const Block& blk = pb.blk;
-    if (!kv_.has_k_t() && blk.rows > kDotRows) {
+    if (k_in_place_ && blk.rows > kDotRows) {
       // The SiLU pass runs on the weights' rows where the transposed scores land, so that the
       // tile is neither transposed into s nor copied back out of it.
       streamed_scores_into_weights(t, blk, h);
@@ -138,9 +157,9 @@ class Fp32Precision {
       padded_product(t, blk, h, out, ld_out);
       return;
     }
-    if (kv_.has_k_t()) {
+    if (!k_in_place_) {
       gemm_nn(blk.rows, blk.keys, shape_.dqk, in_.q.at(query_row(blk), h, shape_.dqk), in_.q.stride,
-              kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s, blk.keys, false);
+              t.k_t->columns(blk.b, h, blk.key0, blk.keys), t.k_t->ld(), s, blk.keys, false);
     } else {
       key_row_scores(blk, h, s);
     }
@@ -164,10 +183,11 @@ class Fp32Precision {
     const int64_t dqk = shape_.dqk, dv = shape_.dv;
     KeyGradients<T>& tg = scratch.grads;
     const T* q = in_.q.at(query_row(blk), h, dqk);
-    gemm_nn(blk.rows, blk.keys, dqk, q, in_.q.stride, kv_.k_t(blk.b, h, blk.key0), kv_.ld(), s,
-            blk.keys, false);
-    gemm_nn(blk.rows, blk.keys, dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), ds, blk.keys,
+    gemm_nn(blk.rows, blk.keys, dqk, q, in_.q.stride,
+            scratch.k_t.columns(blk.b, h, blk.key0, blk.keys), scratch.k_t.ld(), s, blk.keys,
             false);
+    gemm_nn(blk.rows, blk.keys, dv, go, ld_go, scratch.v_t.columns(blk.b, h, blk.key0, blk.keys),
+            scratch.v_t.ld(), ds, blk.keys, false);
     silu_on_visible_runs(mask_source, blk, s, blk.keys, ds, bias, mask,
                          [&](T* scores, T* grads, const T* b, const T* m, int64_t n) {
                            passes_.silu_score_grads(scores, grads, b, m, n, shape_.alpha,
@@ -191,8 +211,9 @@ class Fp32Precision {
     KeyGradients<T>& tg = scratch.grads;
     gemm_tn(shape_.dv, blk.keys, blk.rows, go, ld_go, w, blk.keys, tg.dv_t(h, blk.key0), tg.ld(),
             true);
-    gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go, kv_.v_t(blk.b, h, blk.key0), kv_.ld(), s,
-            blk.keys, false);
+    gemm_nn(blk.rows, blk.keys, shape_.dv, go, ld_go,
+            scratch.v_t.columns(blk.b, h, blk.key0, blk.keys), scratch.v_t.ld(), s, blk.keys,
+            false);
   }
 
  private:
@@ -333,7 +354,7 @@ class Fp32Precision {
   HstuShape<T> shape_;
   HstuTensors<T> in_;
   const TileOps<T>& passes_;
-  KeyValueTransposes<T> kv_;
+  bool k_in_place_;  // a forward whose every sequence is one block reads K in place
 };
 
 }  // namespace recops::attention::kernels

@@ -7,20 +7,20 @@
 //
 // One forward and one backward body, templated on a precision policy P (fp32_products.h's
 // Fp32Precision for fp32 / float64, bf16_products.h's Bf16Precision for bf16), which brings the
-// operands it lays out once per call, the per-thread scratch, the block's padding and the
-// products of one head. Per query block (block_schedule.h) and head: the mask and bias tiles
-// (mask_and_bias.h) are built once per block and shared by the heads unless they have a head dim,
-// then the head's products; the weight channels' masked bias tiles are rounded to the
-// precision's weights only when rebuilt. The time channel of a block that sees many keys goes by
-// runs of keys of one time bucket instead of a tile (time_runs.h). Backward recomputes the tile
-// (never storing [N, N]); dQ rows belong to the item, dK/dV accumulate transposed per item, then
-// in per-chunk partials that the adapter sums; a bias gradient is summed over the heads that
-// share the bias before it is scattered, once per block. A forward with fewer query blocks than
-// threads (a serving step) splits each block's keys between the threads instead
+// operands it lays out (per call, or per thread as blocks need them), the per-thread scratch,
+// the block's padding and the products of one head. Per query block (block_schedule.h) and head:
+// the mask and bias tiles (mask_and_bias.h) are built once per block and shared by the heads unless
+// they have a head dim, then the head's products; the weight channels' masked bias tiles are
+// rounded to the precision's weights only when rebuilt. The time channel of a block that sees many
+// keys goes by runs of keys of one time bucket instead of a tile (time_runs.h). Backward recomputes
+// the tile (never storing [N, N]); dQ rows belong to the item, dK/dV accumulate transposed per
+// item, then in per-chunk partials that the adapter sums; a bias gradient is summed over the heads
+// that share the bias before it is scattered, once per block. A forward with fewer query blocks
+// than threads (a serving step) splits each block's keys between the threads instead
 // (forward_key_parts), each part past the first adding through a copy of the output. Extra memory:
-// per-thread tiles O(query block * N) (N: the longest sequence) plus O(H * D * N), about one copy
-// of K and V, and for the time channel by runs the per-thread running sums of V and differences
-// of dV, H * Dv * N doubles each.
+// per-thread tiles O(query block * N) (N: the longest sequence), fp32's per-thread K^T and V^T of
+// one sequence, O(H * D * N), or bf16's copies of K and V, and for the time channel by runs the
+// per-thread running sums of V and differences of dV, H * Dv * N doubles each.
 #pragma once
 
 #include <algorithm>
