@@ -1,7 +1,8 @@
 """A training step's speed-up, recops vs the torch backend, robust to a machine whose speed drifts:
 the two backends' steps (benchmarks/suites/training.py's, the ones `run.py training` times) run
 interleaved for several rounds, each round timing two steps of each after one discarded step (the
-torch step's memory churn slows whatever runs next); prints the median step times and the median,
+torch step's memory churn slows whatever runs next), with Python's cyclic garbage collector off
+while timing, as harness.py times every benchmark; prints the median step times and the median,
 minimum and maximum of the per-round ratios. The allocator keeps freed memory, as in run.py and
 in recops.train (recops/training/allocator.py).
 
@@ -19,7 +20,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "suites"))
 sys.path.insert(1, os.path.dirname(HERE))  # the repository root: recops built in place
-from harness import cpu_description  # noqa: E402
+from harness import cpu_description, no_garbage_collection  # noqa: E402
 from memory import use_steady_allocator  # noqa: E402
 from training import training_cases, training_step  # noqa: E402
 
@@ -28,10 +29,11 @@ BACKENDS = ("torch", "recops")
 
 def step_seconds(step) -> float:
     step()  # discarded: the other backend ran just before
-    start = time.perf_counter()
-    step()
-    step()
-    return (time.perf_counter() - start) / 2
+    with no_garbage_collection():  # as run.py times them (harness.py)
+        start = time.perf_counter()
+        step()
+        step()
+        return (time.perf_counter() - start) / 2
 
 
 def main(argv):
