@@ -584,6 +584,32 @@ TEST_P(TileVariant, AddTimeBiasGroupsAcrossBuckets) {
   EXPECT_EQ(buckets.back(), 0) << "the keys reach bucket 0";
 }
 
+// TileOps::add_time_bias on magnitudes at every threshold and one double on either side of it,
+// exact, for several divisors and bucket counts (ln(m) / divisor lies at an integer there, or
+// within a double's rounding of one), up to magnitudes past the float range.
+TEST_P(TileVariant, AddTimeBiasAtThresholds) {
+  for (const double divisor : {0.301, 0.05, 0.04, 1.0}) {
+    for (const int32_t buckets : {128, 256, 300}) {
+      const LogBucketizer bucketizer(divisor, buckets);
+      const LogBucketizer::View bucket = bucketizer.view();
+      std::vector<float> ts_w(buckets + 1);
+      for (int k = 0; k <= buckets; ++k) ts_w[k] = 0.125f * static_cast<float>(k) - 1.0f;
+      std::vector<double> key_time;  // query time 0: magnitude = -key time
+      for (int32_t k = 0; k <= buckets; ++k) {
+        const double t = bucket.thresholds[k];
+        for (const double m : {std::nextafter(t, 0.0), t, std::nextafter(t, HUGE_VAL)}) {
+          key_time.push_back(-m);
+        }
+      }
+      key_time.push_back(-1.5 * bucket.saturation);
+      SCOPED_TRACE("divisor " + std::to_string(divisor) + ", " + std::to_string(buckets) +
+                   " buckets");
+      expect_time_bias_as_scalar(variant().fp32, key_time, 0.0, bucket, ts_w,
+                                 std::vector<float>(key_time.size(), 0.5f));
+    }
+  }
+}
+
 // Checks TileOps::time_bucket_runs against the bucketizer key by key: the runs tile keys
 // [key, key + n) in order, each key's bucket is its run's, and neighbouring runs differ.
 template <typename T>
