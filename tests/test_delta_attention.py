@@ -219,6 +219,8 @@ SPLIT_KEYS = {
     "two, 3 threads": ([1390, 1100], [3, 1], 3),
     # The products on the brgemm (more than four new rows): runs of keys past one piece.
     "many new rows, 2 threads": ([1390, 150], [37, 20], 2),
+    # More new rows than a query block: the fp32 kernels lay out K^T per thread, part by part.
+    "two blocks, 3 threads": ([1390], [100], 3),
 }
 
 
