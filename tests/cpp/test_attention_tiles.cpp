@@ -461,6 +461,42 @@ TEST_P(TileVariant, TransposeTile) {
   }
 }
 
+// TileOps::transpose_scaled against its element-by-element definition (scale times the value,
+// then the add, which the compiler may fuse into one rounding: to a rounding), written and
+// accumulated, strided rows, whole blocks with edges; the variants' fp32 and the baseline's
+// float64.
+TEST_P(TileVariant, TransposeScaled) {
+  for (const bool accumulate : {false, true}) {
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{50, 37}, {64, 48}, {5, 3}, {16, 16}}) {
+      const int64_t ld_src = cols + 7, ld_dst = rows + 5;
+      const auto src = random_values(rows * ld_src, 51);
+      std::vector<float> got = random_values((cols + 1) * ld_dst, 52), want = got;
+      std::vector<double> got64(got.begin(), got.end()), want64 = got64;
+      const std::vector<double> src64(src.begin(), src.end());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const float x = 0.75f * src[r * ld_src + c];
+          const double x64 = 0.75 * src64[r * ld_src + c];
+          float& w = want[c * ld_dst + r];
+          double& w64 = want64[c * ld_dst + r];
+          w = accumulate ? w + x : x;
+          w64 = accumulate ? w64 + x64 : x64;
+        }
+      }
+      variant().fp32.transpose_scaled(src.data(), rows, cols, ld_src, got.data(), ld_dst, 0.75f,
+                                      accumulate);
+      baseline::kDoubleTileOps.transpose_scaled(src64.data(), rows, cols, ld_src, got64.data(),
+                                                ld_dst, 0.75, accumulate);
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols << ", accumulate " << accumulate);
+      expect_agree(got, want, "transpose_scaled");
+      for (size_t i = 0; i < got64.size(); ++i) {
+        ASSERT_NEAR(got64[i], want64[i], 1e-14 * (1.0 + std::abs(want64[i]))) << "at " << i;
+      }
+    }
+  }
+}
+
 // Checks a variant's add_time_bias against the scalar bucketizer key by key: the buckets, and the
 // tile `start` plus each key's weight; returns the expected buckets.
 std::vector<int32_t> expect_time_bias_as_scalar(const TileOps<float>& ops,

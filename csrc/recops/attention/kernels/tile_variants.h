@@ -52,6 +52,9 @@ struct TileOps {
   // dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols.
   void (*transpose)(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
                     int64_t ld_dst);
+  // dst[c * ld_dst + r] = scale * src[r * ld_src + c], added to dst when accumulating.
+  void (*transpose_scaled)(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
+                           int64_t ld_dst, T scale, bool accumulate);
   // Softmax attention (softmax_tile_ops.h).
   T (*mask_row)(T* s, int64_t n, const uint8_t* keep);
   T (*exp_row)(T* s, int64_t n, T m);

@@ -15,6 +15,7 @@ namespace recops::attention::kernels::RECOPS_ISA_NS {
 
 namespace lanes16 = ::recops::RECOPS_ISA_NS::lanes16;
 using ::recops::RECOPS_ISA_NS::transpose_tile;
+using ::recops::RECOPS_ISA_NS::transpose_tile_scaled;
 
 template <typename T>
 void silu_scores(T* s, const T* bias, const T* mask, int64_t n, T alpha, T scale) {
@@ -491,6 +492,7 @@ constexpr TileOps<T> make_tile_ops() {
           &key_row_dots<T>,
           &weighted_value_rows<T>,
           &transpose_tile<T>,
+          &transpose_tile_scaled<T>,
           &mask_row<T>,
           &exp_row<T>,
           &dropout_row<T>,

@@ -108,6 +108,39 @@ void transpose_matrix(const uint16_t* src, int64_t rows, int64_t cols, int64_t l
   }
 }
 
+// dst[c * ld_dst + r] = scale * src[r * ld_src + c] (+ dst[c * ld_dst + r] when accumulating) for
+// fp32: full 16 x 16 blocks in registers, scaled (and added) as they are stored, the edges element
+// by element in the same arithmetic.
+inline void transpose_scaled(const float* src, int64_t rows, int64_t cols, int64_t ld_src,
+                             float* dst, int64_t ld_dst, float scale, bool accumulate) {
+  const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
+  const auto put = [&](float* out, float x) { *out = accumulate ? *out + x : x; };
+  for (int64_t r0 = 0; r0 < full_rows; r0 += 16) {
+    for (int64_t c0 = 0; c0 < full_cols; c0 += 16) {
+      Vec<float> m[16];
+      for (int t = 0; t < 16; ++t) load<float>(src + (r0 + t) * ld_src + c0, m[t]);
+      transpose<float>(m);
+      for (int t = 0; t < 16; ++t) {
+        float* out = dst + (c0 + t) * ld_dst + r0;
+        Vec<float> x = scale * m[t];
+        if (accumulate) {
+          Vec<float> before;
+          load<float>(out, before);
+          x = before + x;
+        }
+        store<float>(out, x);
+      }
+    }
+  }
+  for (int64_t r = 0; r < full_rows; ++r) {
+    for (int64_t c = full_cols; c < cols; ++c)
+      put(dst + c * ld_dst + r, scale * src[r * ld_src + c]);
+  }
+  for (int64_t r = full_rows; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) put(dst + c * ld_dst + r, scale * src[r * ld_src + c]);
+  }
+}
+
 }  // namespace lanes16
 
 // dst [cols, rows] = the transpose of src [rows, cols] (row strides ld_src, ld_dst), a tile in
@@ -124,6 +157,25 @@ void transpose_tile(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T*
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+    }
+  }
+}
+
+// dst [cols, rows] = scale * the transpose of src [rows, cols], added to dst when accumulating
+// (a work item's transposed key gradients into their rows): as transpose_tile, fp32 through
+// registers, other types element by element in the same arithmetic.
+template <typename T>
+void transpose_tile_scaled(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
+                           int64_t ld_dst, T scale, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    lanes16::transpose_scaled(src, rows, cols, ld_src, dst, ld_dst, scale, accumulate);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const T x = scale * src[r * ld_src + c];
+        T& out = dst[c * ld_dst + r];
+        out = accumulate ? out + x : x;
+      }
     }
   }
 }

@@ -218,8 +218,8 @@ void disentangled_backward(const DisentangledProblem<T>& p, int64_t chunks,
                   true);
         }
         // The item owns its dK, dV partial: add the transposed accumulators into it.
-        transpose(s.dqk, unit.keys, t.dk_t.data(), s.k_len, dk, s.dqk, T(1), true);
-        transpose(s.dv, unit.keys, t.dv_t.data(), s.k_len, dv, s.dv, T(1), true);
+        passes.transpose_scaled(t.dk_t.data(), s.dqk, unit.keys, s.k_len, dk, s.dqk, T(1), true);
+        passes.transpose_scaled(t.dv_t.data(), s.dv, unit.keys, s.k_len, dv, s.dv, T(1), true);
       });
 }
 

@@ -78,10 +78,9 @@ struct QkvGrads {
 // operand is the block's Q or dO read transposed), and dV in difference form (the time channel's,
 // time_runs.h; allocated on first use), zeroed as the item begins (`granule`: how far past its
 // keys a padded block accumulates) and added into the item's dK / dV partial, dK times
-// `dk_scale` (a precision that leaves the scores' scale alpha out of its products), as it ends:
-// each head's columns transposed through registers (TileOps::transpose) into rows of a staging
-// block, which then add into the partial's rows as whole vectors (element by element, the
-// transposed adds read down the columns and ran scalar: 3% of a training step's attention).
+// `dk_scale` (a precision that leaves the scores' scale alpha out of its products), as it ends,
+// through TileOps::transpose_scaled's register blocks (common/blas.h's element by element
+// transposed add ran scalar: 3% of a training step's attention).
 template <typename T>
 class KeyGradients {
  public:
@@ -97,8 +96,7 @@ class KeyGradients {
         dk_scale_(dk_scale),
         passes_(&tile_ops<T>()),
         dk_t_(new T[heads * dqk_pad * ld]),
-        dv_t_(new T[heads * dv_pad * ld]),
-        staging_(new T[ld * std::max(dqk, dv)]) {}
+        dv_t_(new T[heads * dv_pad * ld]) {}
 
   void begin_item(int64_t length) {
     const int64_t keys = std::min(ld_, (length + granule_ - 1) / granule_ * granule_);
@@ -134,8 +132,10 @@ class KeyGradients {
   // differences (finish_item).
   void end_item(int64_t key0, int64_t n, T* dk, T* dv, bool accumulate) {
     for (int64_t h = 0; h < heads_; ++h) {
-      add_columns(dk_t(h, key0), dqk_, n, dk + h * dqk_, heads_ * dqk_, dk_scale_, accumulate);
-      add_columns(dv_t(h, key0), dv_, n, dv + h * dv_, heads_ * dv_, T(1), accumulate);
+      passes_->transpose_scaled(dk_t(h, key0), dqk_, n, ld_, dk + h * dqk_, heads_ * dqk_,
+                                dk_scale_, accumulate);
+      passes_->transpose_scaled(dv_t(h, key0), dv_, n, ld_, dv + h * dv_, heads_ * dv_, T(1),
+                                accumulate);
       if (diffs_.empty()) continue;
       const double* sums = value_differences(h) + key0 * dv_;
       for (int64_t j = 0; j < n; ++j) {
@@ -149,27 +149,9 @@ class KeyGradients {
   int64_t heads_, dqk_, dv_, dqk_pad_, dv_pad_, ld_, granule_;
 
  private:
-  // out rows j < n (row stride ld_out, `cols` values each) = scale * column j of src [cols, ld],
-  // added to them when accumulating.
-  void add_columns(const T* src, int64_t cols, int64_t n, T* out, int64_t ld_out, T scale,
-                   bool accumulate) {
-    T* rows = staging_.get();
-    passes_->transpose(src, cols, n, ld_, rows, cols);
-    for (int64_t j = 0; j < n; ++j) {
-      T* o = out + j * ld_out;
-      const T* r = rows + j * cols;
-      if (accumulate) {
-        for (int64_t c = 0; c < cols; ++c) o[c] += scale * r[c];
-      } else {
-        for (int64_t c = 0; c < cols; ++c) o[c] = scale * r[c];
-      }
-    }
-  }
-
   T dk_scale_;
   const TileOps<T>* passes_;
   std::unique_ptr<T[]> dk_t_, dv_t_;  // uninitialised; begin_item zeroes what an item uses
-  std::unique_ptr<T[]> staging_;      // [ld, max(dqk, dv)]: add_columns' transposed rows
   std::vector<double> diffs_;         // [H, ld + 1, dv] once value_differences is first used
 };
 
