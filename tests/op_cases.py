@@ -1901,6 +1901,8 @@ def make_sampled_softmax(d):
         "weights": weights,
         "temperature": d.choice((0.25, 1.0)),
         "eps": d.choice((1e-6, 1e-2)),
+        # Query i against positive i + s; row 0 (weight 1) keeps its pair for any s < rows.
+        "positive_shift": d.choice((0, 0, 1, rows - 1)),
     }
 
 
@@ -1928,18 +1930,21 @@ def sampled_softmax_expected(a):
     weights = tensor(a, "weights", (*FLOAT_DTYPES, torch.bool), (1,))
     require(weights.shape[0] == q.shape[0], "weights length")
     temperature, eps = positive_number(a, "temperature"), positive_number(a, "eps")
+    shift = a.get("positive_shift", 0)
+    require(isinstance(shift, int) and 0 <= shift <= q.shape[0], "positive_shift must be in")
     leaves = {name: a[name].detach().double().requires_grad_() for name in SOFTMAX_INPUTS}
 
     def unit(x):
         return x / x.norm(dim=-1, keepdim=True).clamp(min=eps)
 
-    queries = leaves["queries"]
-    positive = (queries * unit(leaves["positives"])).sum(-1, keepdim=True) / temperature
+    pairs = q.shape[0] - shift  # query i against positive i + shift
+    queries = leaves["queries"][:pairs]
+    positive = (queries * unit(leaves["positives"][shift:])).sum(-1, keepdim=True) / temperature
     negative = queries @ unit(leaves["negatives"]).T / temperature
-    same = positive_ids.long()[:, None] == negative_ids.long()[None, :]
+    same = positive_ids.long()[shift:, None] == negative_ids.long()[None, :]
     logits = torch.cat([positive, negative.masked_fill(same, -5e4)], dim=1)
     losses = torch.logsumexp(logits, dim=1) - positive[:, 0]
-    w = weights.double()
+    w = weights[:pairs].double()
     return (losses * w).sum() / w.sum(), leaves
 
 

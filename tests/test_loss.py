@@ -64,6 +64,35 @@ def test_equals_the_composition_in_float64(shape):
         assert_close(got, want, torch.float64)
 
 
+@pytest.mark.parametrize("rows,shift", [(40, 1), (40, 3), (40, 0), (5, 5), (1, 1)])
+def test_positive_shift_equals_the_composition_on_shifted_rows(rows, shift):
+    """positive_shift=s pairs query i with positive i + s: the composition on the shifted slices
+    (the torch backend's next-item loss), in float64; the rows no pair reads get zero gradients."""
+    b = batch(rows, 16, 24, dtype=torch.float64, ids=20, seed=rows + shift)
+
+    def shifted(queries, positives, positive_ids, negatives, negative_ids, temperature, weights):
+        m = queries.shape[0] - shift
+        return composition(
+            queries[:m],
+            positives[shift:],
+            positive_ids[shift:],
+            negatives,
+            negative_ids,
+            temperature,
+            weights[:m],
+        )
+
+    def fused(*args):
+        return recops.sampled_softmax_loss(*args, positive_shift=shift)
+
+    if shift == rows:  # no pair: NaN like the composition's mean of nothing, zero gradients
+        loss, grad_q, grad_p, grad_n = loss_and_grads(fused, b)
+        assert torch.isnan(loss) and not grad_q.any() and not grad_p.any()
+        return
+    for got, want in zip(loss_and_grads(fused, b), loss_and_grads(shifted, b), strict=True):
+        assert_close(got, want, torch.float64)
+
+
 def test_fp32_and_bf16_within_the_rule_of_the_composition():
     for dtype in (torch.float32, BF16):
         b = batch(dtype=dtype, ids=60)
@@ -181,10 +210,13 @@ def test_compiles_in_a_full_graph():
         (lambda b: b.update(temperature=0.0), "temperature must be positive"),
         (lambda b: b.update(negatives=b["negatives"].double()), "negatives"),
         (lambda b: b.update(queries=b["queries"].int()), "queries"),
+        (lambda b: b.update(positive_shift=7), r"positive_shift must be in \[0, queries.size"),
+        (lambda b: b.update(positive_shift=-1), "positive_shift must be in"),
     ],
 )
 def test_bad_input_raises_naming_the_argument(change, message):
     b = batch(rows=6, negatives=4)
     change(b)
+    shift = b.pop("positive_shift", 0)
     with pytest.raises((ValueError, RuntimeError, TypeError), match=message):
-        recops.sampled_softmax_loss(*loss_args(b))
+        recops.sampled_softmax_loss(*loss_args(b), positive_shift=shift)

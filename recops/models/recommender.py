@@ -69,17 +69,18 @@ class SequentialRecommender(nn.Module):
         # scatter theirs into a zero-filled copy of the whole and then add the copies.
         sequence, negatives = embeddings.split([rows, negative_ids.numel()])
         states = self.encoder(sequence, batch)
-        # Row i predicts row i + 1 where both are in one sequence: shifted views weighted by
-        # predicts_next instead of gathers (generative-recommenders weights its shifted
-        # supervision the same way), which spares the gathers and their scatter-add backward.
-        return self.backend.sampled_softmax_loss(
-            states[:-1],
-            sequence[1:],
-            batch.item_ids[1:],
+        # Row i predicts row i + 1 where both are in one sequence: the rows paired with the next
+        # ones, weighted by predicts_next, instead of gathers (generative-recommenders weights its
+        # shifted supervision the same way), which spares the gathers and their scatter-add
+        # backward.
+        return self.backend.next_item_loss(
+            states,
+            sequence,
+            batch.item_ids,
             negatives,
             negative_ids,
             temperature,
-            batch.predicts_next[:-1],
+            batch.predicts_next,
         )
 
     def candidate_embeddings(self) -> torch.Tensor:

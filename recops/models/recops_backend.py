@@ -109,10 +109,22 @@ class RecopsBackend:
             embeddings, positions, position_weight, scale, p, training
         )
 
-    def sampled_softmax_loss(self, *args) -> torch.Tensor:
-        """recops.models.loss.sampled_softmax_loss (its arguments) in one fused op, the [M, R]
-        logits never stored."""
-        return recops.sampled_softmax_loss(*args)
+    def next_item_loss(
+        self, states, sequence, item_ids, negatives, negative_ids, temperature, predicts_next
+    ) -> torch.Tensor:
+        """The torch backend's next_item_loss in one fused op: the [M, R] logits never stored, and
+        row i paired with row i + 1 inside it (positive_shift), so that no shifted view's backward
+        writes its gradient into a zero-filled copy of the whole."""
+        return recops.sampled_softmax_loss(
+            states,
+            sequence,
+            item_ids,
+            negatives,
+            negative_ids,
+            temperature,
+            predicts_next,
+            positive_shift=1,
+        )
 
     def top_items(self, states, candidates, k: int, seen):
         """recops.models.recommend.top_items in one op (recops.mips_topk) over items 1..: the

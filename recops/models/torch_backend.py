@@ -170,9 +170,20 @@ class TorchBackend:
         h = F.dropout(normalize(x, x.shape[-1:], eps=eps), p=dropout, training=training)
         return down(F.silu(gate(h)) * up(h)) + x
 
-    def sampled_softmax_loss(self, *args) -> torch.Tensor:
-        """recops.models.loss.sampled_softmax_loss: the loss as PyTorch ops."""
-        return sampled_softmax_loss(*args)
+    def next_item_loss(
+        self, states, sequence, item_ids, negatives, negative_ids, temperature, predicts_next
+    ) -> torch.Tensor:
+        """recops.models.loss.sampled_softmax_loss of each row's state against the next row's
+        item, as PyTorch ops: shifted views (generative-recommenders' autoregressive loss)."""
+        return sampled_softmax_loss(
+            states[:-1],
+            sequence[1:],
+            item_ids[1:],
+            negatives,
+            negative_ids,
+            temperature,
+            predicts_next[:-1],
+        )
 
     def top_items(self, states, candidates, k: int, seen):
         """recops.models.recommend.top_items as generative-recommenders' brute-force MIPS: every

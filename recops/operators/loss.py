@@ -46,13 +46,29 @@ def sampled_softmax_loss(
     weights: torch.Tensor,
     *,
     eps: float = 1e-6,
+    positive_shift: int = 0,
 ) -> torch.Tensor:
     """Mean over the rows that ``weights`` ([M], float or bool) weighs of
     ``-log softmax([q.p, q.n_1, ..., q.n_R] / temperature)[0]``, ``queries [M, d]`` against their
     ``positives [M, d]`` and the R shared ``negatives [R, d]``, both L2-normalised here
     (``x / max(|x|, eps)``); a negative whose id equals a row's positive id drops out of that
     row's softmax. The value and gradients of recops.models.loss.sampled_softmax_loss (the
-    arguments in its order), computed block by block of rows without the ``[M, R]`` logits."""
+    arguments in its order), computed block by block of rows without the ``[M, R]`` logits.
+
+    ``positive_shift=s`` scores row i of ``queries`` (weight ``weights[i]``) against row ``i + s``
+    of ``positives`` and ``positive_ids``, for ``i < M - s``: next-item prediction over a jagged
+    batch's rows is ``queries=states, positives=item_embeddings, positive_shift=1`` (the same loss
+    as ``states[:-1]`` against ``item_embeddings[1:]``, without the slices, whose backward writes
+    each gradient into a zero-filled copy of the whole). The rows no pair reads get zero
+    gradients."""
     return ops.sampled_softmax_loss(
-        queries, positives, positive_ids, negatives, negative_ids, weights, temperature, eps
+        queries,
+        positives,
+        positive_ids,
+        negatives,
+        negative_ids,
+        weights,
+        temperature,
+        eps,
+        positive_shift,
     )

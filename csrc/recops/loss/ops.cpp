@@ -15,12 +15,12 @@ TORCH_LIBRARY_FRAGMENT(recops, m) {
   m.def(
       "sampled_softmax_loss(Tensor queries, Tensor positives, Tensor positive_ids, "
       "Tensor negatives, Tensor negative_ids, Tensor weights, float temperature, "
-      "float eps=1e-6) -> Tensor",
+      "float eps=1e-6, int positive_shift=0) -> Tensor",
       pt2);
   m.def(
       "sampled_softmax_loss_and_grads(Tensor queries, Tensor positives, Tensor positive_ids, "
       "Tensor negatives, Tensor negative_ids, Tensor weights, float temperature, "
-      "float eps=1e-6) "
+      "float eps=1e-6, int positive_shift=0) "
       "-> (Tensor loss, Tensor grad_queries, Tensor grad_positives, Tensor grad_negatives)",
       pt2);
 }
@@ -46,14 +46,16 @@ struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss>
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& queries,
                             const at::Tensor& positives, const at::Tensor& positive_ids,
                             const at::Tensor& negatives, const at::Tensor& negative_ids,
-                            const at::Tensor& weights, double temperature, double eps) {
+                            const at::Tensor& weights, double temperature, double eps,
+                            int64_t positive_shift) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     static const auto loss_and_grads =
         c10::Dispatcher::singleton()
             .findSchemaOrThrow("recops::sampled_softmax_loss_and_grads", "")
             .typed<decltype(sampled_softmax_loss_and_grads)>();
-    auto [loss, grad_queries, grad_positives, grad_negatives] = loss_and_grads.call(
-        queries, positives, positive_ids, negatives, negative_ids, weights, temperature, eps);
+    auto [loss, grad_queries, grad_positives, grad_negatives] =
+        loss_and_grads.call(queries, positives, positive_ids, negatives, negative_ids, weights,
+                            temperature, eps, positive_shift);
     ctx->save_for_backward({grad_queries, grad_positives, grad_negatives});
     return loss;
   }
@@ -70,9 +72,10 @@ struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss>
       return ctx->needs_input_grad(input) ? at::mul(g, grad) : at::Tensor();
     };
     // One gradient per argument: the three float operands', none for the ids, the weights,
-    // the temperature and eps.
-    return {scaled(0, saved[0]), scaled(1, saved[1]), at::Tensor(), scaled(3, saved[2]),
-            at::Tensor(),        at::Tensor(),        at::Tensor(), at::Tensor()};
+    // the temperature, eps and the shift.
+    return {scaled(0, saved[0]), scaled(1, saved[1]), at::Tensor(),
+            scaled(3, saved[2]), at::Tensor(),        at::Tensor(),
+            at::Tensor(),        at::Tensor(),        at::Tensor()};
   }
 };
 
@@ -80,17 +83,17 @@ at::Tensor sampled_softmax_loss_autograd(const at::Tensor& queries, const at::Te
                                          const at::Tensor& positive_ids,
                                          const at::Tensor& negatives,
                                          const at::Tensor& negative_ids, const at::Tensor& weights,
-                                         double temperature, double eps) {
+                                         double temperature, double eps, int64_t positive_shift) {
   if (torch::autograd::compute_requires_grad(queries, positives, negatives)) {
     return SampledSoftmaxLoss::apply(queries, positives, positive_ids, negatives, negative_ids,
-                                     weights, temperature, eps);
+                                     weights, temperature, eps, positive_shift);
   }
   static const auto loss = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("recops::sampled_softmax_loss", "")
                                .typed<decltype(sampled_softmax_loss)>();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   return loss.call(queries, positives, positive_ids, negatives, negative_ids, weights, temperature,
-                   eps);
+                   eps, positive_shift);
 }
 
 }  // namespace
