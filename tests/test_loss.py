@@ -171,6 +171,22 @@ def test_backward_scales_the_forwards_gradients_by_grad_output():
     assert not got.requires_grad
 
 
+def test_unit_grad_output_accumulates_like_any_other():
+    """With grad_output 1 the backward passes the forward's gradients on as they are: retained and
+    run again, or summed with another path's gradient, they must come out as the composition's
+    (nothing may add into the saved tensors)."""
+    b = batch(rows=30, negatives=7, dtype=torch.float64)
+    leaves = {n: b[n].detach().clone().requires_grad_() for n in LEAVES}
+    args = {**b, **leaves}
+    loss = recops.sampled_softmax_loss(*loss_args(args))
+    loss.backward(retain_graph=True)
+    (loss + leaves["queries"].sum()).backward()  # a second path into queries, and the loss again
+    want = loss_and_grads(composition, b)
+    assert_close(leaves["queries"].grad, 2 * want[1] + 1, torch.float64)
+    assert_close(leaves["positives"].grad, 2 * want[2], torch.float64)
+    assert_close(leaves["negatives"].grad, 2 * want[3], torch.float64)
+
+
 def test_double_backward_raises():
     """The saved gradients carry no graph: create_graph=True is refused, not answered with a
     gradient that treats them as constants."""

@@ -1,5 +1,6 @@
 // Schemas and kernel registrations of the loss family in torch.ops.recops, and its autograd.
 // Fake kernels and the Python entry point live in recops/operators/loss.py.
+#include <ATen/TensorSubclassLikeUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/mul.h>
 #include <c10/core/GradMode.h>
@@ -68,8 +69,15 @@ struct SampledSoftmaxLoss : public torch::autograd::Function<SampledSoftmaxLoss>
                 "create_graph=True");
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& grad = grad_outputs[0];
+    // loss.backward()'s grad_output is 1: the saved gradients are the answer as they are, without
+    // a scaled copy of each (two [M, d] writes a training step). Autograd adds into them out of
+    // place (the saved reference keeps them from being reused). Only a plain tensor's value is
+    // read: a traced or batched grad_output has none.
+    const bool unit =
+        !at::isTensorSubclassLike(grad) && grad.numel() == 1 && grad.item<double>() == 1.0;
     const auto scaled = [&](size_t input, const at::Tensor& g) {
-      return ctx->needs_input_grad(input) ? at::mul(g, grad) : at::Tensor();
+      if (!ctx->needs_input_grad(input)) return at::Tensor();
+      return unit ? g : at::mul(g, grad);
     };
     // One gradient per argument: the three float operands', none for the ids, the weights,
     // the temperature, eps and the shift.
