@@ -88,9 +88,10 @@ struct ChannelTiles {
     return bias[c] < 0 ? nullptr : t.tile(bias[c]);
   }
   // Whether a block needs the mask tile: its SiLU pass reads it (silu_mask), or a weight channel's
-  // bias tile is masked by it.
-  bool need_mask(bool silu_mask) const {
-    return silu_mask || bias[kTime] >= 0 || bias[kPosition] >= 0;
+  // bias tile is multiplied by a custom mask (under a structured mask it is built masked:
+  // build_bias_tile).
+  bool need_mask(bool silu_mask, MaskKind mask) const {
+    return silu_mask || (mask == MaskKind::kCustom && (bias[kTime] >= 0 || bias[kPosition] >= 0));
   }
   // The tiles of a block whose channel c runs without any (the time channel by runs of keys).
   ChannelTiles without(int c) const {
@@ -151,7 +152,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
         const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         const bool by_runs = time_runs && time_runs_pay(pb.blk);
         const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
-        const bool with_mask = tiles.need_mask(silu_mask);
+        const bool with_mask = tiles.need_mask(silu_mask, mask.kind);
         prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
           block_tiles(prec, mask, biases, tiles, pb, h, t, with_mask, false);
@@ -196,7 +197,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const bool by_runs = time_runs && time_runs_pay(blk);
         const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
-        const bool with_mask = tiles.need_mask(silu_mask);
+        const bool with_mask = tiles.need_mask(silu_mask, mask.kind);
         const int64_t tile = pb.rows_pad * blk.stride();
         const C* mask_tile = with_mask ? t.tile(ChannelTiles::kMask) : nullptr;
         C* s = t.tile(ChannelTiles::kScores);
@@ -225,7 +226,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
             if (tiles.bias[c] < 0) continue;
             prec.weights_backward(scratch, pb, h, grad_out + layout.at(row0, h, c),
                                   layout.row_stride, prec.weights(t, tiles.bias[c], c - kTime), s);
-            multiply_into(s, mask_tile, tile);
+            mask_bias_grads(biases[c], mask, blk, mask_tile, s, tile);
             add_bias_grad(c, h, s);
           }
         }

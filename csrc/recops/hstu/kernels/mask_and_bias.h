@@ -313,29 +313,42 @@ void fill_visibility(const MaskSource<T>& mask, const Block& blk, int64_t rows_p
 // bias tile; for the relative bias also the time bucket of every pair (reused by backward). The
 // time term, a bucket lookup per pair, is computed for the keys each row sees under `mask` only
 // (for_each_row_runs; half the tile under a causal mask): the others hold the position term and
-// bucket 0, which the mask multiplies and the backward's zero gradient adds nothing to.
+// bucket 0, which the mask multiplies and the backward's zero gradient adds nothing to. A `masked`
+// tile (M * bias, FuXi-alpha's weight channels) under a structured mask is written as such: the
+// bias on the keys each row sees, zero elsewhere, with no mask tile to multiply it by.
 template <typename T>
 void build_bias_tile(const BiasSource<T>& src, const MaskSource<T>& mask, const Sequences& seqs,
-                     const Block& blk, int64_t head, T* tile, int32_t* bucket_tile) {
-  if (src.kind == BiasKind::kDense) {
-    for (int64_t r = 0; r < blk.rows; ++r) {
-      T* row = tile + r * blk.stride();
-      const T* bias = src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
-                      (blk.row0 + r) * src.dense_stride_row + blk.key0;
-      std::memcpy(row, bias, blk.keys * sizeof(T));
-      std::fill(row + blk.keys, row + blk.stride(), T(0));
+                     const Block& blk, int64_t head, bool masked, T* tile, int32_t* bucket_tile) {
+  const bool only_visible = masked && mask.kind != MaskKind::kCustom;
+  // Row r of the tile: values[j] (key blk.key0 + j) where it counts, zeros elsewhere.
+  const auto copy_row = [&](T* row, const T* values, int runs, const int64_t* begin,
+                            const int64_t* end) {
+    std::fill(row + blk.keys, row + blk.stride(), T(0));
+    if (!only_visible) {
+      std::memcpy(row, values, blk.keys * sizeof(T));
+      return;
     }
+    std::fill(row, row + blk.keys, T(0));
+    for (int k = 0; k < runs; ++k) std::copy(values + begin[k], values + end[k], row + begin[k]);
+  };
+  if (src.kind == BiasKind::kDense) {
+    for_each_row_runs(
+        mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
+          copy_row(tile + r * blk.stride(),
+                   src.dense + blk.b * src.dense_stride_b + head * src.dense_stride_h +
+                       (blk.row0 + r) * src.dense_stride_row + blk.key0,
+                   runs, begin, end);
+        });
     return;
   }
   // Relative: ts_w[bucket(tq_i - t_j)] + pos_w[N - 1 + j - i].
   for_each_row_runs(mask, blk, [&](int64_t r, const int64_t* begin, const int64_t* end, int runs) {
     T* row = tile + r * blk.stride();
     const int64_t i = blk.row0 + r;
-    std::fill(row + blk.keys, row + blk.stride(), T(0));
     if (src.pos_w != nullptr) {
-      std::memcpy(row, src.pos_w + (seqs.max_len - 1 - i + blk.key0), blk.keys * sizeof(T));
+      copy_row(row, src.pos_w + (seqs.max_len - 1 - i + blk.key0), runs, begin, end);
     } else {
-      std::fill(row, row + blk.keys, T(0));
+      std::fill(row, row + blk.stride(), T(0));
     }
     if (src.ts_w == nullptr) return;
     int32_t* bucket_row = bucket_tile + r * blk.stride();
@@ -378,13 +391,32 @@ bool build_head_tiles(const MaskSource<T>& mask, const Sequences& seqs, const Bl
   bool rebuilt_masked = false;
   for (const BiasTile<T>& b : tiles) {
     if (b.tile == nullptr || !(h == 0 || b.bias.per_head() || (b.masked && new_mask))) continue;
-    build_bias_tile(b.bias, mask, seqs, blk, h, b.tile, buckets);
+    build_bias_tile(b.bias, mask, seqs, blk, h, b.masked, b.tile, buckets);
     zero_padded_rows(b.tile, blk, rows_pad);
     if (!b.masked) continue;
-    multiply_into(b.tile, static_cast<const T*>(mask_tile), rows_pad * blk.stride());
+    if (mask.kind == MaskKind::kCustom) {  // a structured mask's is built masked
+      multiply_into(b.tile, static_cast<const T*>(mask_tile), rows_pad * blk.stride());
+    }
     rebuilt_masked = true;
   }
   return rebuilt_masked;
+}
+
+// g = M * g, a weight channel's gradient tile (`tile` values) masked: by a custom mask's
+// multipliers; under a structured mask zero on the keys a row does not see, unless the bias reads
+// its gradient on the visible keys alone (a relative bias: accumulate_bias_grads).
+template <typename T>
+void mask_bias_grads(const BiasSource<T>& bias, const MaskSource<T>& mask, const Block& blk,
+                     const T* mask_tile, T* g, int64_t tile) {
+  if (mask.kind == MaskKind::kCustom) {
+    multiply_into(g, mask_tile, tile);
+  } else if (bias.kind == BiasKind::kDense) {
+    for_each_row_run_and_gap(
+        mask, blk, blk.stride(), [](int64_t, int64_t, int64_t) {},
+        [&](int64_t r, int64_t begin, int64_t end) {
+          std::fill(g + r * blk.stride() + begin, g + r * blk.stride() + end, T(0));
+        });
+  }
 }
 
 // Adds the bias gradient of one tile (dS summed over the heads sharing the bias). A relative
