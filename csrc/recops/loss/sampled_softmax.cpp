@@ -136,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sampled_softmax_loss_
         using T = typename decltype(tag)::type;
         const kernels::SampledSoftmaxGrads<T> grads{
             mutable_data_as<T>(grad_queries),
-            mutable_data_as<T>(grad_positives) + positive_shift * queries.size(1),
+            mutable_data_as<T>(grad_positives) + positive_shift * positives.size(1),
             mutable_data_as<T>(grad_negatives)};
         return kernels::loss_kernels<T>().loss(problem<T>(in, temperature, eps, positive_shift),
                                                &grads);
