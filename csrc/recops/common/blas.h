@@ -111,11 +111,13 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const Bf16* a, int64_t lda, cons
 // once it is done with a series of bf16 products.
 void gemm_bf16_release();
 
-// dst[c * ld_dst + r] = scale * src[r * ld_src + c] (+= when accumulate) for r < rows, c < cols.
-// Square blocks keep both the reads and the writes within a few cache lines at a time.
+// dst[c * ld_dst + r] = scale * src[r * ld_src + c] for r < rows, c < cols (an operand laid out
+// once per block or item; the kernels' transposed adds of gradients go through
+// TileOps::transpose_scaled's register blocks). Square blocks keep both the reads and the writes
+// within a few cache lines at a time.
 template <typename T>
 void transpose(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst, int64_t ld_dst,
-               T scale = T(1), bool accumulate = false) {
+               T scale = T(1)) {
   constexpr int64_t kBlock = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
     const int64_t r1 = std::min(rows, r0 + kBlock);
@@ -124,8 +126,7 @@ void transpose(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst,
       for (int64_t c = c0; c < c1; ++c) {
         T* out = dst + c * ld_dst;
         for (int64_t r = r0; r < r1; ++r) {
-          const T x = scale * src[r * ld_src + c];
-          out[r] = accumulate ? out[r] + x : x;
+          out[r] = scale * src[r * ld_src + c];
         }
       }
     }

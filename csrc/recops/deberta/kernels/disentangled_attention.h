@@ -169,7 +169,7 @@ void backward_block(const TileOps<T>& passes, const DisentangledProblem<T>& p, c
     // dQ^T = pos_key^T dC2P^T, added to dQ; d pos_key += dC2P^T Q.
     gemm_nn(s.dqk, rows, s.positions, t.pos_key_t.data(), s.positions, t.dc2p_t.data(), kQueryBlock,
             t.dq_t.data(), kQueryBlock, false);
-    transpose(s.dqk, rows, t.dq_t.data(), kQueryBlock, dq, s.dqk, T(1), true);
+    passes.transpose_scaled(t.dq_t.data(), s.dqk, rows, kQueryBlock, dq, s.dqk, T(1), true);
     const int64_t ld = s.heads * s.dqk;
     T* dpk = g.dpos_key + t.slot * s.positions * ld + unit.h * s.dqk;
     gemm_nn(s.positions, s.dqk, rows, t.dc2p_t.data(), kQueryBlock, q, s.dqk, dpk, ld, true);

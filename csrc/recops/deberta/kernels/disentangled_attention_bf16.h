@@ -243,7 +243,8 @@ inline void block_c2p_grads_bf16(const TileKernels& kernels, const DisentangledS
   kernels.to_bf16_vnni(t.dc2p_t.data(), pad.positions, kQueryBlock, t.dpos_vnni.data(), 1.0f);
   gemm_bf16(pad.dqk, rows_pad, pad.positions, t.pos_key_t.data(), pad.positions, t.dpos_vnni.data(),
             kQueryBlock, t.dq_t.data(), kQueryBlock, false);
-  transpose(s.dqk, rows, t.dq_t.data(), kQueryBlock, t.acc.data(), pad.dqk, 1.0f, true);
+  kernels.fp32.transpose_scaled(t.dq_t.data(), s.dqk, rows, kQueryBlock, t.acc.data(), pad.dqk,
+                                1.0f, true);
   pack_vnni_rows(bf16_bits_of(unit.q) + row0 * s.dqk, rows, s.dqk, s.dqk, rows_pad, pad.dqk,
                  t.q_vnni.data());
   gemm_bf16(pad.positions, pad.dqk, rows_pad, t.dpos.data(), kQueryBlock, t.q_vnni.data(), pad.dqk,
@@ -324,8 +325,8 @@ inline void finish_item_bf16(const TileKernels& kernels, const DisentangledShape
   if (s.p2c)
     add_rows(t.dpos_query.data(), s.positions, s.dqk, pad.dqk, g.dpos_query + table, ld_pos);
   if (s.c2p) add_rows(t.dpos_key.data(), s.positions, s.dqk, pad.dqk, g.dpos_key + table, ld_pos);
-  transpose(s.dqk, unit.keys, t.dk_t.data(), pad.keys, dk, s.dqk, 1.0f, true);
-  transpose(s.dv, unit.keys, t.dv_t.data(), pad.keys, dv, s.dv, 1.0f, true);
+  kernels.fp32.transpose_scaled(t.dk_t.data(), s.dqk, unit.keys, pad.keys, dk, s.dqk, 1.0f, true);
+  kernels.fp32.transpose_scaled(t.dv_t.data(), s.dv, unit.keys, pad.keys, dv, s.dv, 1.0f, true);
 }
 
 inline void disentangled_backward(const DisentangledProblem<Bf16>& p, int64_t chunks,
