@@ -140,6 +140,57 @@ def test_time_table_alone_under_every_mask(order, mask_options, dtype):
         assert_close(a, e, relative_to_max=long_sums)
 
 
+@pytest.mark.parametrize(
+    "mask_options",
+    [
+        {},
+        {"num_targets": [0, 2, 0, 0, 1, 0]},
+        {"contextual_seq_len": 3},
+        {"max_attn_len": 300},
+        {"mask": "none"},
+    ],
+)
+@pytest.mark.parametrize("with_time", [False, True])
+@pytest.mark.parametrize("dv", [50, 7])
+def test_position_table_by_fft(mask_options, with_time, dv):
+    # Under a plain causal mask the fp32 position channel of a sequence of kPositionFftMinKeys =
+    # 256 keys or more is a convolution by FFT (csrc/recops/hstu/kernels/position_fft.h), on
+    # its tile elsewhere: here sequences of 600 (transform size 2048), 300, 256 (512) keys and
+    # shorter ones, sequences with targets beside ones without, the masks that keep every tile,
+    # two groups of value column pairs (50) and an odd width (7). Output and every gradient
+    # against the dense float64 reference.
+    n, lengths = 600, [600, 300, 0, 256, 255, 40]
+    q, k, v, offsets = _jagged(lengths, dv=dv)
+    total = int(offsets[-1])
+    timestamps = torch.cumsum(torch.randint(0, 3000, (total,)), 0)
+    tables = [torch.randn(2 * n - 1, dtype=torch.float64)]
+    if with_time:
+        tables.append(torch.randn(129, dtype=torch.float64))
+    kwargs = dict(mask_options)
+    if "num_targets" in kwargs:
+        kwargs["num_targets"] = torch.tensor(kwargs["num_targets"])
+    leaves = [t.float().requires_grad_() for t in (q, k, v, *tables)]
+    fused = {"pos_w": leaves[3]}
+    if with_time:
+        fused.update(timestamps=timestamps, ts_w=leaves[4])
+    got = recops.fuxi_attention(*leaves[:3], offsets, n, **fused, **kwargs)
+    masters = [t.detach().double().requires_grad_() for t in leaves]
+    ts_w = masters[4] if with_time else torch.zeros(129, dtype=torch.float64)
+    ts_bias, pos_bias = table_biases(timestamps, offsets, ts_w, masters[3], n)
+    if with_time:
+        kwargs["ts_bias"] = ts_bias
+    ref = fuxi_reference(*masters[:3], offsets, n, pos_bias=pos_bias, **kwargs)
+    # fp32: sums of up to 600 terms (the table's gradient: of every pair at one distance).
+    assert_close(got, ref, relative_to_max=True)
+    grad = torch.randn_like(ref)
+    for a, e in zip(
+        torch.autograd.grad(got, leaves, grad.float()),
+        torch.autograd.grad(ref, masters, grad),
+        strict=True,
+    ):
+        assert_close(a, e, relative_to_max=True)
+
+
 def test_relative_bias_helper_is_consistent():
     # The HSTU reference's relative_bias is ts bias + pos bias; FuXi keeps them apart.
     ts = torch.randint(0, 1000, (9,))

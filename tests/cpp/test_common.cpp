@@ -11,6 +11,7 @@
 
 #include "recops/common/blas.h"
 #include "recops/common/half_bits.h"
+#include "recops/common/kernels/lane_fft.h"
 #include "recops/common/kernels/small_gemm.h"
 #include "recops/common/kinds.h"
 #include "recops/common/parallel.h"
@@ -264,6 +265,124 @@ TEST(Blas, UnaliasedLeadingDimensions) {
   EXPECT_EQ(unaliased_ld(1024), 1024 + kBrgemmGranule);
   EXPECT_FALSE(rows_share_cache_sets(unaliased_ld(4096)));
   EXPECT_EQ(unaliased_ld(4096) % kBrgemmGranule, 0);
+}
+
+// The lane FFT (common/kernels/lane_fft.h) on signal blocks of 64-byte aligned floats.
+struct LaneSignals {
+  std::vector<float> storage;
+  float* re;
+  float* im;
+  explicit LaneSignals(int64_t size) : storage(2 * size * kFftLanes + 16) {
+    float* base = storage.data();
+    while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+    re = base;
+    im = base + size * kFftLanes;
+  }
+};
+
+int64_t bit_reversed(int64_t i, int64_t size) {
+  int64_t r = 0;
+  for (int64_t bit = 1; bit < size; bit *= 2) r = r * 2 + ((i / bit) % 2);
+  return r;
+}
+
+// The forward transform against the DFT sum (in double) in bit-reversed order, and the inverse
+// back to size times the signal, for every size up to 512 (odd and even numbers of stages).
+TEST(LaneFft, ForwardIsTheDftInBitReversedOrderAndInverseUndoesIt) {
+  if (!lane_fft_available()) GTEST_SKIP() << "the lane FFT needs AVX-512";
+  const FftTwiddles twiddles(512);
+  const double pi = std::acos(-1.0);
+  for (int64_t size = 1; size <= 512; size *= 2) {
+    LaneSignals x(size);
+    const std::vector<float> re = test::random_floats(size * kFftLanes, 5),
+                             im = test::random_floats(size * kFftLanes, 6);
+    std::copy(re.begin(), re.end(), x.re);
+    std::copy(im.begin(), im.end(), x.im);
+    lane_fft_forward(twiddles, size, x.re, x.im);
+    for (int64_t f = 0; f < size; ++f) {
+      for (int64_t l = 0; l < kFftLanes; ++l) {
+        double want_re = 0, want_im = 0;
+        for (int64_t t = 0; t < size; ++t) {
+          const double angle = -2 * pi * double(f * t % size) / double(size);
+          const double a = re[t * kFftLanes + l], b = im[t * kFftLanes + l];
+          want_re += a * std::cos(angle) - b * std::sin(angle);
+          want_im += a * std::sin(angle) + b * std::cos(angle);
+        }
+        const int64_t at = bit_reversed(f, size) * kFftLanes + l;
+        ASSERT_NEAR(x.re[at], want_re, 1e-5 * size) << "size " << size << " frequency " << f;
+        ASSERT_NEAR(x.im[at], want_im, 1e-5 * size) << "size " << size << " frequency " << f;
+      }
+    }
+    lane_fft_inverse(twiddles, size, x.re, x.im);
+    for (int64_t i = 0; i < size * kFftLanes; ++i) {
+      ASSERT_NEAR(x.re[i] / size, re[i], 1e-5) << "size " << size;
+      ASSERT_NEAR(x.im[i] / size, im[i], 1e-5) << "size " << size;
+    }
+  }
+}
+
+// A causal convolution of column pairs by one real kernel (load_pairs, forward, multiply,
+// inverse, store_pairs), its correlation (the conjugate spectrum, added into what is there), and
+// the kernel-gradient correlation of the summed cross spectra, against direct sums in double:
+// widths of one to 32 columns (odd ones pair their last column with zero), rows up to size / 2.
+TEST(LaneFft, ConvolutionsOfColumnPairsEqualDirectSums) {
+  if (!lane_fft_available()) GTEST_SKIP() << "the lane FFT needs AVX-512";
+  const FftTwiddles twiddles(1024);
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 1}, {7, 17}, {64, 32}, {300, 7}, {512, 16}, {129, 32}}) {
+    int64_t size = 2;  // position_fft.h's: >= 2 rows - 1, and rows <= size / 2 (the taps)
+    while (size < 2 * rows) size *= 2;
+    const int64_t ld = cols + 3;
+    const std::vector<float> w = test::random_floats(size / 2, 7),
+                             x = test::random_floats(rows * ld, 8),
+                             g = test::random_floats(rows * ld, 9);
+    LaneSignals kernel(size), signal(size), grad(size), cross(size);
+    std::fill_n(kernel.re, 2 * size * kFftLanes, 0.0f);
+    std::fill_n(cross.re, 2 * size * kFftLanes, 0.0f);
+    for (int64_t d = 0; d < size / 2; ++d) kernel.re[d * kFftLanes] = w[d];
+    lane_fft_forward(twiddles, size, kernel.re, kernel.im);
+    std::vector<float> w_re(size), w_im(size);
+    for (int64_t t = 0; t < size; ++t) {
+      w_re[t] = kernel.re[t * kFftLanes];
+      w_im[t] = kernel.im[t * kFftLanes];
+    }
+    lane_fft_load_pairs(x.data(), ld, rows, cols, size, signal.re, signal.im);
+    lane_fft_forward(twiddles, size, signal.re, signal.im);
+    lane_fft_load_pairs(g.data(), ld, rows, cols, size, grad.re, grad.im);
+    lane_fft_forward(twiddles, size, grad.re, grad.im);
+    lane_fft_add_cross_spectrum(grad.re, grad.im, signal.re, signal.im, size, cross.re, cross.im);
+    lane_fft_multiply(signal.re, signal.im, size, w_re.data(), w_im.data(), false);
+    lane_fft_inverse(twiddles, size, signal.re, signal.im);
+    lane_fft_multiply(grad.re, grad.im, size, w_re.data(), w_im.data(), true);
+    lane_fft_inverse(twiddles, size, grad.re, grad.im);
+    lane_fft_inverse(twiddles, size, cross.re, cross.im);
+    std::vector<float> y(rows * ld, -7.0f), dx = test::random_floats(rows * ld, 10);
+    const std::vector<float> dx0 = dx;
+    lane_fft_store_pairs(signal.re, signal.im, rows, cols, 1.0f / size, false, y.data(), ld);
+    lane_fft_store_pairs(grad.re, grad.im, rows, cols, 1.0f / size, true, dx.data(), ld);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < ld; ++c) {
+        if (c >= cols) {
+          ASSERT_EQ(y[i * ld + c], -7.0f) << "wrote past the columns";
+          ASSERT_EQ(dx[i * ld + c], dx0[i * ld + c]) << "wrote past the columns";
+          continue;
+        }
+        double conv = 0, corr = dx0[i * ld + c];
+        for (int64_t d = 0; d <= i; ++d) conv += double(w[d]) * x[(i - d) * ld + c];
+        for (int64_t d = 0; i + d < rows; ++d) corr += double(w[d]) * g[(i + d) * ld + c];
+        ASSERT_NEAR(y[i * ld + c], conv, 1e-5 * rows) << rows << "x" << cols << " at " << i;
+        ASSERT_NEAR(dx[i * ld + c], corr, 1e-5 * rows) << rows << "x" << cols << " at " << i;
+      }
+    }
+    for (int64_t d = 0; d < rows; ++d) {
+      double want = 0, got = 0;
+      for (int64_t i = d; i < rows; ++i) {
+        for (int64_t c = 0; c < cols; ++c) want += double(g[i * ld + c]) * x[(i - d) * ld + c];
+      }
+      for (int64_t l = 0; l < kFftLanes; ++l) got += cross.re[d * kFftLanes + l];
+      ASSERT_NEAR(got / size, want, 1e-5 * rows * cols) << rows << "x" << cols << " lag " << d;
+    }
+  }
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 // the mask and bias tiles (mask_and_bias.h) are built once per block and shared by the heads unless
 // they have a head dim, then the head's products; the weight channels' masked bias tiles are
 // rounded to the precision's weights only when rebuilt. The time channel of a block that sees many
-// keys goes by runs of keys of one time bucket instead of a tile (time_runs.h). Backward recomputes
+// keys goes by runs of keys of one time bucket instead of a tile (time_runs.h), the position
+// channel of a long fp32 sequence under a plain causal mask by a convolution over the whole
+// sequence (position_fft.h), after the blocks. Backward recomputes
 // the tile (never storing [N, N]); dQ rows belong to the item, dK/dV accumulate transposed per
 // item, then in per-chunk partials that the adapter sums; a bias gradient is summed over the heads
 // that share the bias before it is scattered, once per block. A forward with fewer query blocks
@@ -32,6 +34,7 @@
 #include "recops/hstu/kernels/batch.h"
 #include "recops/hstu/kernels/block_schedule.h"
 #include "recops/hstu/kernels/mask_and_bias.h"
+#include "recops/hstu/kernels/position_fft.h"
 #include "recops/hstu/kernels/time_runs.h"
 
 namespace recops::attention::kernels {
@@ -122,6 +125,26 @@ void block_tiles(const P& prec, const MaskSource<typename P::Compute>& mask,
   }
 }
 
+// The position channel's convolution by FFT (position_fft.h) for a precision whose elements are
+// fp32; none for the others.
+template <typename P>
+PositionFft position_fft(const P& prec, const MaskSource<typename P::Compute>& mask,
+                         const ChannelBiases<typename P::Compute>& biases) {
+  if constexpr (std::is_same_v<typename P::Element, float>) {
+    return PositionFft(prec.sequences(), mask, biases[kPosition]);
+  } else {
+    return PositionFft(prec.sequences());
+  }
+}
+
+// A block's tiles: the call's, less the time channel's when it goes by runs and the position
+// channel's when its sequence goes by FFT.
+inline ChannelTiles block_channel_tiles(const ChannelTiles& all, bool time_by_runs,
+                                        bool position_by_fft) {
+  ChannelTiles tiles = time_by_runs ? all.without(kTime) : all;
+  return position_by_fft ? tiles.without(kPosition) : tiles;
+}
+
 // out addressed by `layout`: every query row is written (by its block, which sees at least one
 // key); the other rows are left as they are (inputs.h's query_rows_output zeroes them).
 template <typename P>
@@ -131,8 +154,9 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
   using E = typename P::Element;
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads, dv = prec.shape().dv;
-  const ChannelTiles all_tiles(biases, false, H), run_tiles = all_tiles.without(kTime);
+  const ChannelTiles all_tiles(biases, false, H);
   const bool time_runs = time_channel_by_runs(biases[kTime], mask);
+  const PositionFft by_fft = position_fft(prec, mask, biases);
   const bool silu_mask = prec.forward_mask_tile(mask);
   // Key parts past the first write zeroed copies of the output, added into it at the end (in the
   // compute type: a bf16 output is not split, so that it is rounded once).
@@ -151,7 +175,7 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
         const PaddedBlock pb = prec.pad(block);
         const int64_t row0 = seqs.query_row(pb.blk.b, pb.blk.row0);
         const bool by_runs = time_runs && time_runs_pay(pb.blk);
-        const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
+        const ChannelTiles tiles = block_channel_tiles(all_tiles, by_runs, by_fft.covers(pb.blk.b));
         const bool with_mask = tiles.need_mask(silu_mask, mask.kind);
         prec.begin_forward_block(t, mask, pb);
         for (int64_t h = 0; h < H; ++h) {
@@ -173,6 +197,11 @@ void hstu_forward(const P& prec, const MaskSource<typename P::Compute>& mask,
         }
       });
   for (int64_t p = 0; p + 1 < parts; ++p) add_into(out, partials.data() + p * out_size, out_size);
+  if constexpr (std::is_same_v<E, float>) {
+    if (!by_fft.any()) return;
+    by_fft.forward(prec.values(), H, dv, out + layout.channel_offset[kPosition], layout.row_stride,
+                   layout.head_stride);
+  }
 }
 
 // grad_out addressed by `layout`; dQ, dK, dV and the bias gradients in the compute type.
@@ -184,8 +213,9 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
   using C = typename P::Compute;
   const Sequences& seqs = prec.sequences();
   const int64_t H = prec.shape().heads, dqk = prec.shape().dqk, dv = prec.shape().dv;
-  const ChannelTiles all_tiles(biases, true, H), run_tiles = all_tiles.without(kTime);
+  const ChannelTiles all_tiles(biases, true, H);
   const bool time_runs = time_channel_by_runs(biases[kTime], mask);
+  const PositionFft by_fft = position_fft(prec, mask, biases);
   const bool silu_mask = prec.backward_mask_tile(mask);
   for_each_backward_block(
       seqs, mask, chunks, grads.qkv,
@@ -196,7 +226,7 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
         const Block& blk = pb.blk;
         const int64_t row0 = seqs.query_row(blk.b, blk.row0);
         const bool by_runs = time_runs && time_runs_pay(blk);
-        const ChannelTiles& tiles = by_runs ? run_tiles : all_tiles;
+        const ChannelTiles tiles = block_channel_tiles(all_tiles, by_runs, by_fft.covers(blk.b));
         const bool with_mask = tiles.need_mask(silu_mask, mask.kind);
         const int64_t tile = pb.rows_pad * blk.stride();
         const C* mask_tile = with_mask ? t.tile(ChannelTiles::kMask) : nullptr;
@@ -244,6 +274,14 @@ void hstu_backward(const P& prec, const typename P::Element* grad_out,
               sink.ts_w == nullptr ? nullptr : sink.ts_w + t.slot() * sink.ts_thread_stride);
         }
       });
+  // After every item has written or added its chunk's dV: the covered sequences' position
+  // channel adds into chunk 0's.
+  if constexpr (std::is_same_v<typename P::Element, float>) {
+    if (!by_fft.any()) return;
+    by_fft.backward(prec.values(), H, dv, grad_out + layout.channel_offset[kPosition],
+                    layout.row_stride, layout.head_stride, grads.qkv.dv_partial(0),
+                    grads.bias[kPosition].pos_w);
+  }
 }
 
 }  // namespace recops::attention::kernels
