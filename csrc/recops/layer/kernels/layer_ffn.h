@@ -13,34 +13,37 @@
 namespace recops::layer::kernels::RECOPS_ISA_NS {
 
 // The weights as the block products take them, padded, in C: W_gate^T and W_up^T side by side
-// [granules(dim), 2 granules(hidden)] (up's columns from granules(hidden) on) and W_down^T
-// [granules(hidden), granules(dim)]; for the backward also their transposes.
+// [granules(dim), ld_z] (up's columns from hidden on, one padding after both: ld_z =
+// granules(2 hidden), 112 columns where a padding per half took 128 at a hidden width of 50) and
+// W_down^T [granules(hidden), granules(dim)]; for the backward also their transposes.
 template <typename T, typename C = accumulate_t<T>>
 struct FfnWeights {
-  int64_t dim_p, hidden_p;
+  int64_t dim_p, hidden_p, ld_z;
   std::vector<C> gate_up_t, down_t, gate_up, down;
 
   FfnWeights(const FfnProblem<T>& p, bool backward)
       : dim_p(granules(p.dim)),
         hidden_p(granules(p.hidden)),
-        gate_up_t(static_cast<size_t>(dim_p * 2 * hidden_p), C(0)),
+        ld_z(granules(2 * p.hidden)),
+        gate_up_t(static_cast<size_t>(dim_p * ld_z), C(0)),
         down_t(padded_operand<C>(p.down, p.dim, p.hidden, p.hidden, true)) {
-    const std::vector<C> gate = padded_operand<C>(p.gate, p.hidden, p.dim, p.dim, true);
-    const std::vector<C> up = padded_operand<C>(p.up, p.hidden, p.dim, p.dim, true);
-    for (int64_t d = 0; d < dim_p; ++d) {
-      std::copy_n(gate.begin() + d * hidden_p, hidden_p, gate_up_t.begin() + d * 2 * hidden_p);
-      std::copy_n(up.begin() + d * hidden_p, hidden_p,
-                  gate_up_t.begin() + d * 2 * hidden_p + hidden_p);
+    for (int64_t d = 0; d < p.dim; ++d) {
+      for (int64_t j = 0; j < p.hidden; ++j) {
+        gate_up_t[d * ld_z + j] =
+            static_cast<C>(static_cast<accumulate_t<T>>(p.gate[j * p.dim + d]));
+        gate_up_t[d * ld_z + p.hidden + j] =
+            static_cast<C>(static_cast<accumulate_t<T>>(p.up[j * p.dim + d]));
+      }
     }
     if (!backward) return;
-    gate_up.resize(gate_up_t.size());
-    transpose_tile(gate_up_t.data(), dim_p, 2 * hidden_p, 2 * hidden_p, gate_up.data(), dim_p);
+    gate_up.resize(static_cast<size_t>(ld_z * dim_p));
+    transpose_tile(gate_up_t.data(), dim_p, ld_z, ld_z, gate_up.data(), dim_p);
     down = padded_operand<C>(p.down, p.dim, p.hidden, p.hidden, false);
   }
 };
 
 // What a thread keeps for its blocks: the block's h [rows, dim_p], z = h [W_gate^T W_up^T]
-// [rows, 2 hidden_p], the gate's output g [rows, hidden_p], padded with zeros.
+// [rows, ld_z], the gate's output g [rows, hidden_p], padded with zeros.
 template <typename T, typename C = accumulate_t<T>>
 struct FfnBlock {
   const FfnProblem<T>& p;
@@ -52,13 +55,13 @@ struct FfnBlock {
       : p(problem),
         w(weights),
         h(static_cast<size_t>(kRowBlock * weights.dim_p), C(0)),
-        z(static_cast<size_t>(kRowBlock * 2 * weights.hidden_p), C(0)),
+        z(static_cast<size_t>(kRowBlock * weights.ld_z), C(0)),
         g(static_cast<size_t>(kRowBlock * weights.hidden_p), C(0)),
         norms(kRowBlock) {}
 
   // h, z and g of rows [r0, r0 + n); h's rows after them up to granules(n) are zero.
   void compute(int64_t r0, int64_t n) {
-    const int64_t dim_p = w.dim_p, hidden_p = w.hidden_p;
+    const int64_t dim_p = w.dim_p, hidden_p = w.hidden_p, ld_z = w.ld_z, up0 = p.hidden;
     for (int64_t i = 0; i < n; ++i) {
       const T* x = p.x + (r0 + i) * p.ld_x;
       const RowNorm<C> norm = norms[i] = row_norm(x, p.dim, p.norm, p.eps);
@@ -68,12 +71,12 @@ struct FfnBlock {
     }
     const int64_t m = granules(n);
     std::fill(h.begin() + n * dim_p, h.begin() + m * dim_p, C(0));
-    gemm_nn_any_shape(m, 2 * hidden_p, p.dim, h.data(), dim_p, w.gate_up_t.data(), 2 * hidden_p,
-                      z.data(), 2 * hidden_p, false);
+    gemm_nn_any_shape(m, ld_z, p.dim, h.data(), dim_p, w.gate_up_t.data(), ld_z, z.data(), ld_z,
+                      false);
     for (int64_t i = 0; i < n; ++i) {
-      const C* zi = z.data() + i * 2 * hidden_p;
+      const C* zi = z.data() + i * ld_z;
       C* gi = g.data() + i * hidden_p;
-      for (int64_t j = 0; j < p.hidden; ++j) gi[j] = zi[j] * fast_sigmoid(zi[j]) * zi[hidden_p + j];
+      for (int64_t j = 0; j < p.hidden; ++j) gi[j] = zi[j] * fast_sigmoid(zi[j]) * zi[up0 + j];
     }
   }
 };
@@ -114,7 +117,7 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
   using C = accumulate_t<T>;
   const FfnWeights<T> weights(p, true);
   const int64_t dim = p.dim, hidden = p.hidden;
-  const int64_t dim_p = weights.dim_p, hidden_p = weights.hidden_p, ld_z = 2 * hidden_p;
+  const int64_t dim_p = weights.dim_p, hidden_p = weights.hidden_p, ld_z = weights.ld_z;
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   const int64_t chunks = fixed_chunks(blocks);
   ParameterGradPartials<C> gate_up(chunks, ld_z, dim, 0), down(chunks, dim, hidden, 0);
@@ -148,17 +151,17 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
         C* dzi = dz.data() + i * ld_z;
         for (int64_t j = 0; j < hidden; ++j) {
           const C s = fast_sigmoid(zi[j]), d = dg[i * hidden_p + j];
-          dzi[j] = d * zi[hidden_p + j] * s * (C(1) + zi[j] * (C(1) - s));
-          dzi[hidden_p + j] = d * zi[j] * s;
+          dzi[j] = d * zi[hidden + j] * s * (C(1) + zi[j] * (C(1) - s));
+          dzi[hidden + j] = d * zi[j] * s;
         }
       }
       std::fill(dz.begin() + n * ld_z, dz.begin() + m * ld_z, C(0));
       // [dW_gate; dW_up] += dz^T h, dh = dz [W_gate; W_up].
       transpose_tile(dz.data(), m, ld_z, ld_z, dz_t.data(), kRowBlock);
-      gemm_nn(ld_z, dim_p, m, dz_t.data(), kRowBlock, block.h.data(), dim_p, gate_up.weight(chunk),
-              gate_up.ld(), true);
-      gemm_nn(m, dim_p, ld_z, dz.data(), ld_z, weights.gate_up.data(), dim_p, dh.data(), dim_p,
-              false);
+      gemm_nn_any_shape(2 * hidden, dim_p, m, dz_t.data(), kRowBlock, block.h.data(), dim_p,
+                        gate_up.weight(chunk), gate_up.ld(), true);
+      gemm_nn_any_shape(m, dim_p, 2 * hidden, dz.data(), ld_z, weights.gate_up.data(), dim_p,
+                        dh.data(), dim_p, false);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = r0 + i;
         const RowDropout<C> drop = p.dropout.template row<C>(r);
@@ -172,7 +175,7 @@ void layer_ffn_backward(const FfnProblem<T>& p, const T* grad_output, int64_t ld
     }
   });
   gate_up.write_rows(0, hidden, grads.gate);
-  gate_up.write_rows(hidden_p, hidden, grads.up);
+  gate_up.write_rows(hidden, hidden, grads.up);
   down.write(grads.down, static_cast<T*>(nullptr));
 }
 
