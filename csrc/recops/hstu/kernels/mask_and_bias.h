@@ -40,6 +40,10 @@ struct StructuredMask {
   int64_t top() const {
     return length - num_targets - (contextual_len > 0 ? contextual_len - 1 : 0);
   }
+  // Whether row i sees exactly keys [0, i]: causal, without contextual tokens, targets or window.
+  bool plain_causal() const {
+    return causal && contextual_len == 0 && num_targets == 0 && max_attn_len == 0;
+  }
   int64_t first_target() const { return length - num_targets; }
 
   // id(p): context tokens share id 0, targets share id top().
@@ -235,6 +239,11 @@ void build_mask_tile(const MaskSource<T>& src, const Block& blk, int64_t head, T
 // their count (<= 4). The runs say what build_mask_tile's row would: ones inside, zeros outside.
 inline int visible_runs(const StructuredMask& mask, const Block& blk, int64_t r, int64_t begin[4],
                         int64_t end[4]) {
+  if (mask.plain_causal()) {  // the training masks: one run, without the intervals' case analysis
+    begin[0] = 0;
+    end[0] = std::min(blk.row0 + r + 1 - blk.key0, blk.keys);
+    return end[0] > 0 ? 1 : 0;
+  }
   int64_t b[4], e[4];
   const int n = mask.visible_intervals(blk.row0 + r, b, e);
   for (int k = 1; k < n; ++k) {  // insertion sort by begin (at most four intervals)
