@@ -62,65 +62,72 @@ inline Lanes twiddle(Lanes x, const FftTwiddles& tw, int64_t j) {
           _mm512_fmadd_ps(x.re, wi, _mm512_mul_ps(x.im, wr))};
 }
 
-// One decimation-in-frequency stage of half-span h: (a, b) -> (a + b, (a - b) w^k).
-void forward_stage(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
+// fn(k, t0, t1) for the pairs of samples t0 = b + k, t1 = t0 + h of each block b of 2h (a stage of
+// half-span h).
+template <typename Fn>
+inline void for_each_pair(int64_t size, int64_t h, Fn&& fn) {
   for (int64_t b = 0; b < size; b += 2 * h) {
-    for (int64_t k = 0; k < h; ++k) {
-      const Lanes x0 = load(re, im, b + k), x1 = load(re, im, b + k + h);
-      store(re, im, b + k, add(x0, x1));
-      store(re, im, b + k + h, twiddle<false>(sub(x0, x1), tw, h + k));
-    }
+    for (int64_t k = 0; k < h; ++k) fn(k, b + k, b + k + h);
   }
 }
 
-// The stages of half-spans h and h / 2 in one pass: the four samples k, k + h/2, k + h, k + 3h/2
-// of each block of 2h stay in registers between them.
-void forward_stage_pair(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
+// fn(k, t0, t1, t2, t3) for the samples t0 = b + k, t0 + h/2, t0 + h, t0 + 3h/2 of each block b of
+// 2h (the stages of half-spans h and h / 2 in one pass, the four samples in registers between).
+template <typename Fn>
+inline void for_each_quad(int64_t size, int64_t h, Fn&& fn) {
   const int64_t q = h / 2;
   for (int64_t b = 0; b < size; b += 2 * h) {
-    for (int64_t k = 0; k < q; ++k) {
-      const int64_t t0 = b + k, t1 = t0 + q, t2 = t0 + h, t3 = t2 + q;
-      const Lanes x0 = load(re, im, t0), x1 = load(re, im, t1);
-      const Lanes x2 = load(re, im, t2), x3 = load(re, im, t3);
-      const Lanes s02 = add(x0, x2), d02 = twiddle<false>(sub(x0, x2), tw, h + k);
-      const Lanes s13 = add(x1, x3), d13 = twiddle<false>(sub(x1, x3), tw, h + k + q);
-      store(re, im, t0, add(s02, s13));
-      store(re, im, t1, twiddle<false>(sub(s02, s13), tw, q + k));
-      store(re, im, t2, add(d02, d13));
-      store(re, im, t3, twiddle<false>(sub(d02, d13), tw, q + k));
-    }
+    for (int64_t k = 0; k < q; ++k) fn(k, b + k, b + k + q, b + k + h, b + k + h + q);
   }
+}
+
+// One decimation-in-frequency stage of half-span h: (a, b) -> (a + b, (a - b) w^k).
+void forward_stage(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
+  for_each_pair(size, h, [&](int64_t k, int64_t t0, int64_t t1) {
+    const Lanes x0 = load(re, im, t0), x1 = load(re, im, t1);
+    store(re, im, t0, add(x0, x1));
+    store(re, im, t1, twiddle<false>(sub(x0, x1), tw, h + k));
+  });
+}
+
+// The stages of half-spans h and h / 2 in one pass.
+void forward_stage_pair(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
+  const int64_t q = h / 2;
+  for_each_quad(size, h, [&](int64_t k, int64_t t0, int64_t t1, int64_t t2, int64_t t3) {
+    const Lanes x0 = load(re, im, t0), x1 = load(re, im, t1);
+    const Lanes x2 = load(re, im, t2), x3 = load(re, im, t3);
+    const Lanes s02 = add(x0, x2), d02 = twiddle<false>(sub(x0, x2), tw, h + k);
+    const Lanes s13 = add(x1, x3), d13 = twiddle<false>(sub(x1, x3), tw, h + k + q);
+    store(re, im, t0, add(s02, s13));
+    store(re, im, t1, twiddle<false>(sub(s02, s13), tw, q + k));
+    store(re, im, t2, add(d02, d13));
+    store(re, im, t3, twiddle<false>(sub(d02, d13), tw, q + k));
+  });
 }
 
 // The inverse of forward_stage, times 2: (p, q) -> (p + q conj(w^k), p - q conj(w^k)).
 void inverse_stage(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
-  for (int64_t b = 0; b < size; b += 2 * h) {
-    for (int64_t k = 0; k < h; ++k) {
-      const Lanes x0 = load(re, im, b + k);
-      const Lanes u = twiddle<true>(load(re, im, b + k + h), tw, h + k);
-      store(re, im, b + k, add(x0, u));
-      store(re, im, b + k + h, sub(x0, u));
-    }
-  }
+  for_each_pair(size, h, [&](int64_t k, int64_t t0, int64_t t1) {
+    const Lanes x0 = load(re, im, t0), u = twiddle<true>(load(re, im, t1), tw, h + k);
+    store(re, im, t0, add(x0, u));
+    store(re, im, t1, sub(x0, u));
+  });
 }
 
 // The inverse of forward_stage_pair: the stage of half-span h / 2, then that of h.
 void inverse_stage_pair(const FftTwiddles& tw, int64_t size, int64_t h, float* re, float* im) {
   const int64_t q = h / 2;
-  for (int64_t b = 0; b < size; b += 2 * h) {
-    for (int64_t k = 0; k < q; ++k) {
-      const int64_t t0 = b + k, t1 = t0 + q, t2 = t0 + h, t3 = t2 + q;
-      const Lanes y0 = load(re, im, t0), y2 = load(re, im, t2);
-      const Lanes u1 = twiddle<true>(load(re, im, t1), tw, q + k);
-      const Lanes u3 = twiddle<true>(load(re, im, t3), tw, q + k);
-      const Lanes a0 = add(y0, u1), a1 = sub(y0, u1), a2 = add(y2, u3), a3 = sub(y2, u3);
-      const Lanes v2 = twiddle<true>(a2, tw, h + k), v3 = twiddle<true>(a3, tw, h + k + q);
-      store(re, im, t0, add(a0, v2));
-      store(re, im, t2, sub(a0, v2));
-      store(re, im, t1, add(a1, v3));
-      store(re, im, t3, sub(a1, v3));
-    }
-  }
+  for_each_quad(size, h, [&](int64_t k, int64_t t0, int64_t t1, int64_t t2, int64_t t3) {
+    const Lanes y0 = load(re, im, t0), y2 = load(re, im, t2);
+    const Lanes u1 = twiddle<true>(load(re, im, t1), tw, q + k);
+    const Lanes u3 = twiddle<true>(load(re, im, t3), tw, q + k);
+    const Lanes a0 = add(y0, u1), a1 = sub(y0, u1), a2 = add(y2, u3), a3 = sub(y2, u3);
+    const Lanes v2 = twiddle<true>(a2, tw, h + k), v3 = twiddle<true>(a3, tw, h + k + q);
+    store(re, im, t0, add(a0, v2));
+    store(re, im, t2, sub(a0, v2));
+    store(re, im, t1, add(a1, v3));
+    store(re, im, t3, sub(a1, v3));
+  });
 }
 
 int log2_of(int64_t size) {
