@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -53,7 +54,9 @@ class AlignedFloats {
   explicit AlignedFloats(int64_t count)
       : data_(static_cast<float*>(
             std::aligned_alloc(64, static_cast<size_t>((std::max<int64_t>(count, 16) + 15) / 16 *
-                                                       16 * int64_t{sizeof(float)})))) {}
+                                                       16 * int64_t{sizeof(float)})))) {
+    if (data_ == nullptr) throw std::bad_alloc();  // as std::vector would
+  }
   float* get() const { return data_.get(); }
 
  private:
