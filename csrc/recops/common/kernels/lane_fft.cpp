@@ -53,13 +53,17 @@ inline Lanes sub(Lanes a, Lanes b) {
   return {_mm512_sub_ps(a.re, b.re), _mm512_sub_ps(a.im, b.im)};
 }
 
+// x times the one complex value (wr, wi), or times its conjugate.
+inline Lanes times(Lanes x, float wr, float wi, bool conjugate) {
+  const __m512 r = _mm512_set1_ps(wr), i = _mm512_set1_ps(conjugate ? -wi : wi);
+  return {_mm512_fmsub_ps(x.re, r, _mm512_mul_ps(x.im, i)),
+          _mm512_fmadd_ps(x.re, i, _mm512_mul_ps(x.im, r))};
+}
+
 // x times twiddle entry j, or times its conjugate (kConj).
 template <bool kConj>
 inline Lanes twiddle(Lanes x, const FftTwiddles& tw, int64_t j) {
-  const __m512 wr = _mm512_set1_ps(tw.re()[j]);
-  const __m512 wi = _mm512_set1_ps(kConj ? -tw.im()[j] : tw.im()[j]);
-  return {_mm512_fmsub_ps(x.re, wr, _mm512_mul_ps(x.im, wi)),
-          _mm512_fmadd_ps(x.re, wi, _mm512_mul_ps(x.im, wr))};
+  return times(x, tw.re()[j], tw.im()[j], kConj);
 }
 
 // fn(k, t0, t1) for the pairs of samples t0 = b + k, t1 = t0 + h of each block b of 2h (a stage of
@@ -217,12 +221,7 @@ void lane_fft_store_pairs(const float* re, const float* im, int64_t rows, int64_
 void lane_fft_multiply(float* re, float* im, int64_t size, const float* w_re, const float* w_im,
                        bool conjugate) {
   for (int64_t t = 0; t < size; ++t) {
-    const __m512 wr = _mm512_set1_ps(w_re[t]);
-    const __m512 wi = _mm512_set1_ps(conjugate ? -w_im[t] : w_im[t]);
-    const Lanes x = load(re, im, t);
-    store(re, im, t,
-          {_mm512_fmsub_ps(x.re, wr, _mm512_mul_ps(x.im, wi)),
-           _mm512_fmadd_ps(x.re, wi, _mm512_mul_ps(x.im, wr))});
+    store(re, im, t, times(load(re, im, t), w_re[t], w_im[t], conjugate));
   }
 }
 

@@ -23,7 +23,6 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <type_traits>
 #include <vector>
 
 #include "recops/common/kernels/lane_fft.h"
@@ -83,29 +82,29 @@ class PositionFft {
   // Covers no sequence (a precision whose elements are not fp32).
   explicit PositionFft(const Sequences& seqs) : seqs_(seqs) {}
 
-  template <typename T>
-  PositionFft(const Sequences& seqs, const MaskSource<T>& mask, const BiasSource<T>& bias)
+  // Covers the sequences whose rows see exactly keys [0, i] (StructuredMask::plain_causal), all of
+  // them queries, with at least kPositionFftMinKeys keys in one run of rows, when the channel is
+  // the position table alone.
+  PositionFft(const Sequences& seqs, const MaskSource<float>& mask, const BiasSource<float>& bias)
       : seqs_(seqs) {
-    if constexpr (std::is_same_v<T, float>) {
-      const bool structured_causal =
-          mask.kind == MaskKind::kCausal && mask.contextual_len == 0 && mask.max_attn_len == 0;
-      if (!structured_causal || bias.kind != BiasKind::kRelative || bias.pos_w == nullptr ||
-          bias.ts_w != nullptr || seqs.keys.row_begin == nullptr || !lane_fft_available()) {
-        return;
-      }
-      pos_w_ = bias.pos_w;
-      for (int64_t b = 0; b < seqs.count; ++b) {
-        const int64_t n = seqs.keys.length[b];
-        const bool targets = mask.num_targets != nullptr && mask.num_targets[b] != 0;
-        if (n >= kPositionFftMinKeys && seqs.q_length[b] == n && !targets) sequences_.push_back(b);
-      }
-      // Longest first, for the dynamic schedule's balance.
-      std::stable_sort(sequences_.begin(), sequences_.end(), [&](int64_t a, int64_t b) {
-        return seqs.keys.length[a] > seqs.keys.length[b];
-      });
-      covered_.assign(static_cast<size_t>(seqs.count), 0);
-      for (const int64_t b : sequences_) covered_[b] = 1;
+    if (bias.kind != BiasKind::kRelative || bias.pos_w == nullptr || bias.ts_w != nullptr ||
+        seqs.keys.row_begin == nullptr || !lane_fft_available()) {
+      return;
     }
+    pos_w_ = bias.pos_w;
+    for (int64_t b = 0; b < seqs.count; ++b) {
+      const int64_t n = seqs.keys.length[b];
+      if (n >= kPositionFftMinKeys && seqs.q_length[b] == n &&
+          mask.structured(b, n).plain_causal()) {
+        sequences_.push_back(b);
+      }
+    }
+    // Longest first, for the dynamic schedule's balance.
+    std::stable_sort(sequences_.begin(), sequences_.end(), [&](int64_t a, int64_t b) {
+      return seqs.keys.length[a] > seqs.keys.length[b];
+    });
+    covered_.assign(static_cast<size_t>(seqs.count), 0);
+    for (const int64_t b : sequences_) covered_[b] = 1;
   }
 
   // Whether sequence b's position channel goes by FFT (its blocks then skip the channel).
